@@ -1,0 +1,77 @@
+"""The reference model, with the contract's math to the letter.
+
+It recomputes the whole history of one request at batch size 1 on every call, like the
+public evaluator's: slow, obviously right, and the thing every logit is compared with.
+"""
+import math
+
+import torch
+
+from fitness.model_config import ModelConfig
+
+
+class ReferenceModel:
+    def __init__(self, config: ModelConfig, weights: dict, device: str):
+        self.config = config
+        self.device = device
+        self.dtype = config.compute_dtype(device)
+        self.w = {name: t.to(device=device, dtype=self.dtype) for name, t in weights.items()}
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        # Normalise in fp32, cast back, *then* multiply by the weight.
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.config.rms_norm_eps)
+        return xf.to(self.dtype) * weight
+
+    def rope(self, x: torch.Tensor) -> torch.Tensor:
+        """Interleaved pairs (x[2i], x[2i+1]) rotated by position * inv_freq[i]."""
+        _, seq_len, _, head_dim = x.shape
+        exponent = torch.arange(0, head_dim, 2, device=x.device, dtype=torch.float32) / head_dim
+        inv_freq = 1.0 / (self.config.rope_theta ** exponent)
+        angles = torch.outer(torch.arange(seq_len, device=x.device, dtype=torch.float32), inv_freq)
+        cos = angles.cos().to(self.dtype)[None, :, None, :]  # [1, T, 1, head_dim/2]
+        sin = angles.sin().to(self.dtype)[None, :, None, :]
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        out = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)  # [B, T, H, D/2, 2]
+        return out.flatten(-2)
+
+    def attention(self, x: torch.Tensor, layer: int) -> torch.Tensor:
+        c, w = self.config, self.w
+        p = f"layers.{layer}.self_attn."
+        batch, seq_len, _ = x.shape
+        q = (x @ w[p + "q_proj.weight"].T).view(batch, seq_len, c.num_attention_heads, c.head_dim)
+        k = (x @ w[p + "k_proj.weight"].T).view(batch, seq_len, c.num_key_value_heads, c.head_dim)
+        v = (x @ w[p + "v_proj.weight"].T).view(batch, seq_len, c.num_key_value_heads, c.head_dim)
+        q, k = self.rope(q), self.rope(k)
+        groups = c.num_attention_heads // c.num_key_value_heads
+        k = k.repeat_interleave(groups, dim=2)
+        v = v.repeat_interleave(groups, dim=2)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, T, D]
+        scores = q.float() @ k.float().transpose(-1, -2) / math.sqrt(c.head_dim)
+        causal = torch.ones(seq_len, seq_len, dtype=torch.bool, device=x.device).tril()
+        scores = scores.masked_fill(~causal, float("-inf"))
+        probs = torch.softmax(scores, dim=-1).to(self.dtype)
+        out = (probs @ v).transpose(1, 2).reshape(batch, seq_len, -1)  # [B, T, H*D]
+        return out @ w[p + "o_proj.weight"].T
+
+    def mlp(self, x: torch.Tensor, layer: int) -> torch.Tensor:
+        p = f"layers.{layer}.mlp."
+        gate = x @ self.w[p + "gate_proj.weight"].T
+        up = x @ self.w[p + "up_proj.weight"].T
+        return (torch.nn.functional.silu(gate) * up) @ self.w[p + "down_proj.weight"].T
+
+    @torch.no_grad()
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits [T, vocab] of one whole sequence (a 1-D tensor of token ids)."""
+        w = self.w
+        x = w["embed_tokens.weight"][tokens.to(self.device)][None]  # [1, T, hidden]
+        for i in range(self.config.num_hidden_layers):
+            x = x + self.attention(self.rms_norm(x, w[f"layers.{i}.input_layernorm.weight"]), i)
+            h = self.rms_norm(x, w[f"layers.{i}.post_attention_layernorm.weight"])
+            x = x + self.mlp(h, i)
+        x = self.rms_norm(x, w["norm.weight"])
+        return (x @ w["lm_head.weight"].T)[0]
+
+    def last_logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits [vocab] of the last token, recomputing the whole history."""
+        return self.forward(tokens)[-1]

@@ -1,0 +1,230 @@
+"""Seed engine: the simplest correct KV-cached engine, written in gene form.
+
+Each concern is one top-level name (a gene) that a rewrite can find and swap:
+  compute_dtype   the reference's dtype rule
+  load_weights    weight layout on the device
+  rms_norm        normalisation
+  rope_tables     cos/sin for the positions of one call
+  apply_rope      interleaved-pair rotation
+  qkv_proj        q, k, v projections
+  mlp             SwiGLU
+  KVCache         where K/V live: one tensor per request and layer
+  attend_prefill  prompt attention, one request at a time
+  attend_decode   one-token attention: gather, pad, mask
+  Engine          batching: every call's tokens go through one packed forward pass
+  create_engine   the contract's entry point
+
+Every size comes from the config or the weights; imports are stdlib and torch only.
+"""
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+def compute_dtype(model_config, device):
+    """fp32 on CPU; on CUDA bf16 when the config asks for it, otherwise fp16."""
+    if not str(device).startswith("cuda"):
+        return torch.float32
+    name = str(model_config.get("torch_dtype", "float16")).lower()
+    return torch.bfloat16 if name in ("bfloat16", "bf16") else torch.float16
+
+
+def load_weights(model_config, weight_dir, device, dtype):
+    """The checkpoint on the device in the compute dtype, one dict per layer."""
+    raw = torch.load(os.path.join(weight_dir, "model.pt"), map_location="cpu", weights_only=True)
+
+    def get(name):
+        return raw[name].to(device=device, dtype=dtype)
+
+    layers = []
+    for i in range(model_config["num_hidden_layers"]):
+        p = f"layers.{i}."
+        layers.append({
+            "input_norm": get(p + "input_layernorm.weight"),
+            "q": get(p + "self_attn.q_proj.weight"),
+            "k": get(p + "self_attn.k_proj.weight"),
+            "v": get(p + "self_attn.v_proj.weight"),
+            "o": get(p + "self_attn.o_proj.weight"),
+            "post_norm": get(p + "post_attention_layernorm.weight"),
+            "gate": get(p + "mlp.gate_proj.weight"),
+            "up": get(p + "mlp.up_proj.weight"),
+            "down": get(p + "mlp.down_proj.weight"),
+        })
+    return {"embed": get("embed_tokens.weight"), "layers": layers,
+            "norm": get("norm.weight"), "lm_head": get("lm_head.weight")}
+
+
+def rms_norm(x, weight, eps):
+    # Normalise in fp32, cast back, then scale: the reference's order of rounding.
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return xf.to(x.dtype) * weight
+
+
+def rope_tables(positions, head_dim, theta, dtype):
+    """cos and sin [N, head_dim/2] for absolute positions [N], computed in fp32."""
+    exponent = torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim
+    inv_freq = 1.0 / (theta ** exponent)
+    angles = positions.float()[:, None] * inv_freq[None, :]  # [N, head_dim/2]
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rope(x, cos, sin):
+    """Rotate interleaved pairs (x[2i], x[2i+1]) of x [N, heads, head_dim]."""
+    x0, x1 = x[..., 0::2], x[..., 1::2]  # [N, heads, head_dim/2] each
+    cos, sin = cos[:, None, :], sin[:, None, :]  # broadcast over heads
+    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
+
+
+def qkv_proj(x, layer):
+    """q [N, heads*head_dim], k and v [N, kv_heads*head_dim] from x [N, hidden]."""
+    return x @ layer["q"].T, x @ layer["k"].T, x @ layer["v"].T
+
+
+def mlp(x, layer):
+    return (F.silu(x @ layer["gate"].T) * (x @ layer["up"].T)) @ layer["down"].T
+
+
+@dataclass
+class Step:
+    """One call's batch: which requests, how much each has cached, how much it adds."""
+    request_ids: list
+    start: list  # tokens already cached per request
+    num_new: list  # tokens this call adds per request
+    positions: torch.Tensor  # [N] absolute position of every packed token
+    is_decode: bool
+
+
+class KVCache:
+    """Per-request K/V: for each request, a list of [T, kv_heads, head_dim] per layer."""
+
+    def __init__(self, model_config, device, dtype):
+        self.num_layers = model_config["num_hidden_layers"]
+        self.k = {}
+        self.v = {}
+
+    def length(self, request_id):
+        return self.k[request_id][0].shape[0]
+
+    def prepare(self, step):
+        # A prefill replaces whatever the request had.
+        if not step.is_decode:
+            for rid in step.request_ids:
+                self.k[rid] = [None] * self.num_layers
+                self.v[rid] = [None] * self.num_layers
+
+    def write(self, layer, step, k, v):
+        """Append packed k, v [N, kv_heads, head_dim] to each request's cache."""
+        for rid, k_r, v_r in zip(step.request_ids, k.split(step.num_new), v.split(step.num_new)):
+            old_k, old_v = self.k[rid][layer], self.v[rid][layer]
+            self.k[rid][layer] = k_r if old_k is None else torch.cat((old_k, k_r))
+            self.v[rid][layer] = v_r if old_v is None else torch.cat((old_v, v_r))
+
+    def read(self, layer, request_id):
+        return self.k[request_id][layer], self.v[request_id][layer]
+
+    def remove(self, request_ids):
+        for rid in request_ids:
+            self.k.pop(rid, None)
+            self.v.pop(rid, None)
+
+
+def masked_attention(q, k, v, mask):
+    """The reference's math: fp32 scores and softmax, probabilities cast back, then @ v.
+
+    q [B, heads, Tq, D]; k, v [B, kv_heads, Tk, D]; mask broadcastable to [B, 1, Tq, Tk].
+    """
+    groups = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(groups, dim=1)  # GQA: [B, heads, Tk, D]
+    v = v.repeat_interleave(groups, dim=1)
+    scores = q.float() @ k.float().transpose(-1, -2) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1).to(v.dtype) @ v  # [B, heads, Tq, D]
+
+
+def attend_prefill(q, k, v, cache, layer, step):
+    """Causal attention over each prompt alone: q [N, heads, D] -> [N, heads*D]."""
+    outs = []
+    for q_r, k_r, v_r in zip(q.split(step.num_new), k.split(step.num_new), v.split(step.num_new)):
+        t = q_r.shape[0]
+        causal = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
+        out = masked_attention(q_r.transpose(0, 1)[None], k_r.transpose(0, 1)[None],
+                               v_r.transpose(0, 1)[None], causal)  # [1, heads, t, D]
+        outs.append(out[0].transpose(0, 1).flatten(1))  # [t, heads*D]
+    return torch.cat(outs)
+
+
+def attend_decode(q, k, v, cache, layer, step):
+    """Each request's one query over its whole cache, padded to the longest: [B, heads, D]."""
+    keys, values = zip(*(cache.read(layer, rid) for rid in step.request_ids))
+    lengths = torch.tensor([t.shape[0] for t in keys], device=q.device)
+    keys = torch.nn.utils.rnn.pad_sequence(keys, batch_first=True)  # [B, L, kv_heads, D]
+    values = torch.nn.utils.rnn.pad_sequence(values, batch_first=True)
+    valid = torch.arange(keys.shape[1], device=q.device)[None, :] < lengths[:, None]  # [B, L]
+    out = masked_attention(q[:, :, None, :], keys.transpose(1, 2), values.transpose(1, 2),
+                           valid[:, None, None, :])  # [B, heads, 1, D]
+    return out.flatten(1)
+
+
+def as_id_list(request_ids):
+    if torch.is_tensor(request_ids):
+        return [int(r) for r in request_ids.reshape(-1).tolist()]
+    return [int(r) for r in request_ids]
+
+
+class Engine:
+    def __init__(self, model_config, weight_dir, device):
+        self.device = torch.device(device)
+        self.dtype = compute_dtype(model_config, device)
+        self.num_heads = model_config["num_attention_heads"]
+        self.num_kv_heads = model_config["num_key_value_heads"]
+        self.head_dim = model_config["head_dim"]
+        self.eps = float(model_config.get("rms_norm_eps") or 1e-5)
+        self.rope_theta = float(model_config.get("rope_theta") or 10000.0)
+        self.w = load_weights(model_config, weight_dir, self.device, self.dtype)
+        self.cache = KVCache(model_config, self.device, self.dtype)
+
+    @torch.no_grad()
+    def prefill(self, request_ids, input_ids):
+        ids = as_id_list(request_ids)
+        lengths = [int(t.numel()) for t in input_ids]
+        tokens = torch.cat([t.reshape(-1) for t in input_ids]).to(self.device, torch.long)
+        positions = torch.cat([torch.arange(n) for n in lengths]).to(self.device)
+        return self.forward(tokens, Step(ids, [0] * len(ids), lengths, positions, False))
+
+    @torch.no_grad()
+    def decode(self, request_ids, token_ids):
+        ids = as_id_list(request_ids)
+        start = [self.cache.length(rid) for rid in ids]
+        positions = torch.tensor(start, device=self.device)
+        tokens = token_ids.reshape(-1).to(self.device, torch.long)
+        return self.forward(tokens, Step(ids, start, [1] * len(ids), positions, True))
+
+    def remove(self, request_ids):
+        self.cache.remove(as_id_list(request_ids))
+
+    def forward(self, tokens, step):
+        """Logits [B, vocab] of the last token of each request in `step`."""
+        n = tokens.shape[0]
+        self.cache.prepare(step)
+        cos, sin = rope_tables(step.positions, self.head_dim, self.rope_theta, self.dtype)
+        attend = attend_decode if step.is_decode else attend_prefill
+        x = self.w["embed"][tokens]  # [N, hidden]
+        for i, layer in enumerate(self.w["layers"]):
+            q, k, v = qkv_proj(rms_norm(x, layer["input_norm"], self.eps), layer)
+            q = apply_rope(q.view(n, self.num_heads, self.head_dim), cos, sin)
+            k = apply_rope(k.view(n, self.num_kv_heads, self.head_dim), cos, sin)
+            v = v.view(n, self.num_kv_heads, self.head_dim)
+            self.cache.write(i, step, k, v)
+            x = x + attend(q, k, v, self.cache, i, step) @ layer["o"].T
+            x = x + mlp(rms_norm(x, layer["post_norm"], self.eps), layer)
+        logits = rms_norm(x, self.w["norm"], self.eps) @ self.w["lm_head"].T  # [N, vocab]
+        last = torch.tensor(step.num_new, device=self.device).cumsum(0) - 1
+        return logits[last]
+
+
+def create_engine(model_config: dict, weight_dir: str, device: str = "cuda"):
+    return Engine(model_config, weight_dir, device)

@@ -1,0 +1,42 @@
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from target.toy_weights import write as write_weights  # noqa: E402
+
+SEED_ENGINE = REPO / "seed_engine" / "engine.py"
+
+# Small enough for CI, wide enough for four heads; weights use the public 0.02 init,
+# the gate adds unit-scaled ones itself.
+SMALL_CONFIG = {
+    "model_type": "tiny_llama", "torch_dtype": "float16", "vocab_size": 256,
+    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 16,
+    "max_position_embeddings": 160, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+}
+
+
+@pytest.fixture(scope="session")
+def small_target(tmp_path_factory):
+    """(config path, weight dir) of a small model with toy weights."""
+    root = tmp_path_factory.mktemp("small_target")
+    config_path = root / "model_config.json"
+    config_path.write_text(json.dumps(SMALL_CONFIG))
+    write_weights(SMALL_CONFIG, root / "weights" / "model.pt", seed=1234)
+    return config_path, root / "weights"
+
+
+@pytest.fixture(scope="session")
+def scratch(tmp_path_factory):
+    """Shared cache of the gate's generated weights."""
+    return tmp_path_factory.mktemp("gate_weights")
+
+
+def requires_cuda():
+    return pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

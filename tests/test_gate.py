@@ -1,0 +1,69 @@
+"""The gate passes the seed and rejects every planted fault at the right stage."""
+import pytest
+
+from fitness.gate import DEFAULT_MARGIN, run_gate, static_problems
+from fitness.loader import load_engine_module
+from fitness.model_config import ModelConfig
+from tests import planted
+from tests.conftest import SEED_ENGINE
+
+
+def gate(path, small_target, scratch, seed=11):
+    config_path, weight_dir = small_target
+    module = load_engine_module(path)
+    return run_gate(module, ModelConfig.load(config_path), weight_dir, "cpu", seed, scratch)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_seed_engine_passes_every_stage(small_target, scratch, seed):
+    result = gate(SEED_ENGINE, small_target, scratch, seed)
+    assert result.passed, result.error
+    assert set(result.stages) >= {"target", "churn", "target_unit", "gqa", "bf16", "head_dim",
+                                  "deeper", "head_dim_256"}
+    assert result.num_calls > 150
+    assert 0 < result.worst_ratio < DEFAULT_MARGIN
+
+
+def test_seed_engine_is_statically_clean():
+    assert static_problems(SEED_ENGINE.read_text()) == []
+
+
+@pytest.mark.parametrize("fault,stage", sorted(planted.FAULTS.items()))
+def test_planted_fault_is_rejected_at_its_stage(fault, stage, small_target, scratch, tmp_path):
+    result = gate(planted.write_faulty(fault, tmp_path), small_target, scratch)
+    assert not result.passed
+    assert result.stage == stage, (result.stage, result.error)
+    assert result.worst_ratio > DEFAULT_MARGIN or "remove does not free" in result.error
+
+
+def test_ignored_remove_is_caught_by_the_churn_check(small_target, scratch, tmp_path):
+    result = gate(planted.write_faulty("ignore_remove", tmp_path), small_target, scratch)
+    assert result.case == "churn" and "remove does not free state" in result.error
+
+
+def test_static_stage_rejects_foreign_imports_and_missing_entry_point():
+    src = SEED_ENGINE.read_text()
+    assert any("numpy" in p for p in static_problems(planted.imports_numpy(src)))
+    assert any("importlib" in p for p in static_problems("import importlib\n" + src))
+    assert any("create_engine" in p for p in static_problems(src.replace("def create_engine", "def make")))
+    assert any("syntax" in p for p in static_problems(src + "\ndef broken(:\n"))
+    assert any("__import__" in p for p in static_problems(src + "\n__import__('os')\n"))
+
+
+def test_public_init_hides_a_rope_fault_that_unit_weights_expose(tmp_path):
+    """Why the gate adds unit-scaled weights: with 0.02 weights a 24-wide model's logits
+    are so small that rotate-half RoPE stays inside the tolerance."""
+    from fitness.gate import Tally, check_config, unit_weights
+    from target.toy_weights import write as write_weights
+
+    config = ModelConfig(vocab_size=512, hidden_size=24, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=2, head_dim=12,
+                         max_position_embeddings=128)
+    write_weights(config.to_dict(), tmp_path / "public" / "model.pt", seed=1234)
+    module = load_engine_module(planted.write_faulty("rotate_half_rope", tmp_path))
+    worst = {}
+    for label, weight_dir in [("public", tmp_path / "public"), ("unit", unit_weights(config, tmp_path))]:
+        tally = Tally(margin=float("inf"))
+        check_config(module, config, weight_dir, "cpu", 3, label, tally)
+        worst[label] = tally.worst
+    assert worst["public"] < DEFAULT_MARGIN < 1.0 < worst["unit"]
