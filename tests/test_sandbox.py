@@ -1,0 +1,53 @@
+"""Judging in a child process: every failure of the candidate is a verdict."""
+import time
+
+from fitness.sandbox import judge
+from tests import planted
+from tests.conftest import SEED_ENGINE
+
+
+def run_judge(path, small_target, scratch, **options):
+    config_path, weight_dir = small_target
+    options.setdefault("bench", "none")
+    return judge(path, config_path, weight_dir, "cpu", scratch=str(scratch), **options)
+
+
+def test_seed_engine_is_ok_with_its_evidence(small_target, scratch):
+    verdict = run_judge(SEED_ENGINE, small_target, scratch, seed=5, timeout=120)
+    assert verdict["status"] == "ok", verdict["error"]
+    assert verdict["seed"] == 5 and 0 < verdict["worst_ratio"] < 0.5
+    assert len(verdict["source_hash"]) == 16
+
+
+def test_planted_fault_is_incorrect_with_stage_and_case(small_target, scratch, tmp_path):
+    verdict = run_judge(planted.write_faulty("rows_reversed", tmp_path), small_target, scratch, timeout=120)
+    assert verdict["status"] == "incorrect"
+    assert verdict["stage"] == "target" and "tolerance" in verdict["error"]
+
+
+def test_crashing_engine_gives_crash(small_target, scratch, tmp_path):
+    verdict = run_judge(planted.write_faulty("crashes_in_prefill", tmp_path), small_target, scratch, timeout=120)
+    assert verdict["status"] == "crash"
+    assert "planted crash" in verdict["error"]
+
+
+def test_hanging_engine_gives_timeout_within_its_limit(small_target, scratch, tmp_path):
+    started = time.monotonic()
+    verdict = run_judge(planted.write_faulty("hangs_in_decode", tmp_path), small_target, scratch, timeout=15)
+    assert verdict["status"] == "timeout"
+    assert time.monotonic() - started < 25
+
+
+def test_dead_interpreter_gives_crash(small_target, scratch, tmp_path):
+    path = tmp_path / "exits.py"
+    path.write_text(SEED_ENGINE.read_text().replace(
+        "    return Engine(model_config, weight_dir, device)",
+        "    import os\n    os._exit(3)"))
+    verdict = run_judge(path, small_target, scratch, timeout=60)
+    assert verdict["status"] == "crash" and "exited 3" in verdict["error"]
+
+
+def test_foreign_import_is_invalid_without_running(small_target, scratch, tmp_path):
+    verdict = run_judge(planted.write_faulty("imports_numpy", tmp_path), small_target, scratch, timeout=60)
+    assert verdict["status"] == "invalid" and verdict["stage"] == "static"
+    assert "numpy" in verdict["error"]
