@@ -1,0 +1,58 @@
+"""GPU-only paths, run on the GPU machine (docs/PERF.md); skipped cleanly on CPU."""
+import json
+
+import pytest
+import torch
+
+from fitness.gate import run_gate
+from fitness.loader import load_engine_module
+from fitness.model_config import ModelConfig
+from fitness.sandbox import judge
+from tests import planted
+from tests.conftest import REPO, SEED_ENGINE
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+PUBLIC_CONFIG = REPO / "target" / "model_config.json"
+PUBLIC_WEIGHTS = REPO / "target" / "weights"
+
+
+def test_seed_engine_passes_the_gate_on_cuda_public_config(scratch):
+    from target.toy_weights import ensure
+
+    ensure(PUBLIC_CONFIG, PUBLIC_WEIGHTS)
+    module = load_engine_module(SEED_ENGINE)
+    result = run_gate(module, ModelConfig.load(PUBLIC_CONFIG), PUBLIC_WEIGHTS, "cuda", 123, scratch)
+    assert result.passed, result.error
+    print(json.dumps(result.to_dict(), indent=1))
+
+
+@pytest.mark.parametrize("fault", sorted(planted.FAULTS))
+def test_planted_faults_are_rejected_on_cuda(fault, small_target, scratch, tmp_path):
+    config_path, weight_dir = small_target
+    module = load_engine_module(planted.write_faulty(fault, tmp_path))
+    result = run_gate(module, ModelConfig.load(config_path), weight_dir, "cuda", 7, scratch)
+    assert not result.passed and result.stage == planted.FAULTS[fault]
+
+
+def faulty_variant(tmp_path, name, old, new):
+    path = tmp_path / f"{name}.py"
+    path.write_text(planted.edit(SEED_ENGINE.read_text(), old, new))
+    return path
+
+
+def test_device_side_assert_is_a_crash_verdict(small_target, scratch, tmp_path):
+    # An out-of-range embedding index: a device-side assert that poisons the CUDA context.
+    path = faulty_variant(tmp_path, "oob", '        x = self.w["embed"][tokens]  # [N, hidden]',
+                          '        x = self.w["embed"][tokens + 10**6]  # [N, hidden]')
+    config_path, weight_dir = small_target
+    verdict = judge(path, config_path, weight_dir, "cuda", timeout=120, bench="none", scratch=str(scratch))
+    assert verdict["status"] == "crash", verdict
+
+
+def test_out_of_memory_is_a_crash_verdict(small_target, scratch, tmp_path):
+    path = faulty_variant(tmp_path, "oom", "    return Engine(model_config, weight_dir, device)",
+                          "    hog = torch.empty(2**44, dtype=torch.uint8, device=device)\n"
+                          "    return Engine(model_config, weight_dir, device)")
+    config_path, weight_dir = small_target
+    verdict = judge(path, config_path, weight_dir, "cuda", timeout=120, bench="none", scratch=str(scratch))
+    assert verdict["status"] == "crash" and "memory" in verdict["error"].lower(), verdict
