@@ -17,7 +17,6 @@ from fitness.loader import load_engine_module, source_hash
 from fitness.model_config import ConfigError, ModelConfig
 
 STATUSES = ("ok", "incorrect", "crash", "timeout", "invalid")
-BENCH_CHOICES = ("none", "public", "hidden", "all")
 
 
 def new_verdict(path, device: str, seed: int) -> dict:
@@ -31,17 +30,6 @@ def error_text(err: BaseException, limit: int = 1500) -> str:
     """The exception and the last frames of its traceback, short enough for a CSV cell."""
     text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
     return text[-limit:]
-
-
-def bench_cases(choice: str) -> dict:
-    from fitness import bench
-
-    cases = {}
-    if choice in ("public", "all"):
-        cases.update(bench.public_cases())
-    if choice in ("hidden", "all"):
-        cases.update(bench.hidden_style_cases())
-    return cases
 
 
 def judge_file(path, config_path, weight_dir, device: str, seed: int | None = None,
@@ -79,10 +67,10 @@ def judge_file(path, config_path, weight_dir, device: str, seed: int | None = No
 
 
 def record_bench(verdict: dict, module, config_path, weight_dir, device, choice, repeat) -> None:
-    from fitness.bench import run_benchmark
+    from fitness.bench import run_benchmark, select_cases
 
     raw_config = json.loads(Path(config_path).read_text())
-    results = run_benchmark(module, raw_config, str(weight_dir), device, bench_cases(choice),
+    results = run_benchmark(module, raw_config, str(weight_dir), device, select_cases(choice),
                             repeat=repeat)
     verdict["cases"] = results
     verdict["tokens_per_second"] = {r["case_name"]: r["tokens_per_second"] for r in results}

@@ -1,6 +1,6 @@
-"""Request traces as data: the public correctness sequence, randomised gate traces and the
-benchmark cases. A trace is a list of `Event`s; `materialize` draws its tokens and
-`replay` drives an engine through it."""
+"""Request traces as data: the public correctness sequence and the randomised gate traces
+(the benchmark's are in fitness/cases.py). A trace is a list of `Event`s; `materialize`
+draws its tokens and `replay` drives an engine through it."""
 import random
 from dataclasses import dataclass
 

@@ -1,0 +1,129 @@
+"""The throughput benchmark: the contract's protocol to the letter.
+
+Per case: one warm-up engine runs the events `warmup` times; then `repeat` times a fresh
+engine runs them once, timed between two device synchronisations under no_grad, inputs
+drawn beforehand. The median run is reported, with peak memory over the timed runs
+while the warm-up engine is still alive.
+
+    python -m fitness bench [--engine E] [--model-config C] [--weight-dir W]
+        [--device auto|cpu|cuda] [--cases public|hidden|all] [--warmup 1] [--repeat 3]
+        [--roofline [--gpu auto|h100|h200]]
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from fitness import roofline
+# The cases live in fitness.cases, shared with the roofline; callers may take them from here.
+from fitness.cases import CASE_SETS, hidden_style_cases, public_cases, select_cases
+from fitness.devices import DEVICE_CHOICES, is_cuda, resolve_device
+from fitness.loader import load_engine_module
+from fitness.model_config import ConfigError, ModelConfig, load_checked_weights
+from fitness.traces import count_tokens, materialize, replay
+
+ROOT = Path(__file__).resolve().parents[1]
+CASE_SEED = 0  # the contract's seed for benchmark inputs
+
+
+def synchronize(device) -> None:
+    if is_cuda(device):
+        torch.cuda.synchronize()
+
+
+def run_calls(engine, calls) -> None:
+    for call in calls:
+        replay(engine, call)
+
+
+def timed_run(engine, calls, device) -> float:
+    """Seconds for one pass over the calls, from an idle device to an idle device."""
+    synchronize(device)
+    start = time.perf_counter()
+    run_calls(engine, calls)
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def run_case(module, config_dict, weight_dir, device, events, seed=CASE_SEED, warmup=1, repeat=3,
+             *, case_name: str = "") -> dict:
+    """The contract's result dict for one case; `config_dict` goes to the engine untouched."""
+    calls = materialize(events, config_dict["vocab_size"], seed, device)
+    cuda = is_cuda(device)
+    with torch.no_grad():
+        warm_engine = module.create_engine(config_dict, str(weight_dir), device)
+        for _ in range(warmup):
+            run_calls(warm_engine, calls)
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        times = []
+        for _ in range(repeat):
+            engine = module.create_engine(config_dict, str(weight_dir), device)
+            times.append(timed_run(engine, calls, device))
+            del engine  # as the evaluator does: dropped, no empty_cache
+        peak_bytes = torch.cuda.max_memory_allocated() if cuda else 0
+        del warm_engine
+    seconds = statistics.median(times)
+    prefill_tokens, decode_tokens = count_tokens(events)
+    return {
+        "case_name": case_name,
+        "elapsed_ms": seconds * 1e3,
+        "prefill_tokens": prefill_tokens,
+        "decode_tokens": decode_tokens,
+        "total_tokens": prefill_tokens + decode_tokens,
+        "tokens_per_second": (prefill_tokens + decode_tokens) / seconds,
+        "decode_tokens_per_second": decode_tokens / seconds,
+        "peak_memory_mb": peak_bytes / 2**20,
+    }
+
+
+def run_benchmark(module, config_dict, weight_dir, device, cases: dict, warmup=1, repeat=3) -> list:
+    """One result dict per case, in the order of `cases`."""
+    return [run_case(module, config_dict, weight_dir, device, events, warmup=warmup, repeat=repeat,
+                     case_name=name)
+            for name, events in cases.items()]
+
+
+def add_roofline(results: list, config: ModelConfig, cases: dict, gpu: str) -> None:
+    for result in results:
+        bound = roofline.case_bound(config, cases[result["case_name"]], gpu)
+        result["roofline_tokens_per_second"] = bound["tokens_per_second"]
+        result["fraction_of_roofline"] = result["tokens_per_second"] / bound["tokens_per_second"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--engine", type=Path, default=ROOT / "seed_engine" / "engine.py")
+    parser.add_argument("--model-config", type=Path, default=ROOT / "target" / "model_config.json")
+    parser.add_argument("--weight-dir", type=Path, default=ROOT / "target" / "weights")
+    parser.add_argument("--device", choices=DEVICE_CHOICES, default="auto")
+    parser.add_argument("--cases", choices=CASE_SETS, default="public")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--roofline", action="store_true",
+                        help="add each case's speed-of-light tokens/s and the fraction reached")
+    parser.add_argument("--gpu", choices=("auto", *sorted(roofline.GPUS)), default="auto",
+                        help="the GPU the roofline assumes; auto reads the device's name")
+
+
+def cli(args) -> int:
+    """`python -m fitness bench`: the contract's JSON list on stdout."""
+    try:
+        raw_config = json.loads(Path(args.model_config).read_text())
+        config = ModelConfig.from_dict(raw_config)
+        load_checked_weights(config, args.weight_dir)  # a clear message now, not a crash later
+    except (OSError, json.JSONDecodeError, ConfigError) as err:
+        print(f"bench: {err}", file=sys.stderr)
+        return 2
+    device = resolve_device(args.device)
+    cases = select_cases(args.cases)
+    module = load_engine_module(args.engine)
+    results = run_benchmark(module, raw_config, args.weight_dir, device, cases, args.warmup, args.repeat)
+    if args.roofline:
+        gpu = roofline.gpu_for_device(device) if args.gpu == "auto" else args.gpu
+        add_roofline(results, config, cases, gpu)
+    print(json.dumps(results, indent=2))
+    return 0

@@ -1,0 +1,64 @@
+"""The throughput cases as traces: the contract's public three and the four seen in a
+hidden evaluation. Data only, so the benchmark and the speed-of-light model share them."""
+from fitness.traces import decode, prefill, remove
+
+CASE_SETS = ("public", "hidden", "all")
+
+
+def prefill_events(num_requests: int, prompt_length: int) -> list:
+    ids = range(num_requests)
+    return [prefill(ids, [prompt_length] * num_requests), remove(ids)]
+
+
+def decode_events(num_requests: int, prompt_length: int, num_steps: int) -> list:
+    ids = range(num_requests)
+    steps = [decode(ids) for _ in range(num_steps)]
+    return [prefill(ids, [prompt_length] * num_requests), *steps, remove(ids)]
+
+
+def mixed_events(first: int, second: int, third: int) -> list:
+    """The contract's mixed schedule with prompts of `first` (ids 0-3), `second` (ids 4-5)
+    and `third` (ids 6-9) tokens; decode and remove take the lowest-numbered live ids."""
+    return [
+        prefill(range(0, 4), [first] * 4),
+        decode(range(0, 4)),
+        decode(range(0, 4)),
+        prefill([4, 5], [second] * 2),
+        decode(range(0, 6)),
+        remove([0, 1]),
+        prefill(range(6, 10), [third] * 4),
+        decode(range(2, 10)),
+        decode(range(2, 10)),
+        remove(range(2, 10)),
+    ]
+
+
+def public_cases() -> dict:
+    """The contract's public cases, in its order."""
+    return {
+        "prefill": prefill_events(4, 128),
+        "decode": decode_events(8, 32, 16),
+        "mixed": mixed_events(64, 128, 32),
+    }
+
+
+def hidden_style_cases() -> dict:
+    """The four cases seen in a hidden evaluation (named apart from the public ones)."""
+    return {
+        "prefill_4x128": prefill_events(4, 128),
+        "decode_8x128x16": decode_events(8, 128, 16),
+        "hidden_mixed": mixed_events(64, 128, 32),
+        "mixed_128": mixed_events(128, 128, 128),
+    }
+
+
+def select_cases(which: str) -> dict:
+    """"public", "hidden" or "all" (public first)."""
+    if which not in CASE_SETS:
+        raise ValueError(f"cases must be one of {CASE_SETS}, got {which!r}")
+    cases = {}
+    if which in ("public", "all"):
+        cases.update(public_cases())
+    if which in ("hidden", "all"):
+        cases.update(hidden_style_cases())
+    return cases

@@ -1,0 +1,161 @@
+"""The speed-of-light model: the least time a trace can take on a GPU.
+
+Every prefill or decode call is one forward pass, and the passes run one after another.
+A pass must at least
+  - read every weight once in the compute dtype, except the embedding, of which only the
+    rows of its tokens are read (lm_head is read whole: every request needs its logits);
+  - read the cached K/V of its requests (decode) and write the K/V of its new tokens;
+  - write the logits of each request's last token;
+  - do 2 FLOPs per weight per token in the linears (lm_head on each request's last token
+    only) and 4 * heads * head_dim FLOPs per layer for each (query, visible key) pair.
+Its bound is max(bytes / bandwidth, FLOPs / tensor rate); a case's is the sum over its
+passes. Not counted: kernel launch and host overhead, activations that could stay
+on-chip, and the element-wise work of norms, RoPE and softmax. So the bound is honest
+but loose for small models, where launches dominate (DESIGN.md, "Where the time goes").
+"""
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from fitness.cases import CASE_SETS, select_cases
+from fitness.devices import is_cuda
+from fitness.model_config import ConfigError, ModelConfig
+from fitness.traces import count_tokens
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "target" / "model_config.json"
+
+
+@dataclass(frozen=True)
+class GpuPeaks:
+    bytes_per_second: float
+    flops_per_second: float  # dense fp16/bf16 tensor-core rate
+
+
+# Measured on this workplace's machines (device/KINDS.md), not datasheet figures: a
+# device-to-device copy moved 3.0 TB/s on an H100 and 4.3 TB/s on an H200 (bytes read plus
+# written); an 8192^3 bf16 matmul ran at 788-798 TFLOP/s on both.
+GPUS = {
+    "h100": GpuPeaks(bytes_per_second=3.0e12, flops_per_second=7.9e14),
+    "h200": GpuPeaks(bytes_per_second=4.3e12, flops_per_second=7.9e14),
+}
+
+
+@dataclass(frozen=True)
+class ForwardPass:
+    """One prefill or decode call: per request, tokens already cached and tokens added."""
+    num_cached: tuple
+    num_new: tuple
+
+
+def forward_passes(events) -> list:
+    """The passes of a trace, tracking each live request's length."""
+    lengths, passes = {}, []
+    for ev in events:
+        if ev.kind == "remove":
+            for rid in ev.request_ids:
+                lengths.pop(rid, None)
+            continue
+        if ev.kind == "prefill":  # a prefill replaces whatever the request had
+            num_cached, num_new = (0,) * len(ev.lengths), tuple(ev.lengths)
+        else:
+            dead = [rid for rid in ev.request_ids if rid not in lengths]
+            if dead:
+                raise ValueError(f"decode of requests that are not live: {dead}")
+            num_cached, num_new = tuple(lengths[rid] for rid in ev.request_ids), (1,) * len(ev.request_ids)
+        for rid, cached, new in zip(ev.request_ids, num_cached, num_new):
+            lengths[rid] = cached + new
+        passes.append(ForwardPass(num_cached, num_new))
+    return passes
+
+
+def layer_matmul_params(c: ModelConfig) -> int:
+    q_dim, kv_dim = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
+    return c.hidden_size * (q_dim + 2 * kv_dim) + q_dim * c.hidden_size + 3 * c.hidden_size * c.intermediate_size
+
+
+def pass_bytes(c: ModelConfig, p: ForwardPass) -> int:
+    num_tokens, num_requests = sum(p.num_new), len(p.num_new)
+    layer_weights = layer_matmul_params(c) + 2 * c.hidden_size  # plus the two norms
+    weights = c.num_hidden_layers * layer_weights + c.hidden_size + c.vocab_size * c.hidden_size
+    embedding_rows = num_tokens * c.hidden_size
+    kv_per_token = c.num_hidden_layers * 2 * c.num_key_value_heads * c.head_dim
+    kv = kv_per_token * (sum(p.num_cached) + num_tokens)  # cached read, new written
+    logits = num_requests * c.vocab_size
+    element_bytes = c.compute_dtype("cuda").itemsize
+    return element_bytes * (weights + embedding_rows + kv + logits)
+
+
+def pass_flops(c: ModelConfig, p: ForwardPass) -> int:
+    num_tokens, num_requests = sum(p.num_new), len(p.num_new)
+    linears = 2 * num_tokens * c.num_hidden_layers * layer_matmul_params(c)
+    lm_head = 2 * num_requests * c.hidden_size * c.vocab_size
+    # The query at offset j of n new tokens sees cached + j + 1 keys (causal).
+    pairs = sum(n * cached + n * (n + 1) // 2 for cached, n in zip(p.num_cached, p.num_new))
+    attention = 4 * c.num_attention_heads * c.head_dim * c.num_hidden_layers * pairs
+    return linears + lm_head + attention
+
+
+def peaks_of(gpu) -> GpuPeaks:
+    return gpu if isinstance(gpu, GpuPeaks) else GPUS[gpu]
+
+
+def case_bound(config: ModelConfig, events, gpu="h100") -> dict:
+    """The least time `events` can take on `gpu` (a name in GPUS or a GpuPeaks)."""
+    peaks = peaks_of(gpu)
+    total_bytes = total_flops = 0
+    seconds = {"memory": 0.0, "compute": 0.0}  # time of the passes each term bounds
+    for p in forward_passes(events):
+        num_bytes, flops = pass_bytes(config, p), pass_flops(config, p)
+        memory_s, compute_s = num_bytes / peaks.bytes_per_second, flops / peaks.flops_per_second
+        seconds["memory" if memory_s >= compute_s else "compute"] += max(memory_s, compute_s)
+        total_bytes, total_flops = total_bytes + num_bytes, total_flops + flops
+    total_seconds = seconds["memory"] + seconds["compute"]
+    return {
+        "seconds": total_seconds,
+        "bytes": total_bytes,
+        "flops": total_flops,
+        "tokens_per_second": sum(count_tokens(events)) / total_seconds,
+        "bound_by": max(seconds, key=seconds.get),
+    }
+
+
+def roofline_table(config: ModelConfig, cases: dict, gpu="h100") -> list:
+    return [{"case_name": name, **case_bound(config, events, gpu)} for name, events in cases.items()]
+
+
+def gpu_for_device(device) -> str:
+    """The GPUS entry for the visible GPU; "h100" when it is neither (or there is none)."""
+    name = torch.cuda.get_device_name(device).lower() if is_cuda(device) else ""
+    return next((key for key in GPUS if key in name), "h100")
+
+
+def format_table(rows: list) -> str:
+    header = f"{'case':<18}{'MB moved':>12}{'GFLOP':>10}{'bound ms':>11}{'tokens/s':>13}  bound by"
+    lines = [header]
+    for r in rows:
+        lines.append(f"{r['case_name']:<18}{r['bytes'] / 1e6:>12.1f}{r['flops'] / 1e9:>10.2f}"
+                     f"{r['seconds'] * 1e3:>11.3f}{r['tokens_per_second']:>13,.0f}  {r['bound_by']}")
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model-config", type=Path, default=DEFAULT_CONFIG)
+    parser.add_argument("--gpu", choices=sorted(GPUS), default="h100")
+    parser.add_argument("--cases", choices=CASE_SETS, default="public")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def cli(args) -> int:
+    """`python -m fitness roofline`: the bound of every case, as a table or JSON."""
+    try:
+        config = ModelConfig.load(args.model_config)
+    except ConfigError as err:
+        print(f"roofline: {err}", file=sys.stderr)
+        return 2
+    rows = roofline_table(config, select_cases(args.cases), args.gpu)
+    print(json.dumps(rows, indent=2) if args.json else format_table(rows))
+    return 0

@@ -1,0 +1,67 @@
+import argparse
+import json
+from dataclasses import replace
+
+import pytest
+
+from fitness import roofline
+from fitness.cases import public_cases
+from fitness.model_config import ModelConfig
+from fitness.traces import decode, prefill
+
+PUBLIC = ModelConfig.load("target/model_config.json")
+TINY = ModelConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                   num_attention_heads=2, num_key_value_heads=2, head_dim=16,
+                   max_position_embeddings=256)
+
+
+def test_tiny_bound_counted_by_hand():
+    bound = roofline.case_bound(TINY, [prefill([0], [4]), decode([0])])
+    # Weights: 2 layers * (10240 matmul + 64 norm) + 32 final norm + 4096 lm_head = 24736.
+    # Prefill: + 4 embedding rows (128) + K/V of 4 tokens (4 * 128) + one logit row (128).
+    # Decode: + 1 row (32) + K/V of 4 read and 1 written (5 * 128) + one logit row (128).
+    assert bound["bytes"] == 2 * (24736 + 128 + 512 + 128) + 2 * (24736 + 32 + 640 + 128)
+    # Prefill: 2*4*2*10240 linears + 2*32*128 lm_head + 4*2*16*2 * (1+2+3+4) attention.
+    # Decode: 2*1*2*10240 + 2*32*128 + 256 * 5 keys.
+    assert bound["flops"] == (163840 + 8192 + 2560) + (40960 + 8192 + 1280)
+    assert bound["tokens_per_second"] == pytest.approx(5 / bound["seconds"])
+
+
+def test_public_bounds_positive():
+    for row in roofline.roofline_table(PUBLIC, public_cases(), "h100"):
+        assert row["seconds"] > 0 and row["tokens_per_second"] > 0, row
+
+
+def test_decode_memory_bound_and_prefill_compute_bound_on_public_config():
+    cases = public_cases()
+    assert roofline.case_bound(PUBLIC, cases["decode"])["bound_by"] == "memory"
+    assert roofline.case_bound(PUBLIC, cases["prefill"])["bound_by"] == "compute"
+
+
+def test_more_bandwidth_lowers_a_memory_bound_bound():
+    h100 = roofline.GPUS["h100"]
+    faster = replace(h100, bytes_per_second=2 * h100.bytes_per_second)
+    events = public_cases()["decode"]
+    assert roofline.case_bound(PUBLIC, events, faster)["seconds"] < roofline.case_bound(PUBLIC, events, h100)["seconds"]
+
+
+def test_h200_bound_no_slower_than_h100():
+    for events in public_cases().values():
+        assert (roofline.case_bound(PUBLIC, events, "h200")["seconds"]
+                <= roofline.case_bound(PUBLIC, events, "h100")["seconds"])
+
+
+def test_decode_of_dead_request_is_an_error():
+    with pytest.raises(ValueError, match=r"\[1\]"):
+        roofline.forward_passes([prefill([0], [3]), decode([0, 1])])
+
+
+def test_cli_table_and_json(capsys):
+    parser = argparse.ArgumentParser()
+    roofline.add_arguments(parser)
+    assert roofline.cli(parser.parse_args(["--cases", "hidden"])) == 0
+    table = capsys.readouterr().out
+    assert all(name in table for name in ("prefill_4x128", "decode_8x128x16", "hidden_mixed", "mixed_128"))
+    assert roofline.cli(parser.parse_args(["--json", "--gpu", "h200"])) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["case_name"] for r in rows] == ["prefill", "decode", "mixed"]
