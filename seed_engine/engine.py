@@ -4,6 +4,7 @@ Each concern is one top-level name (a gene) that a rewrite can find and swap:
   compute_dtype   the reference's dtype rule
   load_weights    weight layout on the device
   rms_norm        normalisation
+  add_rms_norm    residual add, then normalisation (one boundary, so a kernel can fuse them)
   rope_tables     cos/sin for the positions of one call
   apply_rope      interleaved-pair rotation
   qkv_proj        q, k, v projections
@@ -64,6 +65,12 @@ def rms_norm(x, weight, eps):
     return xf.to(x.dtype) * weight
 
 
+def add_rms_norm(x, residual, weight, eps):
+    """(rms_norm(x + residual), x + residual): the sum is the new residual stream."""
+    x = x + residual
+    return rms_norm(x, weight, eps), x
+
+
 def rope_tables(positions, head_dim, theta, dtype):
     """cos and sin [N, head_dim/2] for absolute positions [N], computed in fp32."""
     exponent = torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim
@@ -96,6 +103,9 @@ class Step:
     num_new: list  # tokens this call adds per request
     positions: torch.Tensor  # [N] absolute position of every packed token
     is_decode: bool
+    # Set by a KV cache's prepare when it addresses K/V by row (the seed's cache does not):
+    slots: torch.Tensor = None  # [N] cache row of every packed token
+    block_table: torch.Tensor = None  # [B, pages] page ids of every request
 
 
 class KVCache:
@@ -160,10 +170,11 @@ def attend_prefill(q, k, v, cache, layer, step):
 def attend_decode(q, k, v, cache, layer, step):
     """Each request's one query over its whole cache, padded to the longest: [B, heads, D]."""
     keys, values = zip(*(cache.read(layer, rid) for rid in step.request_ids))
-    lengths = torch.tensor([t.shape[0] for t in keys], device=q.device)
     keys = torch.nn.utils.rnn.pad_sequence(keys, batch_first=True)  # [B, L, kv_heads, D]
     values = torch.nn.utils.rnn.pad_sequence(values, batch_first=True)
-    valid = torch.arange(keys.shape[1], device=q.device)[None, :] < lengths[:, None]  # [B, L]
+    # The new token sits at its position, so a request sees keys 0..position; the lengths
+    # are already on the device (a host list here would sync the GPU every layer).
+    valid = torch.arange(keys.shape[1], device=q.device)[None, :] <= step.positions[:, None]  # [B, L]
     out = masked_attention(q[:, :, None, :], keys.transpose(1, 2), values.transpose(1, 2),
                            valid[:, None, None, :])  # [B, heads, 1, D]
     return out.flatten(1)
@@ -219,8 +230,9 @@ class Engine:
             k = apply_rope(k.view(n, self.num_kv_heads, self.head_dim), cos, sin)
             v = v.view(n, self.num_kv_heads, self.head_dim)
             self.cache.write(i, step, k, v)
-            x = x + attend(q, k, v, self.cache, i, step) @ layer["o"].T
-            x = x + mlp(rms_norm(x, layer["post_norm"], self.eps), layer)
+            h, x = add_rms_norm(x, attend(q, k, v, self.cache, i, step) @ layer["o"].T,
+                                layer["post_norm"], self.eps)
+            x = x + mlp(h, layer)
         logits = rms_norm(x, self.w["norm"], self.eps) @ self.w["lm_head"].T  # [N, vocab]
         last = torch.tensor(step.num_new, device=self.device).cumsum(0) - 1
         return logits[last]
