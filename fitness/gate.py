@@ -9,9 +9,12 @@ Stage "derived": cheap traces on configs the candidate was not tuned on (GQA, bf
 other head_dim, more layers), each with its own generated unit-scaled weights.
 
 The error of a call is max |s - r| / (atol + rtol * |r|): 1.0 is the evaluator's limit.
-A candidate passes only under `margin` (0.5 by default): hidden weights and traces differ
-from ours, so one that scrapes through here fails there. Each call's reference logits are
-computed after the candidate has returned, so a candidate never sees them.
+On the target weights a candidate passes only under `margin` (0.5 by default): hidden
+weights and traces differ from ours, so one that scrapes through here fails there. The
+unit-scaled and derived configs are there to expose structural faults (errors of 100x and
+more) and amplify fp16 rounding too (a reference-exact engine measured 0.48 on an H100),
+so they are held to the evaluator's own limit. Each call's reference logits are computed
+after the candidate has returned, so a candidate never sees them.
 """
 import ast
 import hashlib
@@ -31,6 +34,7 @@ from target.toy_weights import write as write_weights
 
 ATOL = RTOL = 1e-2
 DEFAULT_MARGIN = 0.5
+STRESS_MARGIN = 1.0  # unit-scaled and derived configs: the evaluator's own limit
 ALLOWED_THIRD_PARTY = {"torch", "triton"}
 # Stdlib modules that reach into the judging process rather than compute anything.
 FORBIDDEN_MODULES = {"importlib", "gc", "inspect", "ctypes", "subprocess", "socket",
@@ -215,14 +219,14 @@ def unit_weights(config: ModelConfig, scratch, seed: int = DERIVED_WEIGHT_SEED) 
 
 
 def correctness_plan(config: ModelConfig, weight_dir, scratch, derived: bool) -> list:
-    """(stage, label, config, weight dir, check) for every config the gate checks."""
+    """(stage, label, config, weight dir, check, is_stress) for every config checked."""
     cheap = partial(check_config, full=False)
-    plan = [("target", "target", config, Path(weight_dir), check_config),
-            ("target", "churn", config, Path(weight_dir), check_churn),
-            ("target", "target_unit", config, unit_weights(config, scratch), cheap)]
+    plan = [("target", "target", config, Path(weight_dir), check_config, False),
+            ("target", "churn", config, Path(weight_dir), check_churn, False),
+            ("target", "target_unit", config, unit_weights(config, scratch), cheap, True)]
     if derived:
         for name, cfg in derived_configs(config).items():
-            plan.append(("derived", name, cfg, unit_weights(cfg, scratch), cheap))
+            plan.append(("derived", name, cfg, unit_weights(cfg, scratch), cheap, True))
     return plan
 
 
@@ -231,8 +235,8 @@ def run_gate(module, config: ModelConfig, weight_dir, device: str, seed: int, sc
     """Stages 2 and 3 on an imported module. Exceptions from the candidate propagate:
     the caller tells a crash from a wrong answer."""
     stages, worst, worst_case, num_calls = {}, 0.0, "", 0
-    for stage, label, cfg, wdir, check in correctness_plan(config, weight_dir, scratch, derived):
-        tally = Tally(margin)
+    for stage, label, cfg, wdir, check, is_stress in correctness_plan(config, weight_dir, scratch, derived):
+        tally = Tally(max(margin, STRESS_MARGIN) if is_stress else margin)
         try:
             check(module, cfg, wdir, device, seed, label, tally)
             failure = None

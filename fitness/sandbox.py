@@ -30,7 +30,7 @@ def judge(path, config_path, weight_dir, device: str, timeout: float = DEFAULT_T
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="judge_") as tmp:
         spec_file, out_file, err_file = (Path(tmp) / n for n in ("spec.json", "verdict.json", "stderr.txt"))
-        spec_file.write_text(json.dumps(spec))
+        spec_file.write_text(json.dumps(spec, default=str))
         with open(err_file, "w") as stderr:
             status = run_child(spec_file, out_file, stderr, timeout, env)
         if out_file.exists():
