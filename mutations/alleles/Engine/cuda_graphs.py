@@ -1,0 +1,146 @@
+"""The decode step captured in CUDA graphs for bucketed batch sizes, all inside create_engine.
+
+Static buffers sized for the largest bucket; one graph per bucket, captured largest first
+into one memory pool (nano-vllm's capture_cudagraph / run_model). A decode of B requests
+copies its tokens, positions, cache rows and block table into the first B rows of the
+buffers and replays the smallest bucket >= B. Padding rows point at the cache's scratch
+slot or page (row 0, owned by no request), so whatever they compute is harmless, and their
+logits are dropped. Prefill, and decode batches above the largest bucket, run eagerly.
+On CPU there are no graphs: `replay` runs the same static-buffer forward eagerly, so the
+CPU gate exercises the padding path too. RoPE tables are built once here, for every
+position up to max_position_embeddings, so a captured step never builds one.
+
+Needs a KV cache with row addressing and static addresses (slab or paged; when one grows,
+its tensors move and the graphs are captured again) and a decode attention of static shape.
+"""
+import torch
+
+REQUIRES = {"KVCache": ("slab", "paged"), "attend_decode": ("table_sdpa", "triton_split_kv")}
+DEVICES = "any"
+
+MAX_GRAPH_BATCH = 64  # range: 8..256; the largest batch a graph is captured for
+
+
+def graph_buckets(largest):
+    """Batch sizes with a graph: 1, 2, 4, 8, then every multiple of 16 up to `largest`."""
+    return sorted({b for b in (1, 2, 4, 8) if b <= largest} | set(range(16, largest + 1, 16)) | {largest})
+
+
+class Engine:
+    def __init__(self, model_config, weight_dir, device):
+        self.device = torch.device(device)
+        self.dtype = compute_dtype(model_config, device)
+        self.num_heads = model_config["num_attention_heads"]
+        self.num_kv_heads = model_config["num_key_value_heads"]
+        self.head_dim = model_config["head_dim"]
+        self.eps = float(model_config.get("rms_norm_eps") or 1e-5)
+        self.rope_theta = float(model_config.get("rope_theta") or 10000.0)
+        self.w = load_weights(model_config, weight_dir, self.device, self.dtype)
+        self.cache = KVCache(model_config, self.device, self.dtype)
+        every_position = torch.arange(self.cache.max_positions, device=self.device)
+        self.rope_cos, self.rope_sin = rope_tables(every_position, self.head_dim, self.rope_theta,
+                                                   self.dtype)  # [max_positions, head_dim/2]
+        self.buckets = graph_buckets(MAX_GRAPH_BATCH)
+        largest = self.buckets[-1]
+        self.static = {  # zeros address the cache's scratch row 0: harmless padding
+            "tokens": torch.zeros(largest, dtype=torch.long, device=self.device),
+            "positions": torch.zeros(largest, dtype=torch.long, device=self.device),
+            "slots": torch.zeros(largest, dtype=torch.long, device=self.device),
+            "block_table": torch.zeros(largest, self.cache.max_pages, dtype=torch.long, device=self.device),
+        }
+        self.graphs, self.graph_logits, self.graph_pool = {}, {}, None
+        self.capture_graphs()
+
+    def capture_graphs(self):
+        """One graph per bucket, largest first, sharing one memory pool; none on CPU."""
+        self.graphs, self.graph_logits, self.graph_pool = {}, {}, None
+        self.captured_generation = self.cache.generation
+        for buffer in self.static.values():
+            buffer.zero_()  # capture computes on padding rows only: it touches scratch alone
+        for size in reversed(self.buckets):
+            self.graph_logits[size] = self.forward_static(size)  # warm-up: JIT, lazy state
+            if self.device.type != "cuda":
+                continue
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.graph_pool):
+                self.graph_logits[size] = self.forward_static(size)
+            self.graph_pool = graph.pool() if self.graph_pool is None else self.graph_pool
+            self.graphs[size] = graph
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def replay(self, size, tokens, step):
+        """Logits [B, vocab] of a prepared decode step through the graph of bucket `size`."""
+        batch, width = step.block_table.shape
+        s = self.static
+        for name in ("tokens", "positions", "slots", "block_table"):
+            s[name][:size].zero_()  # padding rows -> scratch row 0, position 0
+        s["tokens"][:batch] = tokens
+        s["positions"][:batch] = step.positions
+        s["slots"][:batch] = step.slots
+        s["block_table"][:batch, :width] = step.block_table
+        if size in self.graphs:
+            self.graphs[size].replay()
+            logits = self.graph_logits[size]
+        else:
+            logits = self.forward_static(size)
+        return logits[:batch].clone()  # the next replay overwrites the static logits
+
+    @torch.no_grad()
+    def prefill(self, request_ids, input_ids):
+        ids = as_id_list(request_ids)
+        lengths = [int(t.numel()) for t in input_ids]
+        tokens = torch.cat([t.reshape(-1) for t in input_ids]).to(self.device, torch.long)
+        positions = torch.cat([torch.arange(n) for n in lengths]).to(self.device)
+        return self.forward(tokens, Step(ids, [0] * len(ids), lengths, positions, False))
+
+    @torch.no_grad()
+    def decode(self, request_ids, token_ids):
+        ids = as_id_list(request_ids)
+        start = [self.cache.length(rid) for rid in ids]
+        positions = torch.tensor(start, device=self.device)
+        tokens = token_ids.reshape(-1).to(self.device, torch.long)
+        step = Step(ids, start, [1] * len(ids), positions, True)
+        size = next((b for b in self.buckets if b >= len(ids)), None)
+        if size is None:
+            return self.forward(tokens, step)  # eager: more requests than the largest graph
+        self.cache.prepare(step)
+        if self.cache.generation != self.captured_generation:
+            self.capture_graphs()  # the cache grew: its tensors moved under the graphs
+        return self.replay(size, tokens, step)
+
+    def remove(self, request_ids):
+        self.cache.remove(as_id_list(request_ids))
+
+    def forward_static(self, size):
+        """Decode logits [size, vocab] of the static buffers' first `size` rows."""
+        s = self.static
+        step = Step([], [], [1] * size, s["positions"][:size], True, s["slots"][:size],
+                    s["block_table"][:size])
+        x = self.hidden_states(s["tokens"][:size], step)
+        return rms_norm(x, self.w["norm"], self.eps) @ self.w["lm_head"].T  # one token per row
+
+    def hidden_states(self, tokens, step):
+        """The residual stream [N, hidden] after every layer, for a prepared step."""
+        n = tokens.shape[0]
+        cos, sin = self.rope_cos[step.positions], self.rope_sin[step.positions]  # [N, head_dim/2]
+        attend = attend_decode if step.is_decode else attend_prefill
+        x = self.w["embed"][tokens]  # [N, hidden]
+        for i, layer in enumerate(self.w["layers"]):
+            q, k, v = qkv_proj(rms_norm(x, layer["input_norm"], self.eps), layer)
+            q = apply_rope(q.view(n, self.num_heads, self.head_dim), cos, sin)
+            k = apply_rope(k.view(n, self.num_kv_heads, self.head_dim), cos, sin)
+            v = v.view(n, self.num_kv_heads, self.head_dim)
+            self.cache.write(i, step, k, v)
+            h, x = add_rms_norm(x, attend(q, k, v, self.cache, i, step) @ layer["o"].T,
+                                layer["post_norm"], self.eps)
+            x = x + mlp(h, layer)
+        return x
+
+    def forward(self, tokens, step):
+        """Logits [B, vocab] of the last token of each request in `step` (eager)."""
+        self.cache.prepare(step)
+        x = self.hidden_states(tokens, step)
+        logits = rms_norm(x, self.w["norm"], self.eps) @ self.w["lm_head"].T  # [N, vocab]
+        last = torch.tensor(step.num_new, device=self.device).cumsum(0) - 1
+        return logits[last]

@@ -1,0 +1,98 @@
+"""K/V in a pool of fixed-size pages per layer, with a block table of page ids per request.
+
+Each layer's pool is [pages, PAGE_SIZE, kv_heads, head_dim].
+Pages are taken as a request grows and given back when it is removed or re-prefilled, so
+memory follows the live tokens, not max_position_embeddings per request. Page 0 is scratch
+and belongs to no request: padded rows of a static-shape batch write and read there. The
+first pool holds POOL_SEQUENCES sequences of max_position_embeddings tokens; when it runs
+out it doubles (a copy; `generation` counts reallocations, so a captured graph knows its
+addresses are stale). A request longer than max_position_embeddings raises.
+"""
+import torch
+
+REQUIRES = {}
+DEVICES = "any"
+
+PAGE_SIZE = 16  # range: 8..256; tokens per page
+POOL_SEQUENCES = 4  # range: 1..64; the first pool holds this many full-length sequences
+
+
+class KVCache:
+    """K/V in pages of PAGE_SIZE tokens per layer, with a block table (page ids) per request."""
+
+    def __init__(self, model_config, device, dtype):
+        self.num_layers = model_config["num_hidden_layers"]
+        self.max_positions = int(model_config.get("max_position_embeddings") or 4096)
+        self.page_size = PAGE_SIZE
+        self.max_pages = -(-self.max_positions // PAGE_SIZE)  # pages of one full-length request
+        self.row_shape = (model_config["num_key_value_heads"], model_config["head_dim"])
+        self.device, self.dtype = device, dtype
+        self.pages_of, self.lengths, self.free = {}, {}, []
+        self.k, self.v = [], []
+        self.generation = -1
+        self.grow(1 + POOL_SEQUENCES * self.max_pages)
+
+    def grow(self, num_pages):
+        """Reallocate every layer's pool with `num_pages` pages, keeping what it holds."""
+        old = self.k[0].shape[0] if self.k else 0
+        shape = (num_pages, self.page_size, *self.row_shape)
+
+        def grown(t):
+            # Zeros, not empty: a masked SDPA multiplies stale rows by 0, and 0 * NaN is NaN.
+            new = torch.zeros(shape, device=self.device, dtype=self.dtype)
+            if t is not None:
+                new[:old] = t
+            return new
+
+        self.k = [grown(self.k[i] if old else None) for i in range(self.num_layers)]
+        self.v = [grown(self.v[i] if old else None) for i in range(self.num_layers)]
+        self.free += range(num_pages - 1, max(old, 1) - 1, -1)  # popped lowest first
+        self.generation += 1
+
+    def length(self, request_id):
+        return self.lengths[request_id]
+
+    def take_pages(self, count):
+        while len(self.free) < count:
+            self.grow(2 * self.k[0].shape[0])
+        return [self.free.pop() for _ in range(count)]
+
+    def prepare(self, step):
+        """Give each request the pages its new tokens need, and address them."""
+        for rid, n in zip(step.request_ids, step.num_new):
+            if not step.is_decode:  # a prefill replaces whatever the request had
+                self.free += self.pages_of.pop(rid, [])
+                self.lengths[rid] = 0
+            total = self.lengths[rid] + n
+            if total > self.max_positions:
+                raise ValueError(f"request {rid} would hold {total} tokens, more than "
+                                 f"max_position_embeddings={self.max_positions}")
+            pages = self.pages_of.setdefault(rid, [])
+            pages += self.take_pages(-(-total // self.page_size) - len(pages))
+            self.lengths[rid] = total
+        tables = [self.pages_of[rid] for rid in step.request_ids]
+        width = max(len(t) for t in tables)
+        table = torch.tensor([t + [0] * (width - len(t)) for t in tables])  # [B, width], 0 = scratch
+        starts = [self.lengths[rid] - n for rid, n in zip(step.request_ids, step.num_new)]
+        positions = torch.cat([torch.arange(s, s + n) for s, n in zip(starts, step.num_new)])  # [N]
+        owner = torch.arange(len(tables)).repeat_interleave(torch.tensor(step.num_new))  # [N] request index
+        rows = table[owner, positions // self.page_size] * self.page_size + positions % self.page_size
+        step.block_table = table.to(self.device)
+        step.slots = rows.to(self.device)  # [N] flat row of every new token
+
+    def write(self, layer, step, k, v):
+        """Store packed k, v [N, kv_heads, head_dim] at the rows `prepare` chose."""
+        self.k[layer].view(-1, *self.row_shape)[step.slots] = k  # flat view: [pages*page_size, ...]
+        self.v[layer].view(-1, *self.row_shape)[step.slots] = v
+
+    def read(self, layer, request_id):
+        n = self.lengths[request_id]
+        pages = torch.tensor(self.pages_of[request_id], device=self.device)
+        return (self.k[layer][pages].flatten(0, 1)[:n],  # [T, kv_heads, D]
+                self.v[layer][pages].flatten(0, 1)[:n])
+
+    def remove(self, request_ids):
+        for rid in request_ids:
+            if rid in self.pages_of:
+                self.free += self.pages_of.pop(rid)
+                del self.lengths[rid]

@@ -1,0 +1,87 @@
+"""One preallocated K/V slab per layer, [slots, max_positions, kv_heads, head_dim], a slot per request.
+
+Request ids are not slot numbers: a dict maps them. Slot 0 is scratch and belongs to no
+request: padded rows of a static-shape batch (CUDA graphs) write and read there. When every
+slot is taken, the slab doubles (a copy; `generation` counts reallocations, so a graph
+captured over the old tensors knows it is stale). A request may hold up to the config's
+max_position_embeddings tokens; a longer one raises rather than spill into its neighbour.
+For attention kernels the slab is a paged cache with one page of max_positions rows per
+request: `block_table` is [B, 1], and `slots` the flat row of every token.
+"""
+import torch
+
+REQUIRES = {}
+DEVICES = "any"
+
+SLAB_SLOTS = 16  # range: 4..256; slots allocated up front (slot 0 is scratch)
+
+
+class KVCache:
+    """K/V in one slab per layer, [slots, max_positions, kv_heads, head_dim]; a slot per request."""
+
+    def __init__(self, model_config, device, dtype):
+        self.num_layers = model_config["num_hidden_layers"]
+        self.max_positions = int(model_config.get("max_position_embeddings") or 4096)
+        self.page_size, self.max_pages = self.max_positions, 1  # the slab as one page per request
+        self.row_shape = (model_config["num_key_value_heads"], model_config["head_dim"])
+        self.device, self.dtype = device, dtype
+        self.slot_of, self.lengths, self.free = {}, {}, []
+        self.k, self.v = [], []
+        self.generation = -1
+        self.grow(SLAB_SLOTS)
+
+    def grow(self, num_slots):
+        """Reallocate every layer's slab with `num_slots` slots, keeping what it holds."""
+        old = self.k[0].shape[0] if self.k else 0
+        shape = (num_slots, self.max_positions, *self.row_shape)
+
+        def grown(t):
+            # Zeros, not empty: a masked SDPA multiplies stale rows by 0, and 0 * NaN is NaN.
+            new = torch.zeros(shape, device=self.device, dtype=self.dtype)
+            if t is not None:
+                new[:old] = t
+            return new
+
+        self.k = [grown(self.k[i] if old else None) for i in range(self.num_layers)]
+        self.v = [grown(self.v[i] if old else None) for i in range(self.num_layers)]
+        self.free += range(num_slots - 1, max(old, 1) - 1, -1)  # popped lowest first
+        self.generation += 1
+
+    def length(self, request_id):
+        return self.lengths[request_id]
+
+    def take_slot(self):
+        if not self.free:
+            self.grow(2 * self.k[0].shape[0])
+        return self.free.pop()
+
+    def prepare(self, step):
+        """Give new requests a slot, count the tokens this step adds, and address them."""
+        for rid, n in zip(step.request_ids, step.num_new):
+            total = n if not step.is_decode else self.lengths[rid] + n
+            if total > self.max_positions:
+                raise ValueError(f"request {rid} would hold {total} tokens, more than "
+                                 f"max_position_embeddings={self.max_positions}")
+            if rid not in self.slot_of:  # a prefill of a live id keeps its slot and replaces its K/V
+                self.slot_of[rid] = self.take_slot()
+            self.lengths[rid] = total
+        slots = torch.tensor([self.slot_of[rid] for rid in step.request_ids])
+        rows = slots.repeat_interleave(torch.tensor(step.num_new)) * self.max_positions  # [N] slot bases
+        step.block_table = slots.to(self.device)[:, None]  # [B, 1]
+        step.slots = rows.to(self.device) + step.positions  # [N] flat row of every new token
+
+    def write(self, layer, step, k, v):
+        """Store packed k, v [N, kv_heads, head_dim] at the rows `prepare` chose."""
+        self.k[layer].view(-1, *self.row_shape)[step.slots] = k  # flat view: [slots*max_positions, ...]
+        self.v[layer].view(-1, *self.row_shape)[step.slots] = v
+
+    def read(self, layer, request_id):
+        slot, n = self.slot_of[request_id], self.lengths[request_id]
+        return self.k[layer][slot, :n], self.v[layer][slot, :n]
+
+    def remove(self, request_ids):
+        for rid in request_ids:
+            slot = self.slot_of.pop(rid, None)
+            if slot is not None:
+                self.free.append(slot)
+                del self.lengths[rid]

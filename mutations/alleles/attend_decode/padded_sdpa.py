@@ -1,0 +1,19 @@
+"""Every request's cache gathered and padded to the longest, then one masked SDPA."""
+import torch
+import torch.nn.functional as F
+
+REQUIRES = {}
+DEVICES = "any"
+
+
+def attend_decode(q, k, v, cache, layer, step):
+    """Each request's one query over its whole cache, padded to the longest: [B, heads*D]."""
+    keys, values = zip(*(cache.read(layer, rid) for rid in step.request_ids))
+    lengths = torch.tensor([t.shape[0] for t in keys], device=q.device)
+    keys = torch.nn.utils.rnn.pad_sequence(keys, batch_first=True)  # [B, L, kv_heads, D]
+    values = torch.nn.utils.rnn.pad_sequence(values, batch_first=True)
+    valid = torch.arange(keys.shape[1], device=q.device)[None, :] < lengths[:, None]  # [B, L]
+    out = F.scaled_dot_product_attention(q[:, :, None, :], keys.transpose(1, 2), values.transpose(1, 2),
+                                         attn_mask=valid[:, None, None, :],
+                                         enable_gqa=True)  # [B, heads, 1, D]
+    return out.flatten(1)

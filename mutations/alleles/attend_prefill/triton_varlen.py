@@ -1,0 +1,79 @@
+"""Packed varlen causal attention in Triton: every prompt of the call in one launch, no padding.
+
+A program per (prompt, query head, block of BLOCK_M queries) runs a flash-attention loop
+over its prompt's keys up to the causal limit: scores and the online softmax in fp32,
+probabilities cast to the compute dtype before @ v, as the reference casts them. Prompts
+are addressed by start offset and length in the packed [N, heads, D] tensors; any head_dim
+up to 256 (padded to a power of two, masked), GQA by query head h reading K/V head h // groups.
+"""
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+REQUIRES = {}
+DEVICES = "cuda"
+
+
+@triton.jit
+def varlen_prefill_kernel(q_ptr, k_ptr, v_ptr, out_ptr, starts_ptr, lengths_ptr, stride_qt, stride_qh,
+                          stride_kt, stride_kh, stride_ot, stride_oh, sm_scale,
+                          GROUPS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                          BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    seq = tl.program_id(0)
+    h = tl.program_id(1)
+    first_row = tl.program_id(2) * BLOCK_M
+    start = tl.load(starts_ptr + seq)
+    length = tl.load(lengths_ptr + seq)
+    rows = first_row + tl.arange(0, BLOCK_M)
+    row_ok = rows < length
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < HEAD_DIM
+    kv_head = h // GROUPS
+    q = tl.load(q_ptr + (start + rows)[:, None].to(tl.int64) * stride_qt + h * stride_qh + d[None, :],
+                mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    # Keys up to the block's last query (causal); none at all for a block past the prompt.
+    end = tl.minimum(first_row + BLOCK_M, length)
+    for n0 in range(0, end, BLOCK_N):
+        cols = n0 + tl.arange(0, BLOCK_N)
+        col_ok = cols < length
+        kv_rows = (start + cols)[:, None].to(tl.int64) * stride_kt + kv_head * stride_kh + d[None, :]
+        kv_ok = col_ok[:, None] & d_ok[None, :]
+        k = tl.load(k_ptr + kv_rows, mask=kv_ok, other=0.0)
+        scores = tl.dot(q, tl.trans(k)).to(tl.float32) * sm_scale  # [BLOCK_M, BLOCK_N]
+        # Key 0 is in the first block and visible to every row, so no row is all -inf.
+        scores = tl.where((cols[None, :] <= rows[:, None]) & col_ok[None, :], scores, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(scores, axis=1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(scores - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(v_ptr + kv_rows, mask=kv_ok, other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)  # probabilities in the compute dtype
+        m_i = m_new
+    out = acc / l_i[:, None]
+    tl.store(out_ptr + (start + rows)[:, None].to(tl.int64) * stride_ot + h * stride_oh + d[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+
+
+def attend_prefill(q, k, v, cache, layer, step):
+    """Causal attention over each prompt alone, packed: q [N, heads, D] -> [N, heads*D]."""
+    num_tokens, num_heads, head_dim = q.shape
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    lengths = step.num_new
+    starts = [0]
+    for n in lengths[:-1]:
+        starts.append(starts[-1] + n)
+    block_d = max(16, triton.next_power_of_2(head_dim))  # tl.dot needs 16 or more
+    block = 32 if block_d <= 128 else 16  # [BLOCK, BLOCK_D] tiles of q, k, v fit in shared memory
+    out = torch.empty_like(q)
+    grid = (len(lengths), num_heads, triton.cdiv(max(lengths), block))
+    varlen_prefill_kernel[grid](
+        q, k, v, out, torch.tensor(starts, device=q.device), torch.tensor(lengths, device=q.device),
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), out.stride(0), out.stride(1),
+        1.0 / math.sqrt(head_dim), GROUPS=num_heads // k.shape[1], HEAD_DIM=head_dim,
+        BLOCK_M=block, BLOCK_N=block, BLOCK_D=block_d)
+    return out.flatten(1)

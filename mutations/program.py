@@ -1,0 +1,224 @@
+"""An engine program as top-level units: genes, helpers, imports, and the edits on them.
+
+A gene is a top-level def or class with a name in `GENES`. The allele it carries is
+recorded in the program itself, as a comment directly above the definition:
+
+    # allele: slab
+    class KVCache:
+
+A gene without the comment carries the "seed" allele. The comment is part of the node's
+leading lines, so it travels with the definition through every libcst rewrite and through
+crossover. Every other top-level def, class or assignment is a helper: it is carried along
+when a gene that names it is, and pruned once nothing names it.
+"""
+import re
+from pathlib import Path
+
+import libcst as cst
+import libcst.matchers as m
+
+GENES = ("compute_dtype", "load_weights", "rms_norm", "add_rms_norm", "rope_tables",
+         "apply_rope", "qkv_proj", "mlp", "KVCache", "attend_prefill", "attend_decode",
+         "Engine", "create_engine")
+SEED_ALLELE = "seed"
+SEED_PATH = Path(__file__).resolve().parents[1] / "seed_engine" / "engine.py"
+MARKER = re.compile(r"#\s*allele:\s*([A-Za-z0-9_]+)\s*$")
+
+
+class ProgramError(ValueError):
+    """Source that is not an engine in gene form; the message says why."""
+
+
+def parse(source: str) -> cst.Module:
+    try:
+        return cst.parse_module(source)
+    except cst.ParserSyntaxError as err:
+        raise ProgramError(f"does not parse: {str(err).splitlines()[0]}") from None
+
+
+def seed_module() -> cst.Module:
+    return parse(SEED_PATH.read_text())
+
+
+# --- what a top-level statement is ---------------------------------------------------------
+
+def defined_name(stmt) -> str | None:
+    """The name a top-level def, class or single-name assignment binds, else None."""
+    if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+        return stmt.name.value
+    if m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name())])])):
+        return stmt.body[0].targets[0].target.value
+    if m.matches(stmt, m.SimpleStatementLine(body=[m.AnnAssign(target=m.Name())])):
+        return stmt.body[0].target.value
+    return None
+
+
+def is_import(stmt) -> bool:
+    return m.matches(stmt, m.SimpleStatementLine(body=[m.OneOf(m.Import(), m.ImportFrom())]))
+
+
+def is_docstring(stmt) -> bool:
+    return m.matches(stmt, m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString())]))
+
+
+def import_bindings(stmt) -> set:
+    """Names a top-level import statement binds (`import a.b` binds `a`)."""
+    node, names = stmt.body[0], set()
+    if isinstance(node.names, cst.ImportStar):
+        return names
+    for alias in node.names:
+        if alias.asname is not None:
+            names.add(alias.asname.name.value)
+        elif isinstance(node, cst.Import):
+            names.add(cst.Module([]).code_for_node(alias.name).split(".")[0])
+        else:
+            names.add(alias.name.value)
+    return names
+
+
+def names_used(node) -> set:
+    """Every identifier a node mentions (locals included: a cheap, safe over-estimate)."""
+    return {n.value for n in m.findall(node, m.Name())}
+
+
+def definitions(module: cst.Module) -> dict:
+    """name -> top-level statement defining it (the last one wins, as in Python)."""
+    return {defined_name(s): s for s in module.body if defined_name(s)}
+
+
+def code(node) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
+# --- alleles ----------------------------------------------------------------------------
+
+def allele_of(stmt) -> str:
+    for line in getattr(stmt, "leading_lines", ()):
+        if line.comment is not None:
+            found = MARKER.match(line.comment.value)
+            if found:
+                return found.group(1)
+    return SEED_ALLELE
+
+
+def gene_alleles(module: cst.Module) -> dict:
+    """gene -> allele name, for every gene the program defines."""
+    defs = definitions(module)
+    return {g: allele_of(defs[g]) for g in GENES if g in defs}
+
+
+def with_leading(stmt, allele: str | None, blank_lines: int):
+    """`stmt` with `blank_lines` blank lines above it, its own comments kept, and the
+    allele marker (when `allele` is not None and not the seed) directly above it."""
+    comments = [line for line in stmt.leading_lines
+                if line.comment is not None and not MARKER.match(line.comment.value)]
+    lines = [cst.EmptyLine()] * blank_lines + comments
+    if allele is not None and allele != SEED_ALLELE:
+        lines.append(cst.EmptyLine(comment=cst.Comment(f"# allele: {allele}")))
+    return stmt.with_changes(leading_lines=lines)
+
+
+def blank_lines_for(stmt) -> int:
+    return 2 if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) else 1
+
+
+# --- edits -------------------------------------------------------------------------------
+
+def replace_gene(module: cst.Module, gene: str, new_stmt) -> cst.Module:
+    """`module` with the definition of `gene` replaced by `new_stmt` (marker included)."""
+    body = list(module.body)
+    for i, stmt in enumerate(body):
+        if defined_name(stmt) == gene:
+            body[i] = new_stmt
+            return module.with_changes(body=body)
+    insert_at = next((i for i, s in enumerate(body) if defined_name(s) == "create_engine"), len(body))
+    body.insert(insert_at, new_stmt)
+    return module.with_changes(body=body)
+
+
+def add_imports(module: cst.Module, imports: list) -> cst.Module:
+    """Add each import statement not already present (compared as code) after the last import."""
+    body = list(module.body)
+    present = {code(s).strip() for s in body if is_import(s)}
+    last = max((i for i, s in enumerate(body) if is_import(s)), default=0)
+    for stmt in imports:
+        text = code(stmt.with_changes(leading_lines=[])).strip()
+        if text not in present:
+            last += 1
+            body.insert(last, stmt.with_changes(leading_lines=[]))
+            present.add(text)
+    return module.with_changes(body=body)
+
+
+def missing_names(module: cst.Module, sources: list) -> list:
+    """(name, statement, source) for names the module uses but does not bind, found as a
+    top-level definition or import in one of `sources` (first one wins)."""
+    bound = set(definitions(module))
+    for stmt in module.body:
+        if is_import(stmt):
+            bound |= import_bindings(stmt)
+    used = set()
+    for stmt in module.body:
+        if not is_import(stmt):
+            used |= names_used(stmt)
+    found = []
+    for name in sorted(used - bound):
+        for source in sources:
+            stmt = definitions(source).get(name)
+            if stmt is not None and name not in GENES:
+                found.append((name, stmt, "def"))
+                break
+            imp = next((s for s in source.body if is_import(s) and name in import_bindings(s)), None)
+            if imp is not None:
+                found.append((name, imp, "import"))
+                break
+    return found
+
+
+def ensure_defined(module: cst.Module, sources: list) -> cst.Module:
+    """Pull every helper and import the program names but lacks from `sources`, in order of
+    preference; each helper goes right before the first statement that names it."""
+    for _ in range(100):
+        missing = missing_names(module, sources)
+        if not missing:
+            return module
+        name, stmt, kind = missing[0]
+        if kind == "import":
+            module = add_imports(module, [stmt])
+            continue
+        body = list(module.body)
+        first_user = next(i for i, s in enumerate(body) if not is_import(s) and name in names_used(s))
+        body.insert(first_user, with_leading(stmt, None, blank_lines_for(stmt)))
+        module = module.with_changes(body=body)
+    raise ProgramError("helpers do not settle")
+
+
+def prune(module: cst.Module) -> cst.Module:
+    """Drop helpers and imports nothing else names; genes, create_engine, the docstring and
+    `from __future__` stay."""
+    for _ in range(100):
+        body = list(module.body)
+        uses = [names_used(s) if not is_import(s) else set() for s in body]
+        dead = None
+        for i, stmt in enumerate(body):
+            if is_docstring(stmt) or m.matches(stmt, m.SimpleStatementLine(body=[m.ImportFrom(module=m.Name("__future__"))])):
+                continue
+            names = import_bindings(stmt) if is_import(stmt) else {defined_name(stmt)} - {None}
+            if not names or names & set(GENES):
+                continue
+            if not any(names & uses[j] for j in range(len(body)) if j != i):
+                dead = i
+                break
+        if dead is None:
+            return module
+        del body[dead]
+        module = module.with_changes(body=body)
+    return module
+
+
+def finish(module: cst.Module, sources: list) -> str:
+    """Source of `module` once its missing helpers are pulled in and dead ones pruned."""
+    module = prune(ensure_defined(module, sources))
+    source = module.code
+    parse(source)
+    return source

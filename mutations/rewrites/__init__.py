@@ -1,0 +1,1 @@
+"""Structural rewrites: one libcst transformer per file, each working on any program in gene form."""

@@ -1,0 +1,63 @@
+"""Wrap one tensor-function gene in torch.compile, with a mode and a dynamic-shape choice.
+
+The gene gets the decorator `@torch.compile(mode=..., dynamic=...)`; its allele stays what
+it was. Modes are "default" and "max-autotune-no-cudagraphs": "reduce-overhead" records
+CUDA graphs of its own, which nest badly inside the CUDA-graph engine's capture and
+re-record on every new shape. Declines when every such gene is compiled already or runs a
+Triton kernel of its own. Runs on CUDA only: on CPU, inductor's compile time per candidate
+(about 20 s) dwarfs anything it could win, so the CPU search leaves it out.
+"""
+import random
+
+import libcst as cst
+
+from mutations import alleles, program
+from mutations.base import Applied, Declined, Operator
+
+DESCRIPTION = "wrap a tensor-function gene in torch.compile (mode, dynamic)"
+COMPILABLE_GENES = ("rms_norm", "add_rms_norm", "rope_tables", "apply_rope", "qkv_proj", "mlp")
+MODES = ("default", "max-autotune-no-cudagraphs")
+DYNAMIC = (None, True, False)
+
+
+def is_compiled(func: cst.FunctionDef) -> bool:
+    return any(program.code(d.decorator).startswith("torch.compile") for d in func.decorators)
+
+
+def compilable(module: cst.Module) -> list:
+    """Genes that can take the decorator, in gene order."""
+    defs = program.definitions(module)
+    found = []
+    for gene in COMPILABLE_GENES:
+        func = defs.get(gene)
+        if not isinstance(func, cst.FunctionDef) or is_compiled(func):
+            continue
+        allele = alleles.get(gene, program.allele_of(func))
+        if allele is None or allele.devices == "any":  # a Triton launcher gains nothing
+            found.append(gene)
+    return found
+
+
+class TorchCompileOperator(Operator):
+    name = "torch_compile"
+    kind = "structural"
+    devices = "cuda"
+    description = DESCRIPTION
+
+    def applies(self, source: str) -> str | None:
+        try:
+            found = compilable(program.parse(source))
+        except program.ProgramError as err:
+            return str(err)
+        return None if found else "every tensor-function gene is compiled or runs its own kernel"
+
+    def rewrite(self, source: str, rng: random.Random) -> Applied | Declined:
+        module = program.parse(source)
+        found = compilable(module)
+        gene, mode, dynamic = found[rng.randrange(len(found))], rng.choice(MODES), rng.choice(DYNAMIC)
+        decorator = cst.Decorator(decorator=cst.parse_expression(f"torch.compile(mode={mode!r}, dynamic={dynamic})"))
+        func = program.definitions(module)[gene]
+        module = program.replace_gene(module, gene, func.with_changes(decorators=[*func.decorators, decorator]))
+        module = program.add_imports(module, [cst.parse_statement("import torch\n")])
+        child = program.finish(module, [program.seed_module()])
+        return Applied(child, self.name, {"gene": gene, "mode": mode, "dynamic": dynamic})
