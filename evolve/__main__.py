@@ -1,0 +1,141 @@
+"""python -m evolve {run,report} ...
+
+    python -m evolve run --model-config C --weight-dir W [--budget 10m] [--population N]
+        [--generations N] [--workers N] [--device auto|cpu|cuda] [--seed-from PATH ...]
+        [--resume RUN_DIR] [--nsga2] [--runs-dir runs] [--workspace workspace]
+        [--history history.csv] [--bench public|hidden|all] [--repeat N] [--no-derived]
+        [--timeout 10m] [--final-top N] [--final-rounds N] [--rng-seed N]
+    python -m evolve report [history.csv] [--out DIR]
+
+Defaults live in evolve/config.py (some depend on the device); a flag left out takes
+them, or on --resume the resumed run's own settings.
+"""
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+from evolve.config import BENCH_CHOICES, SettingsError, parse_duration
+
+# flag's dest -> (RunConfig field, conversion)
+RENAMED = {"budget": ("budget_s", parse_duration), "timeout": ("timeout_s", parse_duration),
+           "no_derived": ("derived", lambda given: not given)}
+NOT_SETTINGS = ("command", "resume", "operators", "run")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m evolve", description="The search.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="evolve engines", argument_default=argparse.SUPPRESS)
+    run.add_argument("--model-config", type=Path)
+    run.add_argument("--weight-dir", type=Path)
+    run.add_argument("--budget", help="wall clock for the whole run: 90s, 10m, 1h")
+    run.add_argument("--population", type=int)
+    run.add_argument("--generations", type=int, help="stop after this many (default: the budget decides)")
+    run.add_argument("--workers", type=int, help="judgements at once (default: one per GPU, 1 on CPU)")
+    run.add_argument("--device", choices=("auto", "cpu", "cuda"))
+    run.add_argument("--seed-from", type=Path, nargs="+",
+                     help="engine files, earlier run directories or history.csv files")
+    run.add_argument("--resume", type=Path, help="continue this run directory where it stopped")
+    run.add_argument("--nsga2", action="store_true", help="peak memory as a second objective")
+    run.add_argument("--runs-dir", type=Path)
+    run.add_argument("--workspace", type=Path)
+    run.add_argument("--history", type=Path)
+    run.add_argument("--bench", choices=BENCH_CHOICES, help="the throughput cases judged")
+    run.add_argument("--repeat", type=int, help="timed runs per case")
+    run.add_argument("--no-derived", action="store_true", help="skip the derived configs (faster)")
+    run.add_argument("--timeout", help="per judgement: 300s, 10m")
+    run.add_argument("--final-top", type=int, help="how many of the best to re-measure at the end")
+    run.add_argument("--final-rounds", type=int)
+    run.add_argument("--rng-seed", type=int)
+    run.add_argument("--operators", default="mutations",
+                     help="module providing random_mutation and crossover (default: mutations)")
+    run.set_defaults(run=cmd_run)
+    report = sub.add_parser("report", help="summarise a history.csv, with plots")
+    report.add_argument("history", type=Path, nargs="?", default=Path("history.csv"))
+    report.add_argument("--out", type=Path, help="where the plots go (default: next to the history)")
+    report.set_defaults(run=cmd_report)
+    return parser
+
+
+def given_settings(args) -> dict:
+    """The RunConfig fields named on the command line, converted."""
+    settings = {}
+    for dest, value in vars(args).items():
+        if dest in NOT_SETTINGS:
+            continue
+        name, convert = RENAMED.get(dest, (dest, lambda v: v))
+        settings[name] = convert(value)
+    return settings
+
+
+def make_config(args):
+    """The run's settings and, on --resume, the checkpoint they continue from."""
+    from evolve import checkpoint
+    from evolve.config import RunConfig
+    from fitness.devices import resolve_device
+
+    given, state = given_settings(args), None
+    if getattr(args, "resume", None):
+        state = checkpoint.load(args.resume)
+        given = {**state["config"], **given}
+    for required in ("model_config", "weight_dir"):
+        if required not in given:
+            raise SettingsError(f"--{required.replace('_', '-')} is required (unless --resume)")
+    device = resolve_device(given.pop("device", "auto"))
+    return RunConfig.build(device, **given), state
+
+
+def check_target(config) -> None:
+    """Stop before any work when the config or weights cannot be judged."""
+    from fitness.model_config import ModelConfig, load_checked_weights
+    from target.toy_weights import HERE as TARGET_DIR, ensure
+
+    model = ModelConfig.load(config.model_config)
+    if Path(config.weight_dir).resolve() == (TARGET_DIR / "weights").resolve():
+        ensure(config.model_config, config.weight_dir)  # the repository's own toy weights
+    load_checked_weights(model, config.weight_dir)
+    if not Path(config.seed_engine).is_file():
+        raise SettingsError(f"seed engine not found: {config.seed_engine}")
+
+
+def load_operators(name: str) -> dict:
+    module = importlib.import_module(name)
+    missing = [f for f in ("random_mutation", "crossover") if not callable(getattr(module, f, None))]
+    if missing:
+        raise SettingsError(f"operator module {name} lacks {', '.join(missing)}")
+    return {"mutate_fn": module.random_mutation, "mate_fn": module.crossover}
+
+
+def cmd_run(args) -> int:
+    from evolve.population import seed_sources
+    from evolve.search import run
+    from fitness.model_config import ConfigError
+
+    try:
+        config, state = make_config(args)
+        check_target(config)
+        seed_sources(config)  # a bad --seed-from is reported now, not after generation 0
+        operators = load_operators(args.operators)
+    except (ConfigError, SettingsError, FileNotFoundError, ValueError, ImportError) as err:
+        print(f"evolve: error: {err}", file=sys.stderr)
+        return 2
+    return run(config, state, run_id=state["run_id"] if state else "", **operators)
+
+
+def cmd_report(args) -> int:
+    from evolve.report import report
+
+    if not args.history.is_file():
+        print(f"evolve: error: no history at {args.history}", file=sys.stderr)
+        return 2
+    return report(args.history, args.out)
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""The run's settings: one frozen object, validated with messages, defaults in one place.
+
+Defaults that depend on the device (a CPU run must stay short, a GPU run judges every
+case) are the two dicts below; everything else is a dataclass default. `RunConfig.build`
+fills them in from the resolved device, then the object never changes.
+"""
+import re
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SEED_ENGINE = REPO_ROOT / "seed_engine" / "engine.py"
+
+# What a run on each kind of device gets unless told otherwise.
+DEVICE_DEFAULTS = {
+    "cpu": {"budget_s": 6 * 60, "population": 4, "workers": 1, "bench": "public", "repeat": 1,
+            "timeout_s": 300.0, "final_top": 2, "final_rounds": 1},
+    "cuda": {"budget_s": 20 * 60, "population": 8, "workers": None, "bench": "all", "repeat": 3,
+             "timeout_s": 600.0, "final_top": 3, "final_rounds": 2},
+}
+BENCH_CHOICES = ("public", "hidden", "all")
+DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be run; the message says which and why."""
+
+
+def parse_duration(text) -> float:
+    """Seconds in "90", "90s", "10m", "1.5h"."""
+    match = DURATION.match(str(text))
+    if not match:
+        raise SettingsError(f"a duration looks like 90s, 10m or 1h, got {text!r}")
+    value, unit = match.groups()
+    return float(value) * {"": 1, "s": 1, "m": 60, "h": 3600}[unit]
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model_config: Path
+    weight_dir: Path
+    device: str  # resolved: "cpu" or "cuda"
+    budget_s: float  # wall clock for the whole run, final re-measure included
+    population: int
+    workers: int  # judgements at once: one per GPU, or CPU processes
+    bench: str  # which throughput cases a judgement times
+    repeat: int  # timed runs per case (the median counts)
+    timeout_s: float  # per judgement
+    final_top: int  # how many of the best are re-measured against the seed at the end
+    final_rounds: int  # interleaved rounds of that re-measure
+    generations: int | None = None  # None: until the budget runs out
+    seed_from: tuple = ()
+    seed_from_top: int = 3  # programs taken from each earlier run or history
+    nsga2: bool = False  # peak memory as a second objective
+    derived: bool = True  # judge on the derived configs too
+    runs_dir: Path = Path("runs")
+    workspace: Path = Path("workspace")
+    history: Path = Path("history.csv")
+    seed_engine: Path = SEED_ENGINE
+    num_elite: int = 1  # the best programs carried over unchanged, and re-timed
+    tournament_size: int = 3
+    crossover_prob: float = 0.2
+    rng_seed: int | None = None
+
+    def __post_init__(self):
+        for name in ("population", "workers", "repeat", "final_top", "final_rounds",
+                     "seed_from_top", "num_elite", "tournament_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise SettingsError(f"{name} must be a positive integer, got {value!r}")
+        if self.generations is not None and self.generations < 1:
+            raise SettingsError(f"generations must be at least 1, got {self.generations}")
+        if self.num_elite >= self.population:
+            raise SettingsError(f"num_elite ({self.num_elite}) must be below population ({self.population})")
+        if not self.budget_s > 0 or not self.timeout_s > 0:
+            raise SettingsError(f"budget and timeout must be > 0, got {self.budget_s} and {self.timeout_s}")
+        if self.device not in DEVICE_DEFAULTS:
+            raise SettingsError(f"device must be one of {sorted(DEVICE_DEFAULTS)}, got {self.device!r}")
+        if self.bench not in BENCH_CHOICES:
+            raise SettingsError(f"bench must be one of {BENCH_CHOICES}, got {self.bench!r}")
+        if not 0.0 <= self.crossover_prob <= 1.0:
+            raise SettingsError(f"crossover_prob must be within [0, 1], got {self.crossover_prob}")
+
+    @classmethod
+    def build(cls, device: str, **given) -> "RunConfig":
+        """`given` over the device's defaults over the dataclass defaults."""
+        if device not in DEVICE_DEFAULTS:
+            raise SettingsError(f"device must be one of {sorted(DEVICE_DEFAULTS)}, got {device!r}")
+        settings = {**DEVICE_DEFAULTS[device], **given, "device": device}
+        if settings["workers"] is None:
+            settings["workers"] = max(1, len(visible_gpus()))
+        unknown = set(settings) - {f.name for f in fields(cls)}
+        if unknown:
+            raise SettingsError(f"unknown settings: {', '.join(sorted(unknown))}")
+        for name in ("model_config", "weight_dir", "runs_dir", "workspace", "history", "seed_engine"):
+            if name in settings:
+                settings[name] = Path(settings[name])
+        settings["seed_from"] = tuple(Path(p) for p in settings.get("seed_from", ()))
+        return cls(**settings)
+
+    def to_dict(self) -> dict:
+        """Plain values (paths as strings), for checkpoints and results.log."""
+        return {k: (str(v) if isinstance(v, Path) else [str(p) for p in v] if k == "seed_from" else v)
+                for k, v in asdict(self).items()}
+
+    def judge_options(self) -> dict:
+        """What fitness.sandbox.judge is told about every candidate of this run."""
+        return {"derived": self.derived, "bench": self.bench, "repeat": self.repeat}
+
+
+def visible_gpus() -> list[str]:
+    """The GPU indices a worker may be pinned to (CUDA_VISIBLE_DEVICES entries)."""
+    import os
+
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    listed = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return listed[:count] if listed else [str(i) for i in range(count)]

@@ -1,0 +1,174 @@
+"""history.csv: one row per judged candidate (and per declined rewrite), across runs.
+
+The column list is defined once, here; rows are appended and flushed one at a time, so a
+run killed at any moment leaves every finished judgement on disk. Reading skips a
+damaged line with a warning instead of failing.
+"""
+import csv
+import json
+import math
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+
+PUBLIC_CASES = ("prefill", "decode", "mixed")
+
+
+def case_names() -> tuple:
+    """Every throughput case a judgement can time, public first."""
+    try:
+        from fitness.cases import select_cases
+        return tuple(select_cases("all"))
+    except ImportError:  # the benchmark's case list is someone else's file; keep working
+        return PUBLIC_CASES
+
+
+def tps_column(case: str) -> str:
+    return f"tps_{case}"
+
+
+BASE_COLUMNS = ("run_id", "generation", "candidate_id", "parent_ids", "operator", "operator_args",
+                "status", "stage", "worst_ratio")
+TAIL_COLUMNS = ("peak_memory_mb", "fitness", "judge_seconds", "device", "source_path",
+                "timestamp", "error", "target")
+COLUMNS = BASE_COLUMNS + tuple(tps_column(c) for c in case_names()) + TAIL_COLUMNS
+NUMERIC = ("generation", "worst_ratio", "peak_memory_mb", "fitness", "judge_seconds")
+# Rows that re-measure a program already in the history rather than add one.
+REMEASURE_OPERATORS = ("retime", "final")
+JUDGED_STATUSES = ("ok", "incorrect", "crash", "timeout", "invalid")
+ERROR_CHARS = 300
+
+
+def short_error(text: str) -> str:
+    """The first and last line of an error, on one line, short enough for a CSV cell."""
+    lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
+    if not lines:
+        return ""
+    text = lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
+    return text[:ERROR_CHARS]
+
+
+class History:
+    """Appends rows to one CSV file; safe to call from several judging threads."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.lock = threading.Lock()
+        self.columns = existing_header(self.path) or COLUMNS
+
+    def append(self, row: dict) -> None:
+        """Write one row now; values for columns the file lacks are dropped."""
+        row = {**row, "timestamp": row.get("timestamp") or time.strftime("%Y-%m-%dT%H:%M:%S"),
+               "error": short_error(row.get("error", ""))}
+        with self.lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            is_new = not self.path.exists() or self.path.stat().st_size == 0
+            with open(self.path, "a", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=self.columns, extrasaction="ignore")
+                if is_new:
+                    writer.writeheader()
+                writer.writerow({k: cell(v) for k, v in row.items()})
+                f.flush()
+
+
+def cell(value):
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    if isinstance(value, (list, tuple)):
+        return ";".join(map(str, value))
+    if isinstance(value, float) and not math.isfinite(value):
+        return ""
+    return "" if value is None else value
+
+
+def existing_header(path: Path) -> tuple | None:
+    if not path.exists() or path.stat().st_size == 0:
+        return None
+    with open(path, newline="") as f:
+        header = next(csv.reader(f), None)
+    return tuple(header) if header else None
+
+
+def verdict_row(verdict: dict, fitness: float) -> dict:
+    """The columns a judge's verdict fills."""
+    row = {"status": verdict["status"], "stage": verdict.get("stage", ""),
+           "worst_ratio": verdict.get("worst_ratio"), "peak_memory_mb": verdict.get("peak_memory_mb"),
+           "fitness": fitness, "judge_seconds": verdict.get("seconds"), "device": verdict.get("device"),
+           "error": verdict.get("error", "")}
+    for case, tps in (verdict.get("tokens_per_second") or {}).items():
+        row[tps_column(case)] = tps
+    return row
+
+
+def read(path, warn=None) -> pd.DataFrame:
+    """Every readable row of a history file; a damaged line is skipped with a warning."""
+    warn = warn or (lambda message: print(f"warning: {message}", file=sys.stderr))
+    path = Path(path)
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if not header:
+            return pd.DataFrame(columns=list(COLUMNS))
+        rows = []
+        for line_no, fields in enumerate(reader, start=2):
+            problem = damage(header, fields)
+            if problem:
+                warn(f"{path}:{line_no}: skipped a damaged line ({problem})")
+                continue
+            rows.append(fields)
+    frame = pd.DataFrame(rows, columns=header)
+    for column in frame.columns:
+        if column in NUMERIC or column.startswith("tps_"):
+            frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    for column in ("run_id", "candidate_id", "parent_ids", "operator", "status", "source_path"):
+        if column in frame.columns:
+            frame[column] = frame[column].fillna("").astype(str)
+    return frame
+
+
+def damage(header: list, fields: list) -> str:
+    """Why a line cannot be a row of this file, or "" when it can."""
+    if len(fields) != len(header):
+        return f"{len(fields)} fields, expected {len(header)}"
+    row = dict(zip(header, fields))
+    for column in NUMERIC:
+        value = row.get(column, "")
+        if value:
+            try:
+                float(value)
+            except ValueError:
+                return f"{column} is {value[:20]!r}"
+    if row.get("status", "") not in JUDGED_STATUSES + ("declined",):
+        return f"status is {row.get('status', '')[:20]!r}"
+    return ""
+
+
+def judged_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows of candidates judged for the first time (no re-measures, no declines)."""
+    return frame[frame["status"].isin(JUDGED_STATUSES) & ~frame["operator"].isin(REMEASURE_OPERATORS)]
+
+
+def origins(frame: pd.DataFrame) -> dict:
+    """candidate id -> (parent ids, operator, operator args) of the row that first judged it."""
+    found = {}
+    for row in judged_rows(frame).itertuples(index=False):
+        if row.candidate_id and row.candidate_id not in found:
+            parents = [p for p in str(row.parent_ids).split(";") if p]
+            found[row.candidate_id] = (parents, row.operator, str(getattr(row, "operator_args", "") or ""))
+    return found
+
+
+def lineage(frame: pd.DataFrame, candidate_id: str) -> list[dict]:
+    """The steps from the oldest known ancestor to `candidate_id`, following first parents."""
+    found, steps, seen = origins(frame), [], set()
+    current = candidate_id
+    while current in found and current not in seen:
+        seen.add(current)
+        parents, operator, args = found[current]
+        steps.append({"candidate_id": current, "operator": operator, "operator_args": args,
+                      "parent_ids": parents})
+        current = parents[0] if parents else None
+    return steps[::-1]

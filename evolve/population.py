@@ -1,0 +1,77 @@
+"""The first population: the seed engine, and earlier winners named by --seed-from.
+
+--seed-from takes engine files, an earlier run's directory (its winner and hall of
+fame), or a history.csv (its best correct programs by mean fitness; their sources are
+at source_path). The population is filled up with copies, which cost nothing to judge:
+a source is judged once.
+"""
+from pathlib import Path
+
+from evolve import checkpoint, history
+from evolve.config import SettingsError
+
+
+def seed_sources(config) -> list[tuple[str, dict]]:
+    """(source, operator args) of every --seed-from program, best first, no duplicates."""
+    found = []
+    for origin in config.seed_from:
+        origin = Path(origin)
+        if not origin.exists():
+            raise SettingsError(f"--seed-from {origin}: no such engine file, run directory or history")
+        if origin.is_dir():
+            found += [(s, {"from": str(origin)}) for s in run_dir_sources(origin)[:config.seed_from_top]]
+        elif origin.suffix == ".csv":
+            found += [(s, {"from": str(origin), "candidate_id": cid})
+                      for cid, s in history_sources(origin)[:config.seed_from_top]]
+        else:
+            found.append((origin.read_text(), {"from": str(origin)}))
+    unique = {}
+    for source, args in found:
+        unique.setdefault(source, args)
+    return list(unique.items())
+
+
+def run_dir_sources(run_dir: Path) -> list[str]:
+    """An earlier run's winner, then its hall of fame, best first."""
+    sources = []
+    if (run_dir / "winner.py").is_file():
+        sources.append((run_dir / "winner.py").read_text())
+    try:
+        state = checkpoint.load(run_dir)
+    except (FileNotFoundError, ValueError) as err:
+        if not sources:
+            raise SettingsError(f"--seed-from {run_dir}: {err}") from None
+        return sources
+    return sources + [p["source"] for p in state.get("hall_of_fame", [])]
+
+
+def history_sources(path: Path) -> list[tuple[str, str]]:
+    """(candidate id, source) of a history's correct programs, best mean fitness first."""
+    frame = history.read(path)
+    judged = frame[frame["status"].isin(history.JUDGED_STATUSES) & (frame["candidate_id"] != "")]
+    failed = set(judged.loc[judged["status"] != "ok", "candidate_id"])
+    ok = judged[(judged["status"] == "ok") & ~judged["candidate_id"].isin(failed)]
+    ranked = ok.groupby("candidate_id").agg(fitness=("fitness", "mean"), source_path=("source_path", "first"))
+    ranked = ranked.sort_values("fitness", ascending=False)
+    found = []
+    for candidate_id, row in ranked.iterrows():
+        source_path = Path(row.source_path)
+        if not source_path.is_file():  # a history moved with its runs directory
+            source_path = path.parent / row.source_path
+        if source_path.is_file():
+            found.append((candidate_id, source_path.read_text()))
+    if not found:
+        raise SettingsError(f"--seed-from {path}: no correct program with a readable source")
+    return found
+
+
+def initial_population(config, make) -> list:
+    """The seed, the --seed-from programs, then copies of them up to the population size."""
+    programs = [make(Path(config.seed_engine).read_text(), (), "seed", {})]
+    programs += [make(source, (), "seed_from", args) for source, args in seed_sources(config)
+                 if source != programs[0].source]
+    distinct = len(programs)
+    while len(programs) < config.population:
+        original = programs[len(programs) % distinct]
+        programs.append(make(original.source, original.parent_ids, original.operator, original.operator_args))
+    return programs

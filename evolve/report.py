@@ -1,0 +1,118 @@
+"""python -m evolve report [history.csv] [--out DIR]: what a history says.
+
+A per-generation table, the operators that paid off (how often each made a correct child,
+and one faster than its parent), the winner's lineage, and PNG plots: best and median
+fitness over time, pass rate, tokens/s against peak memory. The winner is the best mean
+fitness among programs never judged incorrect, on the target of the latest run.
+"""
+from pathlib import Path
+
+import pandas as pd
+
+from evolve import history
+
+
+def report(path, out_dir=None) -> int:
+    frame = history.read(path)  # warns about damaged lines on stderr
+    if frame.empty:
+        print(f"{path}: no rows")
+        return 0
+    latest = frame.iloc[-1]
+    if "target" in frame.columns and latest.get("target", ""):
+        frame = frame[frame["target"] == latest["target"]]
+    per_generation = generation_table(frame)
+    operators = operator_table(frame)
+    winner = winner_of(frame)
+    print("per generation\n" + per_generation.to_string(index=False, float_format="{:,.1f}".format))
+    print("\noperators\n" + operators.to_string(index=False, float_format="{:.2f}".format))
+    if winner:
+        from evolve.workspace import format_lineage
+        print(f"\nwinner {winner}\nlineage: {format_lineage(history.lineage(frame, winner))}")
+    out_dir = Path(out_dir) if out_dir else Path(path).resolve().parent / "report"
+    for plot in write_plots(frame, per_generation, out_dir):
+        print(f"wrote {plot}")
+    return 0
+
+
+def generation_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per run and generation: judged, passed, pass rate, best and median fitness, best so far."""
+    judged = history.judged_rows(frame)
+    rows = []
+    for (run_id, gen), group in judged.groupby(["run_id", "generation"], sort=False):
+        ok = group[group["status"] == "ok"]
+        rows.append({"run_id": run_id, "generation": int(gen), "judged": len(group), "passed": len(ok),
+                     "pass_rate": len(ok) / len(group), "best": ok["fitness"].max() if len(ok) else 0.0,
+                     "median": ok["fitness"].median() if len(ok) else 0.0})
+    table = pd.DataFrame(rows, columns=["run_id", "generation", "judged", "passed", "pass_rate", "best", "median"])
+    table["best_so_far"] = table["best"].cummax()
+    return table
+
+
+def operator_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per operator: children judged, correct, and faster than their (first) parent."""
+    judged = history.judged_rows(frame)
+    parent_fitness = mean_fitness(frame)
+    rows = []
+    for operator, group in judged.groupby("operator"):
+        ok = group[group["status"] == "ok"]
+        first_parents = ok["parent_ids"].str.split(";").str[0]
+        improved = sum(1 for child, parent in zip(ok["fitness"], first_parents)
+                       if parent in parent_fitness and child > parent_fitness[parent])
+        rows.append({"operator": operator, "children": len(group), "correct": len(ok),
+                     "correct_rate": len(ok) / len(group), "improved": improved,
+                     "improved_rate": improved / len(group)})
+    declined = frame[frame["status"] == "declined"].groupby("operator").size()
+    table = pd.DataFrame(rows, columns=["operator", "children", "correct", "correct_rate", "improved",
+                                        "improved_rate"])
+    table["declined"] = table["operator"].map(declined).fillna(0).astype(int)
+    return table.sort_values(["improved", "correct"], ascending=False)
+
+
+def mean_fitness(frame: pd.DataFrame) -> dict:
+    """candidate id -> mean fitness over its ok judgements, for programs never judged failing."""
+    judged = frame[frame["status"].isin(history.JUDGED_STATUSES) & (frame["candidate_id"] != "")]
+    failed = set(judged.loc[judged["status"] != "ok", "candidate_id"])
+    ok = judged[(judged["status"] == "ok") & ~judged["candidate_id"].isin(failed)]
+    return ok.groupby("candidate_id")["fitness"].mean().to_dict()
+
+
+def winner_of(frame: pd.DataFrame) -> str:
+    fitness = mean_fitness(frame)
+    return max(fitness, key=fitness.get) if fitness else ""
+
+
+def write_plots(frame: pd.DataFrame, per_generation: pd.DataFrame, out_dir: Path) -> list:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    step = range(len(per_generation))  # generations of every run, one after another
+    written = []
+
+    def save(fig, name):
+        fig.tight_layout()
+        fig.savefig(out_dir / name, dpi=100)
+        plt.close(fig)
+        written.append(out_dir / name)
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(step, per_generation["best_so_far"], label="best so far")
+    ax.plot(step, per_generation["best"], label="best of generation", alpha=0.6)
+    ax.plot(step, per_generation["median"], label="median of correct", alpha=0.6)
+    ax.set(xlabel="generation (runs in order)", ylabel="fitness (geometric mean tokens/s)")
+    ax.legend()
+    save(fig, "fitness_over_time.png")
+
+    fig, ax = plt.subplots(figsize=(7, 3))
+    ax.bar(step, per_generation["pass_rate"])
+    ax.set(xlabel="generation (runs in order)", ylabel="pass rate", ylim=(0, 1))
+    save(fig, "pass_rate.png")
+
+    ok = history.judged_rows(frame)
+    ok = ok[ok["status"] == "ok"]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.scatter(ok["peak_memory_mb"].fillna(0), ok["fitness"], s=12)
+    ax.set(xlabel="peak memory (MB)", ylabel="fitness (geometric mean tokens/s)")
+    save(fig, "tps_vs_memory.png")
+    return written

@@ -1,0 +1,213 @@
+"""One run of the search: its state, set up fresh or from a checkpoint, the steps the
+generation loop calls, the final choice, and a clean stop on Ctrl-C or SIGTERM.
+
+Outputs stay true at every moment: workspace/engine.py is the best correct program
+so far (written when it changes), history.csv gains a row per judgement, and the
+checkpoint is the state after the last whole generation.
+"""
+import math
+import random
+import signal
+import time
+from pathlib import Path
+
+from deap import tools
+
+from evolve import history
+from evolve.checkpoint import RunDir
+from evolve.final import choose_winner
+from evolve.judging import Evaluator, WorkerPool, make_workers
+from evolve.loop import evolve
+from evolve.population import initial_population
+from evolve.scores import Scores, target_key
+from evolve.toolbox import default_mate_fn, default_mutate_fn, make_hall_of_fame, make_statistics, make_toolbox
+from evolve.workspace import Workspace, write_atomically
+
+
+class Clock:
+    """The wall-clock budget, carried across a resume."""
+
+    def __init__(self, budget_s: float, spent_s: float = 0.0):
+        self.budget_s, self.spent_before, self.started = budget_s, spent_s, time.monotonic()
+
+    def spent(self) -> float:
+        return self.spent_before + time.monotonic() - self.started
+
+    def left(self) -> float:
+        return self.budget_s - self.spent()
+
+
+class Search:
+    def __init__(self, config, run: RunDir, state: dict | None = None, mutate_fn=default_mutate_fn,
+                 mate_fn=default_mate_fn, judge_fn=None):
+        self.config, self.run = config, run
+        self.history = history.History(config.history)
+        self.scores = Scores.from_history(config.history, run.target)
+        self.workspace = Workspace(config.workspace)
+        self.hall_of_fame = make_hall_of_fame(config)
+        self.stats = make_statistics()
+        self.rng = random.Random(config.rng_seed)
+        self.pool = WorkerPool(make_workers(config))
+        self.clock = Clock(config.budget_s, state["spent_s"] if state else 0.0)
+        evaluate = Evaluator(config, run, self.scores, self.history, self.pool.stopping,
+                             self.clock.left, judge_fn)
+        self.toolbox = make_toolbox(config, self.hall_of_fame, evaluate, self.pool.map, self.rng,
+                                    mutate_fn, mate_fn)
+        make = self.toolbox.individual
+        self.seed = make(Path(config.seed_engine).read_text(), (), "seed", {})
+        self.logbook = tools.Logbook()
+        if state is None:
+            self.population, self.generation, self.best_id = initial_population(config, make), 0, None
+            random.seed(self.rng.getrandbits(64))  # DEAP's selections draw from `random`
+        else:
+            self.restore(state)
+
+    # -- the steps of the generation loop ------------------------------------------------
+    def should_continue(self) -> bool:
+        """Generation 0 always runs; later ones while the count and the budget allow."""
+        if self.generation == 0:
+            return True
+        if self.config.generations is not None and self.generation > self.config.generations:
+            return False
+        return self.clock.left() > self.estimated_generation_s() + self.estimated_final_s()
+
+    def estimated_generation_s(self) -> float:
+        rounds = math.ceil((self.config.population + self.config.num_elite) / self.config.workers)
+        return rounds * self.scores.mean_judge_seconds()
+
+    def estimated_final_s(self) -> float:
+        contenders = sum(1 for p in self.hall_of_fame if p.id != self.seed.id)
+        pairs = min(self.config.final_top, contenders) * self.config.final_rounds
+        return 2 * pairs * self.scores.mean_judge_seconds(ok_only=True)
+
+    def elite(self) -> list:
+        """The programs re-timed this generation: the best ones kept from the last."""
+        return list(self.hall_of_fame)[:self.config.num_elite] if self.generation > 0 else []
+
+    def assign_fitness(self, programs) -> None:
+        for program in programs:
+            program.fitness.values = self.scores.values(program.id, self.config.nsga2)
+
+    def update_best(self, programs) -> None:
+        """Rebuild the hall of fame from fresh scores; keep its best in workspace/engine.py."""
+        correct = [p for p in list(self.hall_of_fame) + list(programs) if self.scores.is_ok(p.id)]
+        self.assign_fitness(correct)
+        self.hall_of_fame.clear()
+        self.hall_of_fame.update(correct)
+        if len(self.hall_of_fame) and self.hall_of_fame[0].id != self.best_id:
+            self.workspace.put_engine(self.hall_of_fame[0].source)
+            self.best_id = self.hall_of_fame[0].id
+
+    def record_decline(self, declined, parent_ids) -> None:
+        self.history.append({**self.run.row_base(self.generation), "parent_ids": parent_ids,
+                             "operator": declined.operator, "status": "declined", "stage": "mutate",
+                             "error": declined.reason})
+
+    def finish_generation(self, new_results, num_offspring: int, num_declined: int, seconds: float) -> None:
+        """One record for the logbook, the console and results.log; then the checkpoint."""
+        passed = sum(1 for fitness, _ in new_results if fitness and fitness > 0)
+        best = self.hall_of_fame[0] if len(self.hall_of_fame) else None
+        record = {"gen": self.generation, "judged": len(new_results), "passed": passed,
+                  "cached": num_offspring - len(new_results), "declined": num_declined,
+                  "pass_rate": passed / len(new_results) if new_results else float("nan"),
+                  **self.stats.compile(self.population),
+                  "best_so_far": best.fitness.values[0] if best else 0.0, "best_id": best.id if best else "",
+                  "seconds": round(seconds, 1), "time_left": round(self.clock.left(), 1)}
+        self.logbook.record(**record)
+        line = format_record(record)
+        print(line, flush=True)
+        self.workspace.log(line)
+        self.generation += 1
+        self.save_checkpoint()
+
+    # -- checkpoint ----------------------------------------------------------------------
+    def save_checkpoint(self, finished: bool = False) -> None:
+        self.run.save({
+            "run_id": self.run.run_id, "target": self.run.target, "config": self.config.to_dict(),
+            "generation": self.generation, "spent_s": self.clock.spent(), "finished": finished,
+            "population": [p.to_dict() for p in self.population],
+            "hall_of_fame": [p.to_dict() for p in self.hall_of_fame],
+            "logbook": [dict(r) for r in self.logbook], "best_id": self.best_id,
+            "rng_state": self.rng.getstate(), "random_state": random.getstate()})
+
+    def restore(self, state: dict) -> None:
+        make = self.toolbox.individual
+        self.population = [make(**p) for p in state["population"]]
+        self.generation, self.best_id = state["generation"], state["best_id"]
+        self.rng.setstate(state["rng_state"])
+        random.setstate(state["random_state"])
+        for record in state["logbook"]:
+            self.logbook.record(**record)
+        self.update_best([make(**p) for p in state["hall_of_fame"]])
+
+    # -- the end ---------------------------------------------------------------------------
+    def finish(self) -> None:
+        """Choose the winner by fresh interleaved measurements; leave it and its story."""
+        winner, ratio, table = choose_winner(self)
+        self.workspace.put_engine(winner.source)
+        self.best_id = winner.id
+        write_atomically(self.run.path / "winner.py", winner.source)
+        steps = history.lineage(history.read(self.config.history), winner.id)
+        self.workspace.log_final(self.config, winner.id, table, steps, ratio)
+        self.save_checkpoint(finished=True)
+        print(f"winner {winner.id}: {ratio:.3f}x the seed; workspace {self.workspace.root}, "
+              f"run {self.run.path}", flush=True)
+
+    def stop(self, why: str) -> None:
+        """After an interrupt: end the judgements in flight and say how to go on."""
+        self.pool.stop()
+        if not self.workspace.engine.exists():  # nothing judged correct yet: the seed stands in
+            self.workspace.put_engine(self.seed.source)
+        line = (f"stopped by {why} during generation {self.generation}; "
+                f"resume with: python -m evolve run --resume {self.run.path}")
+        self.workspace.log(line)
+        print(line, flush=True)
+
+
+def format_record(r: dict) -> str:
+    rate = "-" if math.isnan(r["pass_rate"]) else f"{r['pass_rate']:.0%}"
+    return (f"gen {r['gen']:>3} | judged {r['judged']:>2} passed {r['passed']:>2} ({rate:>4}) "
+            f"cached {r['cached']} declined {r['declined']} | best {r['best_so_far']:,.0f} tok/s "
+            f"[{r['best_id'] or '-'}] median {r['median']:,.0f} | {format_duration(r['time_left'])} left")
+
+
+def format_duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM, raised in the main thread wherever it was."""
+
+
+def raise_interrupted(signum, frame):
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def run(config, state: dict | None = None, run_id: str = "", **fns) -> int:
+    """A whole run (or the rest of one); the exit status."""
+    from evolve.checkpoint import new_run_id
+
+    run_dir = RunDir(config.runs_dir, run_id or new_run_id(), target_key(config))
+    search = Search(config, run_dir, state, **fns)
+    search.workspace.log_start(run_dir.run_id, config.to_dict(), state and state["generation"])
+    print(f"run {run_dir.run_id}: {config.device}, {config.workers} worker(s), "
+          f"{format_duration(search.clock.left())} budget left, run dir {run_dir.path}", flush=True)
+    previous = signal.signal(signal.SIGTERM, raise_interrupted)
+    try:
+        if state is None:
+            search.save_checkpoint()  # resumable from the first moment
+        evolve(search)
+        search.finish()
+        return 0
+    except KeyboardInterrupt as err:
+        for signum in (signal.SIGINT, signal.SIGTERM):  # a second signal must not cut the cleanup short
+            signal.signal(signum, signal.SIG_IGN)
+        why = str(err) if isinstance(err, Interrupted) else "SIGINT"
+        search.stop(why)
+        return 143 if why == "SIGTERM" else 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        search.pool.executor.shutdown(wait=False, cancel_futures=True)
+

@@ -1,0 +1,184 @@
+"""The search's logic with a fake judge and stand-in operators: fast, no child processes."""
+import pickle
+import time
+
+import pandas as pd
+import pytest
+
+from evolve import checkpoint, history
+from evolve.config import RunConfig, SettingsError, parse_duration
+from evolve.search import run
+from tests.test_evolve_stand_in import crossover, fake_judge, random_mutation
+
+STAND_INS = {"mutate_fn": random_mutation, "mate_fn": crossover, "judge_fn": fake_judge}
+
+
+def make_config(small_target, tmp_path, **changes):
+    config_path, weight_dir = small_target
+    settings = dict(model_config=config_path, weight_dir=weight_dir, population=4, generations=2,
+                    runs_dir=tmp_path / "runs", workspace=tmp_path / "ws", history=tmp_path / "history.csv",
+                    rng_seed=7, final_top=2)
+    return RunConfig.build("cpu", **{**settings, **changes})
+
+
+def only_run_dir(config):
+    (path,) = [p for p in config.runs_dir.iterdir() if p.name != "gate_weights"]
+    return path
+
+
+def test_two_generations_write_history_workspace_and_checkpoint(small_target, tmp_path):
+    config = make_config(small_target, tmp_path)
+    assert run(config, **STAND_INS) == 0
+    frame = pd.read_csv(config.history)  # plain pandas reads it
+    assert tuple(frame.columns) == history.COLUMNS
+    assert set(frame["generation"]) >= {0, 1, 2}
+    judged = history.judged_rows(history.read(config.history))
+    assert not judged["candidate_id"].duplicated().any(), "a source was judged twice"
+    assert (frame["operator"] == "retime").sum() == 2  # the elite, in generations 1 and 2
+    assert (frame["operator"] == "final").sum() >= 2
+    assert frame.loc[frame["status"] == "incorrect", "fitness"].eq(0).all()
+    run_dir = only_run_dir(config)
+    for path in frame.loc[frame["candidate_id"].notna(), "source_path"]:
+        assert path.startswith(str(run_dir / "candidates"))
+    state = checkpoint.load(run_dir)
+    assert state["generation"] == 3 and state["finished"]
+    winner = (run_dir / "winner.py").read_text()
+    assert (config.workspace / "engine.py").read_text() == winner
+    log = (config.workspace / "results.log").read_text()
+    assert "settings:" in log and "gen   2" in log and "lineage: seed" in log
+
+
+def test_workspace_holds_the_best_correct_program(small_target, tmp_path):
+    config = make_config(small_target, tmp_path, final_top=1)
+    run(config, **STAND_INS)
+    frame = history.read(config.history)
+    ok = frame[(frame["status"] == "ok")]
+    engine = (config.workspace / "engine.py").read_text()
+    assert "stand_in_break" not in engine
+    assert history.tps_column("prefill") in frame.columns and ok["fitness"].gt(0).all()
+
+
+def test_resume_after_an_interrupt_continues_generations_and_history(small_target, tmp_path):
+    config = make_config(small_target, tmp_path, generations=3)
+    calls = []
+
+    def judge_then_interrupt(path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) == 7:  # in generation 2: like Ctrl-C
+            raise KeyboardInterrupt
+        return fake_judge(path, *args, **kwargs)
+
+    assert run(config, **{**STAND_INS, "judge_fn": judge_then_interrupt}) == 130
+    run_dir = only_run_dir(config)
+    state = checkpoint.load(run_dir)
+    assert state["generation"] == 2 and not state["finished"]
+    assert (config.workspace / "engine.py").exists()
+    rows_before = len(history.read(config.history))
+
+    assert run(config, state, run_id=state["run_id"], **STAND_INS) == 0
+    frame = history.read(config.history)
+    assert len(frame) > rows_before
+    assert set(frame["run_id"]) == {state["run_id"]}
+    assert frame["generation"].max() == 4  # generations 2 and 3 re-run, the final choice after
+    assert not history.judged_rows(frame)["candidate_id"].duplicated().any()
+    assert checkpoint.load(run_dir)["generation"] == 4
+    assert "resumed at generation 2" in (config.workspace / "results.log").read_text()
+
+
+def test_a_second_run_reuses_the_judgements_in_history(small_target, tmp_path):
+    config = make_config(small_target, tmp_path, generations=1)
+    run(config, **STAND_INS)
+    first = history.read(config.history)
+    run(config, **STAND_INS)  # same rng seed: same children, all already judged
+    second = history.read(config.history)
+    new_rows = second.iloc[len(first):]
+    assert history.judged_rows(new_rows).empty
+
+
+def test_seed_from_a_history_takes_its_best_correct_programs(small_target, tmp_path):
+    earlier = make_config(small_target, tmp_path / "earlier", generations=2)
+    run(earlier, **STAND_INS)
+    frame = history.read(earlier.history)
+    fitness = frame[frame["status"] == "ok"].groupby("candidate_id")["fitness"].mean()
+    best_two = set(fitness.sort_values(ascending=False).index[:2])
+
+    from evolve.population import seed_sources
+    config = make_config(small_target, tmp_path / "later", seed_from=(earlier.history,), seed_from_top=2)
+    picked = {args["candidate_id"] for _, args in seed_sources(config)}
+    assert picked == best_two
+    assert run(config, **STAND_INS) == 0
+    later = history.read(config.history)
+    gen0 = later[later["generation"] == 0]
+    assert set(gen0.loc[gen0["operator"] == "seed_from", "candidate_id"]) == best_two - {gen0["candidate_id"].iloc[0]}
+
+
+def test_seed_from_a_run_directory_and_a_file(small_target, tmp_path):
+    earlier = make_config(small_target, tmp_path / "earlier", generations=1)
+    run(earlier, **STAND_INS)
+    engine = tmp_path / "mine.py"
+    engine.write_text((earlier.workspace / "engine.py").read_text() + "# mine\n")
+    from evolve.population import seed_sources
+    config = make_config(small_target, tmp_path / "later", seed_from=(only_run_dir(earlier), engine))
+    sources = [s for s, _ in seed_sources(config)]
+    assert sources[0] == (only_run_dir(earlier) / "winner.py").read_text()
+    assert sources[-1].endswith("# mine\n")
+    with pytest.raises(SettingsError, match="no such"):
+        seed_sources(make_config(small_target, tmp_path, seed_from=(tmp_path / "nothing.csv",)))
+
+
+def test_nsga2_runs_on_both_objectives(small_target, tmp_path):
+    config = make_config(small_target, tmp_path, nsga2=True)
+    assert run(config, **STAND_INS) == 0
+    state = checkpoint.load(only_run_dir(config))
+    assert state["generation"] == 3 and len(state["population"]) == 4
+
+
+def test_the_budget_stops_the_search(small_target, tmp_path):
+    def slow_judge(*args, **kwargs):
+        time.sleep(0.2)
+        return fake_judge(*args, **kwargs)
+
+    config = make_config(small_target, tmp_path, generations=None, budget_s=3.0)
+    started = time.monotonic()
+    assert run(config, **{**STAND_INS, "judge_fn": slow_judge}) == 0
+    assert time.monotonic() - started < 6.0
+    assert checkpoint.load(only_run_dir(config))["spent_s"] < 6.0
+
+
+def test_settings_are_validated_with_messages(small_target, tmp_path):
+    with pytest.raises(SettingsError, match="population"):
+        make_config(small_target, tmp_path, population=0)
+    with pytest.raises(SettingsError, match="num_elite"):
+        make_config(small_target, tmp_path, population=2, num_elite=2)
+    with pytest.raises(SettingsError, match="duration"):
+        parse_duration("ten minutes")
+    assert parse_duration("10m") == 600 and parse_duration("90") == 90 and parse_duration("1.5h") == 5400
+    config = make_config(small_target, tmp_path)
+    with pytest.raises(Exception):
+        object.__setattr__  # noqa: B018 (frozen: assignment below must fail)
+        config.population = 9
+
+
+def test_history_skips_a_damaged_line_with_a_warning(tmp_path):
+    path = tmp_path / "history.csv"
+    hist = history.History(path)
+    hist.append({"run_id": "r", "generation": 0, "candidate_id": "a", "operator": "seed", "status": "ok",
+                 "fitness": 5.0})
+    with open(path, "a") as f:
+        f.write("r,1,b,a,op,{},ok,,0.1,1,2\n")  # cut short
+    hist.append({"run_id": "r", "generation": 1, "candidate_id": "c", "parent_ids": ("a",),
+                 "operator": "op", "status": "incorrect", "fitness": 0.0, "error": "line one\nline two"})
+    warnings = []
+    frame = history.read(path, warn=warnings.append)
+    assert list(frame["candidate_id"]) == ["a", "c"]
+    assert len(warnings) == 1 and ":3:" in warnings[0]
+    assert frame["error"].iloc[1] == "line one ... line two"
+
+
+def test_checkpoint_is_plain_data(small_target, tmp_path):
+    config = make_config(small_target, tmp_path, generations=1)
+    run(config, **STAND_INS)
+    raw = (only_run_dir(config) / checkpoint.CHECKPOINT).read_bytes()
+    state = pickle.loads(raw)
+    assert {"population", "hall_of_fame", "rng_state", "spent_s", "generation", "config"} <= set(state)
+    assert all(isinstance(p["source"], str) for p in state["population"])

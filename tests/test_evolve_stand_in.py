@@ -1,0 +1,48 @@
+"""Stand-ins for the evolve tests: a tiny operator module and a fake judge.
+
+The operators provide what `mutations` will (`random_mutation`, `crossover`), so the
+search is tested apart from the real rewrites; `python -m evolve run --operators
+tests.test_evolve_stand_in` uses them from the command line. The fake judge answers
+at once, with tokens/s drawn from the source's hash, so loop logic is tested in
+milliseconds; the real judge is used by the end-to-end tests.
+"""
+import hashlib
+import random
+
+from mutations.base import Applied, Declined
+
+BROKEN = "return logits[last] * 2.0  # stand_in_break"
+
+
+def random_mutation(source: str, rng: random.Random, device: str):
+    roll = rng.random()
+    if roll < 0.2 and "return logits[last]\n" in source:  # a wrong program: the gate must catch it
+        return Applied(source.replace("return logits[last]\n", BROKEN + "\n"), "stand_in_break", {})
+    if roll < 0.3:
+        return Declined("stand_in_decline", "declines one time in ten")
+    variant = rng.randrange(10**6)
+    return Applied(source + f"# variant {variant}\n", "stand_in_comment", {"variant": variant})
+
+
+def crossover(a: str, b: str, rng: random.Random):
+    tag = hashlib.sha256(b.encode()).hexdigest()[:8]
+    return Applied(a + f"# crossed with {tag}\n", "stand_in_crossover", {"with": tag})
+
+
+def fake_judge(path, config_path, weight_dir, device, timeout=None, env=None, **options):
+    """A verdict shaped like fitness.sandbox.judge's, without running anything."""
+    source = open(path).read()
+    digest = int(hashlib.sha256(source.encode()).hexdigest()[:8], 16)
+    verdict = {"status": "ok", "stage": "", "error": "", "worst_ratio": 0.01, "seconds": 0.01,
+               "device": device, "path": str(path), "peak_memory_mb": float(digest % 100),
+               "tokens_per_second": {c: 1000.0 + digest % 997 for c in ("prefill", "decode", "mixed")}}
+    if "stand_in_break" in source:
+        verdict.update(status="incorrect", stage="target", error="logits off\nby a factor 2",
+                       tokens_per_second={}, peak_memory_mb=None)
+    return verdict
+
+
+def test_stand_in_operators_are_deterministic():
+    a = random_mutation("x = 1\n", random.Random(3), "cpu")
+    b = random_mutation("x = 1\n", random.Random(3), "cpu")
+    assert a == b
