@@ -20,6 +20,7 @@ from evolve.scores import geometric_mean_tps
 # A judgement may run this long past the budget, so one slow candidate cannot sink it.
 MAX_OVERRUN_S = 120.0
 MIN_TIMEOUT_S = 60.0
+CPU_THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 @dataclass(frozen=True)
@@ -29,17 +30,18 @@ class Worker:
 
 
 def make_workers(config) -> list[Worker]:
-    """One worker per visible GPU (round robin when asked for more), or N CPU workers."""
+    """One worker per visible GPU (round robin when asked for more), or N CPU workers.
+
+    A CPU judgement runs on one thread: the small models judged on CPU gain nothing from
+    more, and on a busy machine OpenMP threads that wait on each other made the gate
+    50 times slower (and timings noisy); parallel workers never oversubscribe either.
+    """
     if config.device == "cuda":
         from evolve.config import visible_gpus
 
         gpus = visible_gpus() or ["0"]
         return [Worker(i, {"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]}) for i in range(config.workers)]
-    if config.workers == 1:
-        return [Worker(0)]
-    threads = str(max(1, (os.cpu_count() or 1) // config.workers))  # no oversubscribed cores
-    return [Worker(i, {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
-            for i in range(config.workers)]
+    return [Worker(i, dict(CPU_THREADS)) for i in range(config.workers)]
 
 
 class WorkerPool:

@@ -147,11 +147,15 @@ class Search:
         self.workspace.put_engine(winner.source)
         self.best_id = winner.id
         write_atomically(self.run.path / "winner.py", winner.source)
-        steps = history.lineage(history.read(self.config.history), winner.id)
-        self.workspace.log_final(self.config, winner.id, table, steps, ratio)
+        if self.scores.is_ok(winner.id):
+            steps = history.lineage(history.read(self.config.history), winner.id)
+            self.workspace.log_final(self.config, winner.id, table, steps, ratio)
+            line = f"winner {winner.id}: {ratio:.3f}x the seed"
+        else:
+            line = "no program was judged correct: workspace/engine.py is the seed, unverified"
+            self.workspace.log(line)
         self.save_checkpoint(finished=True)
-        print(f"winner {winner.id}: {ratio:.3f}x the seed; workspace {self.workspace.root}, "
-              f"run {self.run.path}", flush=True)
+        print(f"{line}; workspace {self.workspace.root}, run {self.run.path}", flush=True)
 
     def stop(self, why: str) -> None:
         """After an interrupt: end the judgements in flight and say how to go on."""

@@ -1,0 +1,135 @@
+"""The search end to end on CPU with the real judge (child processes), on the small target."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from evolve import checkpoint, history
+from evolve.__main__ import main
+from evolve.config import RunConfig
+from evolve.judging import CPU_THREADS
+from evolve.search import run
+from fitness.sandbox import judge
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def real_operators() -> dict:
+    import mutations
+
+    return {"mutate_fn": mutations.random_mutation, "mate_fn": mutations.crossover}
+
+
+def judged_ok(engine: Path, small_target, tmp_path) -> dict:
+    config_path, weight_dir = small_target
+    verdict = judge(engine, config_path, weight_dir, "cpu", timeout=300, scratch=str(tmp_path / "scratch"),
+                    env=CPU_THREADS, derived=True, bench="none")
+    assert verdict["status"] == "ok", verdict
+    return verdict
+
+
+def test_two_generations_with_the_real_operators_and_judge(small_target, tmp_path):
+    config_path, weight_dir = small_target
+    config = RunConfig.build("cpu", model_config=config_path, weight_dir=weight_dir, population=3,
+                             generations=2, derived=False, final_top=1, timeout_s=120.0, rng_seed=3,
+                             runs_dir=tmp_path / "runs", workspace=tmp_path / "ws",
+                             history=tmp_path / "history.csv")
+    assert run(config, **real_operators()) == 0
+    frame = history.read(config.history)
+    judged = history.judged_rows(frame)
+    assert set(judged["generation"]) == {0, 1, 2}
+    assert judged["operator"].iloc[0] == "seed" and judged["status"].iloc[0] == "ok"
+    import mutations
+    from mutations.crossover import NAME as CROSSOVER
+    known = {op.name for op in mutations.all_operators()} | {CROSSOVER}
+    assert set(judged["operator"].iloc[1:]) <= known  # every child made by a real operator
+    assert not judged["candidate_id"].duplicated().any()
+    assert frame["tps_prefill"].notna().any()
+    log = (config.workspace / "results.log").read_text()
+    assert "winner" in log and "lineage:" in log and "roofline" in log
+    judged_ok(config.workspace / "engine.py", small_target, tmp_path)
+
+
+def evolve_command(small_target, tmp_path, *extra) -> list:
+    config_path, weight_dir = small_target
+    return [sys.executable, "-m", "evolve", "run", "--model-config", str(config_path),
+            "--weight-dir", str(weight_dir), "--device", "cpu", "--population", "3", "--no-derived",
+            "--runs-dir", str(tmp_path / "runs"), "--workspace", str(tmp_path / "ws"),
+            "--history", str(tmp_path / "history.csv"), "--final-top", "1",
+            "--operators", "tests.test_evolve_stand_in", *extra]
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_sigterm_mid_run_leaves_a_correct_engine_and_a_resumable_run(small_target, tmp_path):
+    history_path = tmp_path / "history.csv"
+    proc = subprocess.Popen(evolve_command(small_target, tmp_path, "--budget", "10m"), cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        # Killed in generation 1, after the seed and at least one child were judged.
+        wait_for(lambda: history_path.exists() and len(history_path.read_text().splitlines()) >= 3,
+                 240, "two judgements")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, out
+    assert "resume with" in out
+    judged_ok(tmp_path / "ws" / "engine.py", small_target, tmp_path)
+    warnings = []
+    frame = history.read(history_path, warn=warnings.append)
+    assert not warnings and len(frame) >= 2
+    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if p.name != "gate_weights"]
+    state = checkpoint.load(run_dir)
+    assert state["generation"] >= 1 and not state["finished"]
+    assert not [p for p in os.listdir(run_dir / "candidates") if p.endswith(".tmp")]
+
+    # The run goes on where it stopped: same run id, the generation count continued.
+    resumed = subprocess.run([sys.executable, "-m", "evolve", "run", "--resume", str(run_dir),
+                              "--generations", str(state["generation"])],
+                             cwd=REPO, capture_output=True, text=True, timeout=400)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"gen {state['generation']:>3}" in resumed.stdout
+    after = history.read(history_path)
+    assert set(after["run_id"]) == {state["run_id"]}
+    assert after["generation"].max() > state["generation"]
+    assert f"resumed at generation {state['generation']}" in (tmp_path / "ws" / "results.log").read_text()
+    judged_ok(tmp_path / "ws" / "engine.py", small_target, tmp_path)
+
+
+def bad_target(tmp_path, small_target, change):
+    config_path, weight_dir = small_target
+    raw = json.loads(Path(config_path).read_text())
+    change(raw)
+    path = tmp_path / "model_config.json"
+    path.write_text(json.dumps(raw))
+    return path, weight_dir
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda raw: raw.pop("hidden_size"), "lacks hidden_size"),
+    (lambda raw: raw.update(num_hidden_layers=3), "lacks"),
+    (lambda raw: raw.update(vocab_size=300), "has shape"),
+])
+def test_bad_config_or_weights_stop_before_any_work(small_target, tmp_path, capsys, change, message):
+    config_path, weight_dir = bad_target(tmp_path, small_target, change)
+    status = main(["run", "--model-config", str(config_path), "--weight-dir", str(weight_dir),
+                   "--device", "cpu", "--runs-dir", str(tmp_path / "runs"),
+                   "--workspace", str(tmp_path / "ws"), "--history", str(tmp_path / "h.csv")])
+    err = capsys.readouterr().err.strip()
+    assert status == 2
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "h.csv").exists()
+    assert not (tmp_path / "ws").exists()
