@@ -166,3 +166,12 @@ def test_cli_reports_missing_weights(tmp_path, capsys):
     args = parser.parse_args(["--model-config", str(config_path), "--weight-dir", str(tmp_path / "none")])
     assert bench.cli(args) == 2
     assert "weights not found" in capsys.readouterr().err
+
+
+def test_all_cases_measure_the_public_mixed_schedule_once():
+    from fitness.cases import select_cases
+
+    every = select_cases("all")
+    # prefill_4x128 and hidden_mixed repeat the public prefill and mixed events exactly.
+    assert list(every) == ["prefill", "decode", "mixed", "decode_8x128x16", "mixed_128"]
+    assert "hidden_mixed" in select_cases("hidden")
