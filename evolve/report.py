@@ -27,7 +27,7 @@ def report(path, out_dir=None) -> int:
     print("\noperators\n" + operators.to_string(index=False, float_format="{:.2f}".format))
     if winner:
         from evolve.workspace import format_lineage
-        print(f"\nwinner {winner}\nlineage: {format_lineage(history.lineage(frame, winner))}")
+        print(f"\nwinner (best mean fitness) {winner}\nlineage: {format_lineage(history.lineage(frame, winner))}")
     out_dir = Path(out_dir) if out_dir else Path(path).resolve().parent / "report"
     for plot in write_plots(frame, per_generation, out_dir):
         print(f"wrote {plot}")

@@ -21,7 +21,7 @@ from evolve.loop import evolve
 from evolve.population import initial_population
 from evolve.scores import Scores, target_key
 from evolve.toolbox import default_mate_fn, default_mutate_fn, make_hall_of_fame, make_statistics, make_toolbox
-from evolve.workspace import Workspace, write_atomically
+from evolve.workspace import Workspace, roofline_tps, write_atomically
 
 
 class Clock:
@@ -143,14 +143,14 @@ class Search:
     # -- the end ---------------------------------------------------------------------------
     def finish(self) -> None:
         """Choose the winner by fresh interleaved measurements; leave it and its story."""
-        winner, ratio, table = choose_winner(self)
+        winner, ratio, table, how = choose_winner(self)
         self.workspace.put_engine(winner.source)
         self.best_id = winner.id
         write_atomically(self.run.path / "winner.py", winner.source)
         if self.scores.is_ok(winner.id):
             steps = history.lineage(history.read(self.config.history), winner.id)
-            self.workspace.log_final(self.config, winner.id, table, steps, ratio)
-            line = f"winner {winner.id}: {ratio:.3f}x the seed"
+            self.workspace.log_final(winner.id, table, steps, ratio, how, *roofline_tps(self.config))
+            line = f"winner {winner.id}: {ratio:.3f}x the seed ({how})"
         else:
             line = "no program was judged correct: workspace/engine.py is the seed, unverified"
             self.workspace.log(line)

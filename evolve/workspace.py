@@ -42,17 +42,18 @@ class Workspace:
                 else f"== run {run_id} started {when}")
         self.log(head, "settings: " + " ".join(f"{k}={v}" for k, v in settings.items()))
 
-    def log_final(self, config, winner_id: str, table: list, lineage: list, ratio: float) -> None:
+    def log_final(self, winner_id: str, table: list, lineage: list, ratio: float, how: str,
+                  bounds: dict, gpu: str) -> None:
         """The winner per case against the seed and the roofline, and the operators that made it."""
-        lines = [f"winner {winner_id}: {ratio:.3f}x the seed (geometric mean, measured in the same round)"]
-        bounds, gpu = roofline_tps(config)
-        lines.append(f"{'case':<18}{'winner tok/s':>14}{'seed tok/s':>14}{'x seed':>8}"
-                     f"{f'roofline tok/s ({gpu})':>26}{'of roofline':>13}")
+        lines = [f"winner {winner_id}: {ratio:.3f}x the seed (geometric mean tokens/s; {how})",
+                 f"{'case':<18}{'winner tok/s':>14}{'seed tok/s':>14}{'x seed':>8}"
+                 f"{f'roofline tok/s ({gpu})':>26}{'of roofline':>13}"]
         for case, winner_tps, seed_tps in table:
             bound = bounds.get(case)
             of_bound = f"{winner_tps / bound:>12.2%}" if bound else f"{'-':>12}"
+            suspect = "  ABOVE THE SPEED OF LIGHT: a bug until shown otherwise" if bound and winner_tps > bound else ""
             lines.append(f"{case:<18}{winner_tps:>14,.0f}{seed_tps:>14,.0f}{winner_tps / seed_tps:>8.2f}"
-                         f"{(f'{bound:,.0f}' if bound else '-'):>26} {of_bound}")
+                         f"{(f'{bound:,.0f}' if bound else '-'):>26} {of_bound}{suspect}")
         lines.append("lineage: " + format_lineage(lineage))
         self.log(*lines)
 

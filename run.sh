@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The main job: set up, find the target, evolve, leave workspace/engine.py and results.log.
+#
+#   bash run.sh [--budget 10m] [any other `python -m evolve run` flag ...]
+#
+# The budget covers the search and the final re-measure. Left out, it is the device's
+# default (evolve/config.py: 20m on a GPU, which keeps all of run.sh under 30 minutes on
+# one H100; 6m on a CPU). Environment, each optional:
+#   EVOLVE_BUDGET        the budget when --budget is not given
+#   EVOLVE_MODEL_CONFIG  the model config (default /target/model_config.json when it
+#   EVOLVE_WEIGHT_DIR    exists, else target/model_config.json; weights alike)
+#   EVOLVE_WORKSPACE, EVOLVE_HISTORY, EVOLVE_RUNS_DIR   where the outputs go
+set -uo pipefail
+cd "$(dirname "$0")"
+PYTHON="${PYTHON:-python3}"
+
+log() { echo "run.sh: $*" >&2; }
+
+# 1. What is missing gets installed; an existing torch (CPU or CUDA) is never replaced.
+missing=()
+for pair in torch:torch deap:deap libcst:libcst numpy:numpy pandas:pandas matplotlib:matplotlib; do
+    "$PYTHON" -c "import ${pair%%:*}" 2>/dev/null || missing+=("${pair#*:}")
+done
+if ((${#missing[@]})); then
+    log "installing ${missing[*]}"
+    "$PYTHON" -m pip install -q "${missing[@]}" || { log "could not install ${missing[*]}"; exit 1; }
+fi
+
+# 2. The target: the evaluator's when it is there, the repository's toy model otherwise.
+if [[ -f /target/model_config.json ]]; then
+    default_config=/target/model_config.json default_weights=/target/weights
+else
+    default_config=target/model_config.json default_weights=target/weights
+fi
+config="${EVOLVE_MODEL_CONFIG:-$default_config}"
+weights="${EVOLVE_WEIGHT_DIR:-$default_weights}"
+if [[ "$weights" == target/weights && ! -f "$weights/model.pt" ]]; then
+    log "generating the toy weights in $weights"
+    "$PYTHON" -m target.toy_weights --config "$config" --output "$weights/model.pt" || exit 1
+fi
+
+# 3. The search.
+workspace="${EVOLVE_WORKSPACE:-workspace}"
+args=(--model-config "$config" --weight-dir "$weights" --workspace "$workspace"
+      --history "${EVOLVE_HISTORY:-history.csv}" --runs-dir "${EVOLVE_RUNS_DIR:-runs}")
+[[ -n "${EVOLVE_BUDGET:-}" ]] && args+=(--budget "$EVOLVE_BUDGET")
+log "python -m evolve run ${args[*]} $*"
+"$PYTHON" -m evolve run "${args[@]}" "$@"
+status=$?
+
+# 4. Whatever happened, the outputs exist: the seed stands in when nothing better was kept.
+mkdir -p "$workspace"
+if [[ ! -f "$workspace/engine.py" ]]; then
+    cp seed_engine/engine.py "$workspace/engine.py"
+    echo "run.sh: the search left no engine (exit $status); workspace/engine.py is the seed" >> "$workspace/results.log"
+fi
+[[ -f "$workspace/results.log" ]] || echo "run.sh: the search exited $status and wrote no log" > "$workspace/results.log"
+exit $status
