@@ -12,6 +12,7 @@ crossover. Every other top-level def, class or assignment is a helper: it is car
 when a gene that names it is, and pruned once nothing names it.
 """
 import re
+from functools import lru_cache
 from pathlib import Path
 
 import libcst as cst
@@ -29,7 +30,10 @@ class ProgramError(ValueError):
     """Source that is not an engine in gene form; the message says why."""
 
 
+@lru_cache(maxsize=256)
 def parse(source: str) -> cst.Module:
+    """The libcst module of `source` (cached: modules are immutable, and every operator's
+    precondition parses the same program)."""
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as err:

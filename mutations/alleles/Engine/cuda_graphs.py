@@ -51,23 +51,23 @@ class Engine:
         self.graphs, self.graph_logits, self.graph_pool = {}, {}, None
         self.capture_graphs()
 
+    @torch.no_grad()
     def capture_graphs(self):
         """One graph per bucket, largest first, sharing one memory pool; none on CPU."""
         self.graphs, self.graph_logits, self.graph_pool = {}, {}, None
         self.captured_generation = self.cache.generation
+        if self.device.type != "cuda":
+            return  # nothing to capture: `replay` runs forward_static eagerly
         for buffer in self.static.values():
             buffer.zero_()  # capture computes on padding rows only: it touches scratch alone
         for size in reversed(self.buckets):
             self.graph_logits[size] = self.forward_static(size)  # warm-up: JIT, lazy state
-            if self.device.type != "cuda":
-                continue
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.graph_pool):
                 self.graph_logits[size] = self.forward_static(size)
             self.graph_pool = graph.pool() if self.graph_pool is None else self.graph_pool
             self.graphs[size] = graph
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        torch.cuda.synchronize(self.device)
 
     def replay(self, size, tokens, step):
         """Logits [B, vocab] of a prepared decode step through the graph of bucket `size`."""

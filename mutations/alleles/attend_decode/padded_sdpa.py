@@ -9,10 +9,10 @@ DEVICES = "any"
 def attend_decode(q, k, v, cache, layer, step):
     """Each request's one query over its whole cache, padded to the longest: [B, heads*D]."""
     keys, values = zip(*(cache.read(layer, rid) for rid in step.request_ids))
-    lengths = torch.tensor([t.shape[0] for t in keys], device=q.device)
     keys = torch.nn.utils.rnn.pad_sequence(keys, batch_first=True)  # [B, L, kv_heads, D]
     values = torch.nn.utils.rnn.pad_sequence(values, batch_first=True)
-    valid = torch.arange(keys.shape[1], device=q.device)[None, :] < lengths[:, None]  # [B, L]
+    # The new token sits at its position: a request sees keys 0..position (no host copy).
+    valid = torch.arange(keys.shape[1], device=q.device)[None, :] <= step.positions[:, None]  # [B, L]
     out = F.scaled_dot_product_attention(q[:, :, None, :], keys.transpose(1, 2), values.transpose(1, 2),
                                          attn_mask=valid[:, None, None, :],
                                          enable_gqa=True)  # [B, heads, 1, D]

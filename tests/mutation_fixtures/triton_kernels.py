@@ -1,0 +1,101 @@
+"""The Triton alleles' kernels against torch references, on CPU tensors through Triton's
+interpreter. Run in a fresh process with TRITON_INTERPRET=1 (the test does); exits non-zero
+on the first mismatch. Sizes are tiny: the interpreter runs each program in numpy."""
+import importlib.util
+import math
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+assert os.environ.get("TRITON_INTERPRET") == "1", "set TRITON_INTERPRET=1 before importing triton"
+import torch  # noqa: E402
+
+ALLELES = Path(__file__).resolve().parents[2] / "mutations" / "alleles"
+
+
+def load(gene, name):
+    spec = importlib.util.spec_from_file_location(f"allele_{gene}_{name}", ALLELES / gene / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def reference_norm(x, weight, eps):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
+
+
+def reference_attention(q, k, v, mask):
+    """q [heads, Tq, D], k/v [kv_heads, Tk, D], mask [Tq, Tk]: the contract's math."""
+    groups = q.shape[0] // k.shape[0]
+    k, v = k.repeat_interleave(groups, 0), v.repeat_interleave(groups, 0)
+    scores = (q.float() @ k.float().transpose(-1, -2) / math.sqrt(q.shape[-1])).masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, -1).to(v.dtype) @ v
+
+
+def check(name, got, want, tol=1e-4):
+    err = (got.float() - want.float()).abs().max().item()
+    assert err < tol, f"{name}: max error {err}"
+    print(f"ok {name} (max error {err:.2e})", flush=True)
+
+
+def check_norms():
+    torch.manual_seed(0)
+    x, r, w = torch.randn(3, 40), torch.randn(3, 40), torch.rand(40) + 0.5
+    check("rms_norm", load("rms_norm", "triton").rms_norm(x, w, 1e-5), reference_norm(x, w, 1e-5))
+    normed, total = load("add_rms_norm", "triton").add_rms_norm(x, r, w, 1e-5)
+    check("add_rms_norm.sum", total, x + r)
+    check("add_rms_norm.norm", normed, reference_norm(x + r, w, 1e-5))
+
+
+def check_decode(page_size, max_positions, head_dim, num_heads=4, num_kv_heads=2, split_tokens=None):
+    """Two requests of 5 and 11 tokens in a paged (or, with page_size == max_positions, slab) cache."""
+    torch.manual_seed(1)
+    module = load("attend_decode", "triton_split_kv")
+    if split_tokens:
+        module.DECODE_SPLIT_TOKENS = split_tokens
+    lengths = [5, 11]
+    num_pages = 1 + sum(-(-n // page_size) for n in lengths) + 2
+    k_pages = torch.randn(num_pages, page_size, num_kv_heads, head_dim)
+    v_pages = torch.randn(num_pages, page_size, num_kv_heads, head_dim)
+    free = list(range(num_pages - 1, 0, -1))  # scattered page order, as a live pool has
+    tables = [[free.pop(0) for _ in range(-(-n // page_size))] for n in lengths]
+    width = max(map(len, tables))
+    table = torch.tensor([t + [0] * (width - len(t)) for t in tables])
+    cache = SimpleNamespace(k=[k_pages], v=[v_pages], page_size=page_size, max_positions=max_positions)
+    step = SimpleNamespace(block_table=table, positions=torch.tensor([n - 1 for n in lengths]))
+    q = torch.randn(len(lengths), num_heads, head_dim)
+    got = module.attend_decode(q, None, None, cache, 0, step)
+    for b, n in enumerate(lengths):
+        keys = k_pages[table[b]].flatten(0, 1)[:n].transpose(0, 1)  # [kv_heads, n, D]
+        values = v_pages[table[b]].flatten(0, 1)[:n].transpose(0, 1)
+        want = reference_attention(q[b][:, None], keys, values, torch.ones(1, n, dtype=torch.bool))
+        check(f"split_kv page={page_size} D={head_dim} splits={split_tokens} request {b}",
+              got[b], want.flatten())
+
+
+def check_prefill(head_dim, lengths=(3, 7, 1), num_heads=4, num_kv_heads=2):
+    torch.manual_seed(2)
+    module = load("attend_prefill", "triton_varlen")
+    n = sum(lengths)
+    q, k, v = (torch.randn(n, h, head_dim) for h in (num_heads, num_kv_heads, num_kv_heads))
+    got = module.attend_prefill(q, k, v, None, 0, SimpleNamespace(num_new=list(lengths)))
+    start = 0
+    for i, t in enumerate(lengths):
+        sl = slice(start, start + t)
+        want = reference_attention(q[sl].transpose(0, 1), k[sl].transpose(0, 1), v[sl].transpose(0, 1),
+                                   torch.ones(t, t, dtype=torch.bool).tril())  # [heads, t, D]
+        check(f"varlen D={head_dim} prompt {i}", got[sl], want.transpose(0, 1).flatten(1))
+        start += t
+
+
+if __name__ == "__main__":
+    check_norms()
+    check_decode(page_size=4, max_positions=16, head_dim=24)  # paged, head_dim not a power of 2
+    check_decode(page_size=16, max_positions=16, head_dim=24)  # slab: one page per request
+    check_decode(page_size=4, max_positions=16, head_dim=24, split_tokens=4)  # several splits, empty ones
+    check_decode(page_size=8, max_positions=16, head_dim=256, num_heads=2, num_kv_heads=1)
+    check_prefill(head_dim=24)
+    check_prefill(head_dim=256, lengths=(5, 2), num_heads=2, num_kv_heads=1)
+    sys.exit(0)

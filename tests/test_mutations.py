@@ -1,0 +1,233 @@
+"""Every operator on the seed: drop-in alleles, the CPU gate, determinism, declines, requirements,
+crossover, and the command line."""
+import inspect
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import mutations
+from fitness.gate import run_gate, static_problems
+from fitness.loader import load_engine_module
+from fitness.model_config import ModelConfig
+from mutations import alleles, program, requirements
+from tests.conftest import REPO, SEED_ENGINE
+
+SEED = SEED_ENGINE.read_text()
+CPU_OPERATORS = [op.name for op in mutations.all_operators() if op.can_run_on("cpu")]
+ALL_OPERATORS = [op.name for op in mutations.all_operators()]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models: one thread is as fast, and immune to oversubscription on a shared box."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def applied_to_seed(name, seed=0):
+    """The operator on the seed, or (for one that needs what the seed lacks) on the seed
+    after a swap that brings it: tune_constant needs a declared constant."""
+    source = SEED
+    if name == "tune_constant":
+        source = mutations.get_operator("allele.KVCache.paged").apply(SEED, random.Random(0)).source
+    elif name.endswith(".seed"):  # the swap back: from a program carrying another allele
+        gene = name.split(".")[1]
+        others = sorted((alleles.get(g, a).devices != "any", a) for (g, a) in alleles.library()
+                        if g == gene and a != "seed")
+        other = others[0][1]  # a CPU allele where there is one
+        source = mutations.get_operator(f"allele.{gene}.{other}").apply(SEED, random.Random(0)).source
+    return mutations.get_operator(name).apply(source, random.Random(seed))
+
+
+def gate(source, small_target, scratch, tmp_path, derived=True):
+    config_path, weight_dir = small_target
+    path = tmp_path / "child.py"
+    path.write_text(source)
+    return run_gate(load_engine_module(path), ModelConfig.load(config_path), weight_dir, "cpu", 5, scratch,
+                    derived=derived)
+
+
+@pytest.mark.parametrize("name", CPU_OPERATORS)
+def test_cpu_operator_on_the_seed_passes_the_gate(name, small_target, scratch, tmp_path):
+    result = applied_to_seed(name)
+    assert isinstance(result, mutations.Applied), result
+    assert static_problems(result.source) == []
+    verdict = gate(result.source, small_target, scratch, tmp_path)
+    assert verdict.passed, (name, verdict.error)
+
+
+@pytest.mark.parametrize("name", ALL_OPERATORS)
+def test_operator_is_deterministic_and_names_itself(name):
+    first, second = applied_to_seed(name, seed=3), applied_to_seed(name, seed=3)
+    assert first == second
+    if isinstance(first, mutations.Applied):
+        assert first.operator == name
+        json.dumps(first.args)
+        assert static_problems(first.source) == []
+
+
+@pytest.mark.parametrize("name", ALL_OPERATORS)
+def test_operator_declines_instead_of_returning_its_input(name):
+    """Applied over and over, an operator runs out of things to rewrite and says so."""
+    op = mutations.get_operator(name)
+    source = SEED if name == "tune_constant" else applied_to_seed(name).source
+    for step in range(10):
+        result = op.apply(source, random.Random(step))
+        if isinstance(result, mutations.Declined):
+            assert result.reason and op.applies(source) == result.reason
+            return
+        assert result.source != source
+        source = result.source
+    pytest.fail(f"{name} still applies after 10 rounds")
+
+
+def test_broken_source_is_declined_not_raised():
+    for op in mutations.all_operators():
+        assert isinstance(op.apply("def broken(:\n", random.Random(0)), mutations.Declined)
+
+
+def signature(node):
+    return [p.name.value for p in node.params.params]
+
+
+@pytest.mark.parametrize("key", sorted(k for k in alleles.library() if k[1] != "seed"))
+def test_allele_is_drop_in(key):
+    """Same name and parameters as the seed's gene; a class keeps every public method's."""
+    gene, name = key
+    seed_def = program.definitions(program.seed_module())[gene]
+    allele_def = alleles.get(gene, name).definition()
+    assert type(allele_def) is type(seed_def)
+    if isinstance(seed_def, program.cst.FunctionDef):
+        assert signature(allele_def) == signature(seed_def)
+        return
+    methods = {s.name.value: s for s in allele_def.body.body if isinstance(s, program.cst.FunctionDef)}
+    for method in seed_def.body.body:
+        if isinstance(method, program.cst.FunctionDef):
+            assert method.name.value in methods, f"{gene}.{name} lacks {method.name.value}"
+            assert signature(methods[method.name.value]) == signature(method)
+
+
+def test_every_requirement_names_real_alleles():
+    for (gene, name), allele in alleles.library().items():
+        for needed, allowed in allele.requires.items():
+            assert needed in program.GENES
+            for other in allowed:
+                assert alleles.get(needed, other), f"{gene}.{name} requires unknown {needed}.{other}"
+
+
+def test_allele_helpers_do_not_clash():
+    """A helper name two alleles (or an allele and the seed) share means the same code."""
+    seen = {name: program.code(stmt) for name, stmt in program.definitions(program.seed_module()).items()}
+    for (gene, name), allele in sorted(alleles.library().items()):
+        if name == "seed":
+            continue
+        for helper, stmt in program.definitions(allele.module).items():
+            if helper in program.GENES:
+                continue
+            text = program.code(stmt.with_changes(leading_lines=[]))
+            other = seen.setdefault(helper, text)
+            assert program.code(program.parse(other).body[0].with_changes(leading_lines=[])) == text \
+                if other != text else True, f"{gene}.{name} redefines {helper}"
+
+
+def test_swap_records_the_allele_and_settles_requirements():
+    child = mutations.get_operator("allele.attend_decode.table_sdpa").apply(SEED, random.Random(0))
+    carried = program.gene_alleles(program.parse(child.source))
+    assert carried["attend_decode"] == "table_sdpa" and carried["KVCache"] == "slab"
+    assert child.args["repairs"] == {"KVCache": "slab"}
+    assert "# allele: table_sdpa\ndef attend_decode" in child.source
+    # Swapping the cache back to the seed's sends the decode attention back too.
+    back = mutations.get_operator("allele.KVCache.seed").apply(child.source, random.Random(0))
+    carried = program.gene_alleles(program.parse(back.source))
+    assert carried["KVCache"] == "seed" and carried["attend_decode"] == "seed"
+    assert requirements.first_violation(carried) is None
+
+
+def test_swap_brings_helpers_and_prunes_dead_ones():
+    child = mutations.get_operator("allele.attend_decode.gather_sdpa").apply(SEED, random.Random(0)).source
+    child = mutations.get_operator("allele.attend_prefill.sdpa_per_request").apply(child, random.Random(0)).source
+    assert "def masked_attention" not in child  # nothing uses it any more
+    back = mutations.get_operator("allele.attend_decode.seed").apply(child, random.Random(0)).source
+    assert "def masked_attention" in back and back.index("def masked_attention") < back.index("def attend_decode")
+
+
+def test_cuda_operators_stay_off_cpu_walks():
+    rng = random.Random(0)
+    for _ in range(30):
+        result = mutations.random_mutation(SEED, rng, "cpu")
+        assert mutations.get_operator(result.operator).devices == "any"
+    cuda_only = {op.name for op in mutations.all_operators() if op.devices == "cuda"}
+    assert cuda_only == {"allele.rms_norm.triton", "allele.add_rms_norm.triton", "allele.attend_prefill.triton_varlen",
+                         "allele.attend_decode.triton_split_kv", "torch_compile"}
+    for name in cuda_only:  # only they may import triton; CPU programs never need it
+        assert "import triton" in applied_to_seed(name).source or name == "torch_compile"
+    for name in CPU_OPERATORS:
+        assert "triton" not in applied_to_seed(name).source
+
+
+def test_crossover_is_uniform_over_genes_and_closed_under_requirements():
+    a = mutations.get_operator("allele.attend_decode.table_sdpa").apply(SEED, random.Random(0)).source  # slab + table
+    b = mutations.get_operator("allele.load_weights.fused_both").apply(SEED, random.Random(0)).source
+    b = mutations.get_operator("allele.attend_prefill.padded_sdpa").apply(b, random.Random(0)).source
+    origins = []
+    for seed in range(30):
+        child = mutations.crossover(a, b, random.Random(seed))
+        if isinstance(child, mutations.Declined):
+            continue
+        assert child.operator == "crossover"
+        json.dumps(child.args)
+        carried = program.gene_alleles(program.parse(child.source))
+        assert requirements.first_violation(carried) is None, carried
+        assert static_problems(child.source) == []
+        assert set(child.args["genes"].values()) <= {"a", "b"}
+        origins.append(child.args["genes"])
+        assert mutations.crossover(a, b, random.Random(seed)) == child  # deterministic
+    assert len({json.dumps(o, sort_keys=True) for o in origins}) > 5
+
+
+def test_crossover_of_paged_attention_and_per_request_cache_is_repaired():
+    a = mutations.get_operator("allele.attend_decode.table_sdpa").apply(SEED, random.Random(0)).source
+    for seed in range(20):
+        child = mutations.crossover(a, SEED, random.Random(seed))
+        if isinstance(child, mutations.Applied):
+            carried = program.gene_alleles(program.parse(child.source))
+            assert not (carried["attend_decode"] == "table_sdpa" and carried["KVCache"] == "seed")
+
+
+def test_crossover_of_identical_parents_declines():
+    assert isinstance(mutations.crossover(SEED, SEED, random.Random(0)), mutations.Declined)
+
+
+def test_random_mutation_declines_when_nothing_applies():
+    result = mutations.random_mutation("x = 1\n", random.Random(0), "cpu")
+    assert isinstance(result, mutations.Declined)
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "mutations", *args], cwd=REPO, capture_output=True, text=True)
+
+
+def test_cli_list_apply_cross(tmp_path):
+    listed = run_cli("list").stdout.splitlines()
+    assert len(listed) == len(ALL_OPERATORS) and listed[0].split()[0] == ALL_OPERATORS[0]
+    out = tmp_path / "child.py"
+    done = run_cli("apply", "allele.KVCache.paged", str(SEED_ENGINE), "--seed", "1", "-o", str(out))
+    assert done.returncode == 0 and "allele.KVCache.paged" in done.stderr and "# allele: paged" in out.read_text()
+    crossed = run_cli("cross", str(SEED_ENGINE), str(out), "--seed", "2")
+    assert crossed.returncode in (0, 1) and ("crossover" in crossed.stderr)
+    declined = run_cli("apply", "last_token_logits", str(SEED_ENGINE))
+    assert declined.returncode == 0
+    assert run_cli("apply", "no_such_operator", str(SEED_ENGINE)).returncode == 2
+
+
+def test_every_rewrite_module_has_a_description_and_docstring():
+    for op in mutations.all_operators():
+        assert op.description and "\n" not in op.description
+        module = sys.modules[type(op).__module__]
+        assert module.__doc__ and len(module.__doc__.splitlines()) > 2
