@@ -80,13 +80,27 @@ def import_bindings(stmt) -> set:
     return names
 
 
-def names_used(node) -> set:
-    """Every identifier a node mentions (locals included: a cheap, safe over-estimate)."""
-    return {n.value for n in m.findall(node, m.Name())}
+class NameCollector(cst.CSTVisitor):
+    def __init__(self):
+        self.names = set()
+
+    def visit_Name(self, node):
+        self.names.add(node.value)
 
 
+@lru_cache(maxsize=8192)
+def names_used(node) -> frozenset:
+    """Every identifier a node mentions (locals included: a cheap, safe over-estimate).
+    Cached by node identity: libcst nodes are immutable."""
+    collector = NameCollector()
+    node.visit(collector)
+    return frozenset(collector.names)
+
+
+@lru_cache(maxsize=512)
 def definitions(module: cst.Module) -> dict:
-    """name -> top-level statement defining it (the last one wins, as in Python)."""
+    """name -> top-level statement defining it (the last one wins, as in Python).
+    Cached by module identity; callers must not change the dict."""
     return {defined_name(s): s for s in module.body if defined_name(s)}
 
 

@@ -1,0 +1,190 @@
+"""Before/after source for each structural rewrite, and the case where it declines
+(LibCST's CodemodTest, in plain pytest)."""
+import random
+import textwrap
+
+import mutations
+from mutations import program
+
+PREAMBLE = "import torch\n\n\n"
+
+
+def apply(name, before, seed=0):
+    return mutations.get_operator(name).apply(PREAMBLE + textwrap.dedent(before).lstrip("\n"), random.Random(seed))
+
+
+def assert_rewrites(name, before, after, seed=0):
+    result = apply(name, before, seed)
+    assert isinstance(result, mutations.Applied), result
+    assert result.source == PREAMBLE + textwrap.dedent(after).lstrip("\n")
+    return result
+
+
+def assert_declines(name, before):
+    result = apply(name, before)
+    assert isinstance(result, mutations.Declined), result.source
+    return result.reason
+
+
+def test_fuse_linears():
+    result = assert_rewrites("fuse_linears", '''
+        def qkv_proj(x, layer):
+            # three projections
+            return x @ layer["q"].T, x @ layer["k"].T, x @ layer["v"].T
+        ''', '''
+        def fused_rows(weights, keys):
+            """The rows of weights[k] for k in keys as one matrix, stacked on first use; the parts
+            become views of it, so whatever else reads them is unchanged and memory is not doubled."""
+            name = "+".join(keys)
+            if name not in weights:
+                fused = torch.cat([weights[k] for k in keys])  # [sum of rows, in]
+                for k, part in zip(keys, fused.split([weights[k].shape[0] for k in keys])):
+                    weights[k] = part
+                weights[name] = fused
+            return weights[name]
+
+
+        def qkv_proj(x, layer):
+            # three projections
+            # One matmul by the stacked weights instead of 3: one launch, one read of the input.
+            q_out, k_out, v_out = (x @ fused_rows(layer, ('q', 'k', 'v')).T).split((layer['q'].shape[0], layer['k'].shape[0], layer['v'].shape[0]), dim=-1)
+            return q_out, k_out, v_out
+        ''')
+    assert result.args == {"function": "qkv_proj", "input": "x", "weights": "layer", "keys": ["q", "k", "v"]}
+
+
+def test_fuse_linears_computes_the_same():
+    import torch
+
+    namespace = {}
+    exec(apply("fuse_linears", '''
+        def mlp(x, layer):
+            return (x @ layer["gate"].T) * (x @ layer["up"].T)
+        ''').source, namespace)
+    layer = {"gate": torch.randn(6, 4), "up": torch.randn(6, 4)}
+    x = torch.randn(3, 4)
+    expected = (x @ layer["gate"].T) * (x @ layer["up"].T)
+    # The same products; a GEMM of another shape may sum in another order, hence allclose.
+    assert torch.allclose(namespace["mlp"](x, layer), expected, rtol=1e-6, atol=1e-6)
+    assert layer["gate"].data_ptr() == layer["gate+up"].data_ptr()  # views: no extra memory
+
+
+def test_fuse_linears_declines_one_matmul_or_different_inputs():
+    assert assert_declines("fuse_linears", '''
+        def f(x, y, layer):
+            return x @ layer["a"].T, y @ layer["b"].T
+        ''')
+
+
+def test_torch_compile():
+    result = assert_rewrites("torch_compile", '''
+        # allele: fused
+        def mlp(x, layer):
+            return x
+        ''', '''
+        # allele: fused
+        @torch.compile(mode='default', dynamic=None)
+        def mlp(x, layer):
+            return x
+        ''', seed=2)
+    assert result.args == {"gene": "mlp", "mode": "default", "dynamic": None}
+
+
+def test_torch_compile_declines_compiled_and_triton_genes():
+    assert assert_declines("torch_compile", '''
+        @torch.compile()
+        def mlp(x, layer):
+            return x
+
+
+        # allele: triton
+        def rms_norm(x, weight, eps):
+            return x
+        ''')
+
+
+def test_tune_constant():
+    result = assert_rewrites("tune_constant", '''
+        PAGE_SIZE = 16  # range: 8..256; tokens per page
+        OTHER = 3
+        ''', '''
+        PAGE_SIZE = 32  # range: 8..256; tokens per page
+        OTHER = 3
+        ''', seed=0)
+    assert result.args == {"constant": "PAGE_SIZE", "old": 16, "new": 32}
+
+
+def test_tune_constant_declines_undeclared_or_stuck_constants():
+    assert assert_declines("tune_constant", '''
+        PAGE_SIZE = 16
+        FIXED = 8  # range: 8..8
+        ''')
+
+
+def test_hoist_tables():
+    assert_rewrites("hoist_tables", '''
+        class Engine:
+            def __init__(self, model_config, device):
+                self.device = device
+                self.head_dim = model_config["head_dim"]
+                self.other = 1
+
+            def forward(self, step):
+                cos, sin = rope_tables(step.positions, self.head_dim)
+                return cos
+        ''', '''
+        class Engine:
+            def __init__(self, model_config, device):
+                self.device = device
+                self.head_dim = model_config["head_dim"]
+                # rope_tables for every position, built once: each call gathers its rows instead.
+                self.rope_tables_cos, self.rope_tables_sin = rope_tables(torch.arange(int(model_config.get('max_position_embeddings') or 4096), device=self.device), self.head_dim)
+                self.other = 1
+
+            def forward(self, step):
+                cos, sin = (self.rope_tables_cos[step.positions], self.rope_tables_sin[step.positions])
+                return cos
+        ''')
+
+
+def test_hoist_tables_declines_calls_with_per_call_arguments():
+    assert assert_declines("hoist_tables", '''
+        class Engine:
+            def __init__(self, model_config, device):
+                self.device = device
+
+            def forward(self, step, head_dim):
+                return rope_tables(step.positions, head_dim)
+        ''')
+
+
+def test_last_token_logits():
+    assert_rewrites("last_token_logits", '''
+        def forward(self, x, step):
+            logits = rms_norm(x, self.w["norm"], self.eps) @ self.w["lm_head"].T  # [N, vocab]
+            last = torch.tensor(step.num_new).cumsum(0) - 1
+            return logits[last]
+        ''', '''
+        def forward(self, x, step):
+            last = torch.tensor(step.num_new).cumsum(0) - 1
+            logits = rms_norm(x[last], self.w["norm"], self.eps) @ self.w["lm_head"].T  # [B, vocab]: the norm and lm_head see each request's last token only
+            return logits
+        ''')
+
+
+def test_last_token_logits_declines_when_the_index_uses_the_logits():
+    assert assert_declines("last_token_logits", '''
+        def forward(self, x):
+            logits = rms_norm(x, self.w["norm"], self.eps) @ self.w["lm_head"].T
+            best = logits.argmax(0)
+            return logits[best]
+        ''')
+
+
+def test_rewrites_keep_comments_and_markers_through_the_seed():
+    seed = program.SEED_PATH.read_text()
+    child = mutations.get_operator("allele.KVCache.slab").apply(seed, random.Random(0)).source
+    for name in ("last_token_logits", "hoist_tables", "fuse_linears"):
+        child = mutations.get_operator(name).apply(child, random.Random(0)).source
+    assert "# allele: slab\nclass KVCache" in child
+    assert "# [N, hidden]" in child and "# broadcast over heads" in child

@@ -1,0 +1,39 @@
+"""The cuda-only Triton alleles, run on CPU through Triton's interpreter (each in a fresh
+process: TRITON_INTERPRET must be set before triton is imported)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+FIXTURES = REPO / "tests" / "mutation_fixtures"
+INTERPRETED = ["allele.rms_norm.triton", "allele.add_rms_norm.triton", "allele.attend_prefill.triton_varlen",
+               "allele.attend_decode.triton_split_kv"]
+
+
+def interpreted(*args, timeout):
+    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, *map(str, args)], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_triton_kernels_match_torch_on_cpu():
+    """rms_norm, add_rms_norm, split-KV decode (paged and slab, GQA, head_dim 24 and 256,
+    empty splits) and varlen prefill against the contract's math, on tiny tensors."""
+    done = interpreted(FIXTURES / "triton_kernels.py", timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("ok ") >= 16
+
+
+@pytest.mark.skipif(os.environ.get("MUTATIONS_SLOW") != "1", reason="about 40 s per allele; MUTATIONS_SLOW=1 runs it")
+@pytest.mark.parametrize("operator", INTERPRETED)
+def test_triton_child_passes_the_gate_traces_interpreted(operator, small_target, scratch):
+    """The whole child engine on the gate's cheap traces plus GQA and head_dim 256, with its
+    Triton kernels interpreted on CPU."""
+    config_path, weight_dir = small_target
+    done = interpreted(FIXTURES / "interpret_gate.py", config_path, weight_dir, scratch, operator, timeout=600)
+    verdict = json.loads(done.stdout.strip().splitlines()[-1])
+    assert verdict["passed"], verdict
