@@ -48,7 +48,7 @@ def selected(which: str) -> list:
 def judge(path, args) -> dict:
     from fitness.sandbox import judge as sandbox_judge
 
-    return sandbox_judge(path, args.model_config, args.weight_dir, "cuda", timeout=args.timeout, seed=args.seed,
+    return sandbox_judge(path, args.model_config, args.weight_dir, args.device, timeout=args.timeout, seed=args.seed,
                          derived=not args.no_derived, bench=args.bench, repeat=args.repeat)
 
 
@@ -71,6 +71,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-derived", action="store_true")
     parser.add_argument("--seed", type=int, default=7, help="token seed of every judgement")
     parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--device", default="cuda", help="cuda; cpu only to try the script itself")
     parser.add_argument("--json", type=Path, help="also write every verdict here")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
@@ -108,7 +109,7 @@ def print_roofline(args) -> None:
         from fitness.model_config import ModelConfig
 
         config = ModelConfig.load(args.model_config)
-        gpu = roofline.gpu_for_device("cuda")
+        gpu = roofline.gpu_for_device(args.device)
         bounds = {name: roofline.case_bound(config, events, gpu)["tokens_per_second"]
                   for name, events in public_cases().items()}
         print(f"{'roofline (' + gpu + ')':58s} " + " ".join(f"{bounds[c]:17.0f}" for c in ("prefill", "decode", "mixed")))
