@@ -13,7 +13,7 @@ SEED_ENGINE = REPO_ROOT / "seed_engine" / "engine.py"
 
 # What a run on each kind of device gets unless told otherwise.
 DEVICE_DEFAULTS = {
-    "cpu": {"budget_s": 6 * 60, "population": 3, "workers": 1, "bench": "public", "repeat": 1,
+    "cpu": {"budget_s": 5 * 60, "population": 3, "workers": 1, "bench": "public", "repeat": 1,
             "timeout_s": 300.0, "final_top": 2, "final_rounds": 1},
     "cuda": {"budget_s": 20 * 60, "population": 8, "workers": None, "bench": "all", "repeat": 3,
              "timeout_s": 600.0, "final_top": 3, "final_rounds": 2},

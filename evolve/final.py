@@ -23,6 +23,8 @@ def choose_winner(search):
                 continue  # failed a fresh judgement, or no budget left for a pair
             seed_fitness, seed_verdict = measure(search, seed)
             fitness, verdict = measure(search, program)
+            if seed_verdict is None or verdict is None:
+                continue  # the budget ran out between the two
             if not fitness > 0:
                 pairs[program.id] = None  # failed a fresh judgement: not a winner
             elif seed_fitness > 0:
@@ -54,7 +56,8 @@ def unmeasured_choice(search, contenders):
 
 def measure(search, program) -> tuple:
     """One fresh judgement, on its own (nothing else runs beside it), as a "final" row."""
-    (fitness, verdict), = search.toolbox.map(search.toolbox.evaluate, [program], [search.generation], [FINAL])
+    fitness, verdict = search.toolbox.map(search.toolbox.evaluate, [program], [search.generation], [FINAL])[0] \
+        or (None, None)
     return fitness or 0.0, verdict
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from evolve import history
 from evolve.scores import geometric_mean_tps
+from evolve.workspace import write_atomically
 
 # A judgement may run this long past the budget, so one slow candidate cannot sink it.
 MAX_OVERRUN_S = 120.0
@@ -118,10 +119,14 @@ class Evaluator:
         return min(self.config.timeout_s, max(MIN_TIMEOUT_S, self.time_left() + MAX_OVERRUN_S))
 
     def __call__(self, program, generation: int, remeasure: str | None, worker: Worker) -> tuple:
-        """(fitness of this measurement, verdict); a re-measure is labelled by `remeasure`."""
+        """(fitness of this measurement, verdict); a re-measure is labelled by `remeasure`.
+        (None, None) when the budget ran out before it started: nothing is recorded, and
+        a resumed run judges it."""
+        if self.time_left() <= 0:
+            return None, None
         path = self.run.candidate_path(program)
-        if not path.exists():
-            path.write_text(program.source)
+        if not path.exists():  # atomically: a file on disk is always a whole program
+            write_atomically(path, program.source)
         scratch = Path(self.config.runs_dir) / "gate_weights" / f"worker{worker.index}"
         started = time.monotonic()
         verdict = self.judge_fn(path, self.config.model_config, self.config.weight_dir, self.config.device,
@@ -158,4 +163,6 @@ def judge_unjudged(toolbox, scores, generation: int, programs, remeasure=(), lab
     jobs = [(p, None) for p in todo] + [(p, label) for p in again]
     results = toolbox.map(toolbox.evaluate, [p for p, _ in jobs], [generation] * len(jobs),
                           [lab for _, lab in jobs])
-    return results[:len(todo)], results[len(todo):]
+    done = [r if r is not None else (None, None) for r in results]  # None: the pool was stopping
+    return ([r for r in done[:len(todo)] if r[1] is not None],
+            [r for r in done[len(todo):] if r[1] is not None])

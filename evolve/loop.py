@@ -21,6 +21,7 @@ def evolve(search) -> None:
             parents = search.population
             offspring, num_declined = breed(search, parents, config.population)
         # Judge each new source once and re-time the elite, all in one parallel map.
+        num_cached = sum(p.id in search.scores for p in offspring)
         new, _ = judge_unjudged(toolbox, search.scores, gen, offspring, remeasure=search.elite())
         # Score: a program's fitness is the mean of its measurements so far.
         search.assign_fitness(parents + offspring + list(search.hall_of_fame))
@@ -29,7 +30,7 @@ def evolve(search) -> None:
         # Select: the elite kept, tournaments for the rest (or NSGA-II on both objectives).
         search.population = toolbox.select(parents + offspring, config.population)
         # Report and checkpoint: one record for the console, results.log and the logbook.
-        search.finish_generation(new, len(offspring), num_declined, time.monotonic() - started)
+        search.finish_generation(new, num_cached, num_declined, time.monotonic() - started)
 
 
 def breed(search, parents: list, num_children: int) -> tuple[list, int]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from deap import tools
 
-from evolve import history
+from evolve import checkpoint, history
 from evolve.checkpoint import RunDir
 from evolve.final import choose_winner
 from evolve.judging import Evaluator, WorkerPool, make_workers
@@ -103,12 +103,12 @@ class Search:
                              "operator": declined.operator, "status": "declined", "stage": "mutate",
                              "error": declined.reason})
 
-    def finish_generation(self, new_results, num_offspring: int, num_declined: int, seconds: float) -> None:
+    def finish_generation(self, new_results, num_cached: int, num_declined: int, seconds: float) -> None:
         """One record for the logbook, the console and results.log; then the checkpoint."""
         passed = sum(1 for fitness, _ in new_results if fitness and fitness > 0)
         best = self.hall_of_fame[0] if len(self.hall_of_fame) else None
         record = {"gen": self.generation, "judged": len(new_results), "passed": passed,
-                  "cached": num_offspring - len(new_results), "declined": num_declined,
+                  "cached": num_cached, "declined": num_declined,
                   "pass_rate": passed / len(new_results) if new_results else float("nan"),
                   **self.stats.compile(self.population),
                   "best_so_far": best.fitness.values[0] if best else 0.0, "best_id": best.id if best else "",
@@ -130,6 +130,13 @@ class Search:
             "logbook": [dict(r) for r in self.logbook], "best_id": self.best_id,
             "rng_state": self.rng.getstate(), "random_state": random.getstate()})
 
+    def bank_spent_time(self) -> None:
+        """The last checkpoint (the start of this generation), with the time spent until now,
+        so a resumed run gets only the budget that is left."""
+        state = checkpoint.load(self.run.path)
+        state["spent_s"] = self.clock.spent()
+        self.run.save(state)
+
     def restore(self, state: dict) -> None:
         make = self.toolbox.individual
         self.population = [make(**p) for p in state["population"]]
@@ -139,6 +146,7 @@ class Search:
         for record in state["logbook"]:
             self.logbook.record(**record)
         self.update_best([make(**p) for p in state["hall_of_fame"]])
+        self.assign_fitness(self.population)  # tournaments compare fitness from the first breeding on
 
     # -- the end ---------------------------------------------------------------------------
     def finish(self) -> None:
@@ -150,7 +158,7 @@ class Search:
         if self.scores.is_ok(winner.id):
             steps = history.lineage(history.read(self.config.history), winner.id)
             self.workspace.log_final(winner.id, table, steps, ratio, how, *roofline_tps(self.config))
-            line = f"winner {winner.id}: {ratio:.3f}x the seed ({how})"
+            line = f"winner {winner.id}: {ratio:.3f}x the seed, {how}"
         else:
             line = "no program was judged correct: workspace/engine.py is the seed, unverified"
             self.workspace.log(line)
@@ -160,6 +168,7 @@ class Search:
     def stop(self, why: str) -> None:
         """After an interrupt: end the judgements in flight and say how to go on."""
         self.pool.stop()
+        self.bank_spent_time()
         if not self.workspace.engine.exists():  # nothing judged correct yet: the seed stands in
             self.workspace.put_engine(self.seed.source)
         line = (f"stopped by {why} during generation {self.generation}; "

@@ -7,7 +7,9 @@ import pytest
 
 from evolve import checkpoint, history
 from evolve.config import RunConfig, SettingsError, parse_duration
-from evolve.search import run
+from evolve.checkpoint import RunDir
+from evolve.scores import target_key
+from evolve.search import Search, run
 from tests.test_evolve_stand_in import crossover, fake_judge, random_mutation
 
 STAND_INS = {"mutate_fn": random_mutation, "mate_fn": crossover, "judge_fn": fake_judge}
@@ -74,8 +76,12 @@ def test_resume_after_an_interrupt_continues_generations_and_history(small_targe
     assert state["generation"] == 2 and not state["finished"]
     assert (config.workspace / "engine.py").exists()
     rows_before = len(history.read(config.history))
+    restored = Search(config, RunDir(config.runs_dir, state["run_id"], target_key(config)), state, **STAND_INS)
+    assert all(p.fitness.valid for p in restored.population)  # tournaments need fitness at once
+    restored.pool.executor.shutdown()
 
     assert run(config, state, run_id=state["run_id"], **STAND_INS) == 0
+    assert checkpoint.load(run_dir)["spent_s"] > state["spent_s"] > 0  # the budget carries on
     frame = history.read(config.history)
     assert len(frame) > rows_before
     assert set(frame["run_id"]) == {state["run_id"]}
@@ -182,3 +188,17 @@ def test_checkpoint_is_plain_data(small_target, tmp_path):
     state = pickle.loads(raw)
     assert {"population", "hall_of_fame", "rng_state", "spent_s", "generation", "config"} <= set(state)
     assert all(isinstance(p["source"], str) for p in state["population"])
+
+
+def test_judgements_that_would_start_after_the_budget_are_skipped(small_target, tmp_path):
+    def judge_slower_after_the_seed(path, *args, **kwargs):
+        time.sleep(0.05 if "variant" not in open(path).read() else 1.0)
+        return fake_judge(path, *args, **kwargs)
+
+    config = make_config(small_target, tmp_path, generations=None, budget_s=2.0, crossover_prob=0.0)
+    started = time.monotonic()
+    assert run(config, **{**STAND_INS, "judge_fn": judge_slower_after_the_seed}) == 0
+    assert time.monotonic() - started < 4.0
+    frame = history.read(config.history)
+    assert 1 <= len(history.judged_rows(frame[frame["generation"] == 1])) < 4  # the rest skipped
+    assert (config.workspace / "engine.py").exists()
