@@ -15,8 +15,8 @@ SEED_ENGINE = REPO_ROOT / "seed_engine" / "engine.py"
 DEVICE_DEFAULTS = {
     "cpu": {"budget_s": 5 * 60, "population": 3, "workers": 1, "bench": "public", "repeat": 1,
             "timeout_s": 300.0, "final_top": 2, "final_rounds": 1},
-    "cuda": {"budget_s": 20 * 60, "population": 8, "workers": None, "bench": "all", "repeat": 3,
-             "timeout_s": 600.0, "final_top": 3, "final_rounds": 2},
+    "cuda": {"budget_s": 20 * 60, "population": 6, "workers": None, "bench": "all", "repeat": 3,
+             "timeout_s": 600.0, "final_top": 3, "final_rounds": 1},
 }
 BENCH_CHOICES = ("public", "hidden", "all")
 DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
@@ -103,9 +103,11 @@ class RunConfig:
         return {k: (str(v) if isinstance(v, Path) else [str(p) for p in v] if k == "seed_from" else v)
                 for k, v in asdict(self).items()}
 
-    def judge_options(self) -> dict:
-        """What fitness.sandbox.judge is told about every candidate of this run."""
-        return {"derived": self.derived, "bench": self.bench, "repeat": self.repeat}
+    def judge_options(self, remeasure: str | None = None) -> dict:
+        """What fitness.sandbox.judge is told about a candidate of this run. Re-timing the
+        elite is about its speed: the derived configs, passed already, are skipped there."""
+        derived = self.derived and remeasure != "retime"
+        return {"derived": derived, "bench": self.bench, "repeat": self.repeat}
 
 
 def visible_gpus() -> list[str]:

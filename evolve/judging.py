@@ -131,7 +131,7 @@ class Evaluator:
         started = time.monotonic()
         verdict = self.judge_fn(path, self.config.model_config, self.config.weight_dir, self.config.device,
                                 timeout=self.timeout(), env=worker.env, scratch=str(scratch),
-                                **self.config.judge_options())
+                                **self.config.judge_options(remeasure))
         if self.stopping.is_set():  # killed by us, not by the candidate: nothing to record
             return None, verdict
         fitness = geometric_mean_tps(verdict)

@@ -1,6 +1,7 @@
 """The search's logic with a fake judge and stand-in operators: fast, no child processes."""
 import pickle
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -202,3 +203,34 @@ def test_judgements_that_would_start_after_the_budget_are_skipped(small_target, 
     frame = history.read(config.history)
     assert 1 <= len(history.judged_rows(frame[frame["generation"] == 1])) < 4  # the rest skipped
     assert (config.workspace / "engine.py").exists()
+
+
+def test_one_worker_per_visible_gpu_pinned_by_cuda_visible_devices(small_target, tmp_path, monkeypatch):
+    import evolve.config
+    from evolve.judging import make_workers
+
+    monkeypatch.setattr(evolve.config, "visible_gpus", lambda: ["2", "5"])
+    config_path, weight_dir = small_target
+    config = RunConfig.build("cuda", model_config=config_path, weight_dir=weight_dir)
+    assert config.workers == 2 and config.bench == "all"
+    assert [w.env["CUDA_VISIBLE_DEVICES"] for w in make_workers(config)] == ["2", "5"]
+    cpu = make_config(small_target, tmp_path, workers=2)
+    assert all(w.env["OMP_NUM_THREADS"] == "1" for w in make_workers(cpu))
+
+
+def test_final_choice_interleaves_the_seed_and_retimes_without_derived(small_target, tmp_path):
+    calls = []
+
+    def recording_judge(path, *args, **kwargs):
+        calls.append((Path(path).stem, kwargs["derived"]))
+        return fake_judge(path, *args, **kwargs)
+
+    config = make_config(small_target, tmp_path, final_top=2)
+    run(config, **{**STAND_INS, "judge_fn": recording_judge})
+    frame = history.read(config.history)
+    final = frame[frame["operator"] == "final"]["candidate_id"].tolist()
+    seed_id = frame["candidate_id"].iloc[0]
+    assert len(final) == 4 and final[0] == final[2] == seed_id and seed_id not in (final[1], final[3])
+    num_retimes = (frame["operator"] == "retime").sum()
+    assert num_retimes == 2 and sum(not derived for _, derived in calls) == num_retimes
+    assert calls[0] == (seed_id, True) and all(derived for _, derived in calls[-4:])
