@@ -29,6 +29,11 @@ class Worker:
     index: int
     env: dict = field(default_factory=dict)  # for the judgement process: its GPU, its threads
 
+    def device_name(self, device: str) -> str:
+        """"cuda:2" for the physical GPU this worker is pinned to, else the device."""
+        gpu = self.env.get("CUDA_VISIBLE_DEVICES")
+        return f"{device}:{gpu}" if gpu else device
+
 
 def make_workers(config) -> list[Worker]:
     """One worker per visible GPU (round robin when asked for more), or N CPU workers.
@@ -143,7 +148,8 @@ class Evaluator:
             **self.run.row_base(generation), "candidate_id": program.id,
             "parent_ids": program.parent_ids, "operator": remeasure or program.operator,
             "operator_args": program.operator_args if remeasure is None else {},
-            "source_path": str(path.resolve()), **history.verdict_row(verdict, fitness)})
+            "source_path": str(path.resolve()), **history.verdict_row(verdict, fitness),
+            "device": worker.device_name(self.config.device)})
         return fitness, verdict
 
 

@@ -87,6 +87,7 @@ def test_sigterm_mid_run_leaves_a_correct_engine_and_a_resumable_run(small_targe
         proc.kill()
     assert proc.returncode == 143, out
     assert "resume with" in out
+    assert not leaked_judgements(tmp_path), "a judgement outlived the run"
     judged_ok(tmp_path / "ws" / "engine.py", small_target, tmp_path)
     warnings = []
     frame = history.read(history_path, warn=warnings.append)
@@ -107,6 +108,19 @@ def test_sigterm_mid_run_leaves_a_correct_engine_and_a_resumable_run(small_targe
     assert after["generation"].max() > state["generation"]
     assert f"resumed at generation {state['generation']}" in (tmp_path / "ws" / "results.log").read_text()
     judged_ok(tmp_path / "ws" / "engine.py", small_target, tmp_path)
+
+
+def leaked_judgements(tmp_path) -> list:
+    """Judgement processes still running on a spec that names tmp_path."""
+    leaked = []
+    for entry in Path("/proc").iterdir():
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+            if b"fitness.judgement" in args and str(tmp_path) in Path(args[args.index(b"fitness.judgement") + 1].decode()).read_text():
+                leaked.append(entry.name)
+        except (OSError, ValueError, IndexError):
+            continue
+    return leaked
 
 
 def bad_target(tmp_path, small_target, change):

@@ -214,6 +214,7 @@ def test_one_worker_per_visible_gpu_pinned_by_cuda_visible_devices(small_target,
     config = RunConfig.build("cuda", model_config=config_path, weight_dir=weight_dir)
     assert config.workers == 2 and config.bench == "all"
     assert [w.env["CUDA_VISIBLE_DEVICES"] for w in make_workers(config)] == ["2", "5"]
+    assert make_workers(config)[1].device_name("cuda") == "cuda:5"
     cpu = make_config(small_target, tmp_path, workers=2)
     assert all(w.env["OMP_NUM_THREADS"] == "1" for w in make_workers(cpu))
 
