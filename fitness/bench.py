@@ -28,6 +28,7 @@ from fitness.traces import count_tokens, materialize, replay
 
 ROOT = Path(__file__).resolve().parents[1]
 CASE_SEED = 0  # the contract's seed for benchmark inputs
+CLOCK_RAMP_S = 0.5
 
 
 def synchronize(device) -> None:
@@ -81,8 +82,22 @@ def run_case(module, config_dict, weight_dir, device, events, seed=CASE_SEED, wa
     }
 
 
+def ramp_gpu_clocks(device, seconds: float = CLOCK_RAMP_S) -> None:
+    """Busy the GPU before timing anything. An idle H100/H200 sits at 345 MHz against
+    ~1980 MHz under load (device/KINDS.md), and a fresh judging process finds it idle: the
+    first case would be timed on a cold chip. The contract's protocol itself is unchanged."""
+    if not is_cuda(device):
+        return
+    a = torch.randn(4096, 4096, device=device, dtype=torch.float16)
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        a @ a
+        torch.cuda.synchronize()
+
+
 def run_benchmark(module, config_dict, weight_dir, device, cases: dict, warmup=1, repeat=3) -> list:
-    """One result dict per case, in the order of `cases`."""
+    """One result dict per case, in the order of `cases`, after ramping the GPU's clocks."""
+    ramp_gpu_clocks(device)
     return [run_case(module, config_dict, weight_dir, device, events, warmup=warmup, repeat=repeat,
                      case_name=name)
             for name, events in cases.items()]

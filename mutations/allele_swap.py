@@ -64,7 +64,7 @@ class AlleleSwapOperator(Operator):
                 module = program.replace_gene(module, gene, allele.definition())
                 module = program.add_imports(module, allele.imports())
                 sources.append(allele.module)
-        source = program.finish(module, sources + [program.seed_module()])
+        source = program.finish(module, sources + [alleles.shared_module(), program.seed_module()])
         args = {"gene": self.allele.gene, "allele": self.allele.name, "repairs": repairs}
         return Applied(source, self.name, args)
 

@@ -150,11 +150,14 @@ def test_swap_records_the_allele_and_settles_requirements():
 
 
 def test_swap_brings_helpers_and_prunes_dead_ones():
-    child = mutations.get_operator("allele.attend_decode.gather_sdpa").apply(SEED, random.Random(0)).source
-    child = mutations.get_operator("allele.attend_prefill.sdpa_per_request").apply(child, random.Random(0)).source
-    assert "def masked_attention" not in child  # nothing uses it any more
+    child = mutations.get_operator("allele.attend_decode.table_sdpa").apply(SEED, random.Random(0)).source
+    for helper in ("def table_attention", "def sdpa", "def masked_attention"):  # shared.py, then the seed
+        assert child.count(helper) == 1, helper
+    assert child.index("def sdpa") < child.index("def table_attention") < child.index("def attend_decode")
+    child = mutations.get_operator("allele.attend_decode.gather_sdpa").apply(child, random.Random(0)).source
+    assert "def table_attention" not in child  # nothing uses it any more
     back = mutations.get_operator("allele.attend_decode.seed").apply(child, random.Random(0)).source
-    assert "def masked_attention" in back and back.index("def masked_attention") < back.index("def attend_decode")
+    assert "def sdpa" not in back and back.count("def masked_attention") == 1
 
 
 def test_cuda_operators_stay_off_cpu_walks():

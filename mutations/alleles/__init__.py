@@ -84,6 +84,12 @@ def library() -> dict:
     return found
 
 
+@lru_cache(maxsize=None)
+def shared_module() -> cst.Module:
+    """alleles/shared.py: helpers several alleles name, pulled in by the swaps that need them."""
+    return allele_module(HERE / "shared.py")
+
+
 def get(gene: str, name: str) -> Allele | None:
     return library().get((gene, name))
 

@@ -1,6 +1,5 @@
 """Each request's query over its own cached K/V through SDPA, one request at a time."""
 import torch
-import torch.nn.functional as F
 
 REQUIRES = {}
 DEVICES = "any"
@@ -11,8 +10,7 @@ def attend_decode(q, k, v, cache, layer, step):
     outs = []
     for i, rid in enumerate(step.request_ids):
         keys, values = cache.read(layer, rid)  # [T, kv_heads, D]: no padding, no mask
-        out = F.scaled_dot_product_attention(q[i][None, :, None, :], keys.transpose(0, 1)[None],
-                                             values.transpose(0, 1)[None],
-                                             enable_gqa=True)  # [1, heads, 1, D]
+        out = sdpa(q[i][None, :, None, :], keys.transpose(0, 1)[None],
+                                             values.transpose(0, 1)[None])  # [1, heads, 1, D]
         outs.append(out.flatten())
     return torch.stack(outs)

@@ -1,6 +1,5 @@
 """Every request's cache gathered and padded to the longest, then one masked SDPA."""
 import torch
-import torch.nn.functional as F
 
 REQUIRES = {}
 DEVICES = "any"
@@ -13,7 +12,6 @@ def attend_decode(q, k, v, cache, layer, step):
     values = torch.nn.utils.rnn.pad_sequence(values, batch_first=True)
     # The new token sits at its position: a request sees keys 0..position (no host copy).
     valid = torch.arange(keys.shape[1], device=q.device)[None, :] <= step.positions[:, None]  # [B, L]
-    out = F.scaled_dot_product_attention(q[:, :, None, :], keys.transpose(1, 2), values.transpose(1, 2),
-                                         attn_mask=valid[:, None, None, :],
-                                         enable_gqa=True)  # [B, heads, 1, D]
+    out = sdpa(q[:, :, None, :], keys.transpose(1, 2), values.transpose(1, 2),
+                                         attn_mask=valid[:, None, None, :])  # [B, heads, 1, D]
     return out.flatten(1)

@@ -1,6 +1,5 @@
 """Every prompt of the call in one SDPA: padded to the longest, causal and key-padding masks."""
 import torch
-import torch.nn.functional as F
 
 REQUIRES = {}
 DEVICES = "any"
@@ -18,8 +17,7 @@ def attend_prefill(q, k, v, cache, layer, step):
     valid = arange[None, :] < torch.tensor(lengths, device=q.device)[:, None]  # [B, longest]
     # A padded query row still sees key 0, so no row is fully masked (no NaN from softmax).
     mask = (arange[None, :] <= arange[:, None])[None] & valid[:, None, :]  # [B, q, k]
-    out = F.scaled_dot_product_attention(padded(q), padded(k), padded(v), attn_mask=mask[:, None],
-                                         enable_gqa=True)  # [B, heads, longest, D]
+    out = sdpa(padded(q), padded(k), padded(v), attn_mask=mask[:, None])  # [B, heads, longest, D]
     out = out.transpose(1, 2).flatten(2).flatten(0, 1)  # [B*longest, heads*D]
     keep = torch.cat([torch.arange(n) + b * longest for b, n in enumerate(lengths)])  # packed rows
     return out[keep.to(q.device)]

@@ -1,0 +1,41 @@
+"""mutations/alleles/shared.py: the bf16-aware attention wrapper the SDPA alleles call."""
+import torch
+import torch.nn.functional as F
+
+from mutations.alleles import HERE
+from tests.conftest import SEED_ENGINE
+
+
+def shared_namespace() -> dict:
+    """shared.py's helpers bound to the seed's masked_attention, as in a program."""
+    namespace = {}
+    exec(compile(SEED_ENGINE.read_text(), str(SEED_ENGINE), "exec"), namespace)
+    exec(compile((HERE / "shared.py").read_text(), "shared.py", "exec"), namespace)
+    return namespace
+
+
+def random_qkv(dtype, heads=4, kv_heads=2, t=9, d=16):
+    gen = torch.Generator().manual_seed(0)
+    return [torch.randn(1, h, t, d, generator=gen).to(dtype) for h in (heads, kv_heads, kv_heads)]
+
+
+def test_bf16_takes_the_references_rounding():
+    ns = shared_namespace()
+    q, k, v = random_qkv(torch.bfloat16)
+    causal = torch.ones(9, 9, dtype=torch.bool).tril()
+    assert torch.equal(ns["sdpa"](q, k, v, is_causal=True), ns["masked_attention"](q, k, v, causal))
+
+
+def test_other_dtypes_take_the_fused_kernel():
+    ns = shared_namespace()
+    q, k, v = random_qkv(torch.float32)
+    fused = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    assert torch.equal(ns["sdpa"](q, k, v, is_causal=True), fused)
+
+
+def test_per_request_attention_keeps_prompts_apart():
+    ns = shared_namespace()
+    q, k, v = (t[0].transpose(0, 1) for t in random_qkv(torch.float32, t=10))  # [10, h, d]
+    both = ns["per_request_attention"](q, k, v, [4, 6])
+    alone = ns["per_request_attention"](q[4:], k[4:], v[4:], [6])
+    torch.testing.assert_close(both[4:], alone)
