@@ -1,5 +1,6 @@
 """The gate passes the seed and rejects every planted fault at the right stage."""
 import pytest
+import torch
 
 from fitness.gate import DEFAULT_MARGIN, run_gate, static_problems
 from fitness.loader import load_engine_module
@@ -53,7 +54,7 @@ def test_static_stage_rejects_foreign_imports_and_missing_entry_point():
 def test_public_init_hides_a_rope_fault_that_unit_weights_expose(tmp_path):
     """Why the gate adds unit-scaled weights: with 0.02 weights a 24-wide model's logits
     are so small that rotate-half RoPE stays inside the tolerance."""
-    from fitness.gate import Tally, check_config, unit_weights
+    from fitness.gate import Tally, check_config, generated_weights
     from target.toy_weights import write as write_weights
 
     config = ModelConfig(vocab_size=512, hidden_size=24, intermediate_size=96, num_hidden_layers=2,
@@ -62,8 +63,19 @@ def test_public_init_hides_a_rope_fault_that_unit_weights_expose(tmp_path):
     write_weights(config.to_dict(), tmp_path / "public" / "model.pt", seed=1234)
     module = load_engine_module(planted.write_faulty("rotate_half_rope", tmp_path))
     worst = {}
-    for label, weight_dir in [("public", tmp_path / "public"), ("unit", unit_weights(config, tmp_path))]:
+    for label, weight_dir in [("public", tmp_path / "public"), ("unit", generated_weights(config, tmp_path))]:
         tally = Tally(margin=float("inf"))
         check_config(module, config, weight_dir, "cpu", 3, label, tally)
         worst[label] = tally.worst
     assert worst["public"] < DEFAULT_MARGIN < 1.0 < worst["unit"]
+
+
+def test_bf16_configs_are_judged_on_contract_init_weights(tmp_path):
+    from fitness.gate import judging_weights
+
+    base = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                       num_attention_heads=2, num_key_value_heads=2, head_dim=16)
+    fp16 = torch.load(judging_weights(base, tmp_path) / "model.pt")
+    bf16 = torch.load(judging_weights(base.derive(torch_dtype="bfloat16"), tmp_path) / "model.pt")
+    assert abs(fp16["lm_head.weight"].std().item() - 32 ** -0.5) < 0.02  # unit: 1/sqrt(fan_in)
+    assert abs(bf16["lm_head.weight"].std().item() - 0.02) < 0.002  # the contract's init

@@ -39,7 +39,7 @@ def judge(op_name, config, weight_dir, scratch) -> dict:
         gate.check_config(module, config, weight_dir, "cpu", 5, "target", tally, full=FULL)
         for name in ("gqa", "head_dim_256"):
             cfg = derived_configs(config)[name]
-            gate.check_config(module, cfg, gate.unit_weights(cfg, scratch), "cpu", 5, name, tally, full=False)
+            gate.check_config(module, cfg, gate.judging_weights(cfg, scratch), "cpu", 5, name, tally, full=False)
         error = ""
     except Exception as err:  # a wrong answer or a crash: both are a failure here
         error = f"{type(err).__name__}: {err}"[:500]
