@@ -13,7 +13,9 @@ SEED_ENGINE = REPO_ROOT / "seed_engine" / "engine.py"
 
 # What a run on each kind of device gets unless told otherwise.
 DEVICE_DEFAULTS = {
-    "cpu": {"budget_s": 5 * 60, "population": 3, "workers": 1, "bench": "public", "repeat": 1,
+    # 7m: on 2 cores a public-config judgement takes ~76 s, so one generation fits after the
+    # seed's, and run.sh stays under 10 minutes.
+    "cpu": {"budget_s": 7 * 60, "population": 3, "workers": 1, "bench": "public", "repeat": 1,
             "timeout_s": 300.0, "final_top": 2, "final_rounds": 1},
     # repeat 5: eager candidates' timings spread by +-35% between identical programs (H200).
     "cuda": {"budget_s": 20 * 60, "population": 6, "workers": None, "bench": "all", "repeat": 5,

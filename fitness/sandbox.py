@@ -5,6 +5,7 @@ becomes a verdict dict here; nothing the candidate does raises in, or hangs, the
 """
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -32,7 +33,7 @@ def judge(path, config_path, weight_dir, device: str, timeout: float = DEFAULT_T
         spec_file, out_file, err_file = (Path(tmp) / n for n in ("spec.json", "verdict.json", "stderr.txt"))
         spec_file.write_text(json.dumps(spec, default=str))
         with open(err_file, "w") as stderr:
-            status = run_child(spec_file, out_file, stderr, timeout, env)
+            status = run_child(spec_file, out_file, stderr, timeout, env, device)
         if out_file.exists():
             return json.loads(out_file.read_text())
         verdict = new_verdict(path, device, seed)
@@ -45,14 +46,17 @@ def judge(path, config_path, weight_dir, device: str, timeout: float = DEFAULT_T
         return verdict
 
 
-def run_child(spec_file: Path, out_file: Path, stderr, timeout: float, env) -> str:
+def run_child(spec_file: Path, out_file: Path, stderr, timeout: float, env, device: str) -> str:
     """Run the judgement child; returns 'exited N', 'killed by SIGNAL' or 'timeout'."""
     child_env = {**os.environ, **(env or {})}
     child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), child_env.get("PYTHONPATH")]))
     # A session of its own, so a timeout kills the candidate's own children too.
+    limit = cpu_memory_limit() if device == "cpu" else None
     proc = subprocess.Popen([sys.executable, "-m", "fitness.judgement", str(spec_file), str(out_file)],
                             stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
-                            env=child_env, cwd=REPO_ROOT, start_new_session=True)
+                            env=child_env, cwd=REPO_ROOT, start_new_session=True,
+                            preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+                            if limit else None)
     try:
         code = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -64,6 +68,14 @@ def run_child(spec_file: Path, out_file: Path, stderr, timeout: float, env) -> s
     if code < 0:
         return f"killed by {signal.Signals(-code).name}"
     return f"exited {code}"
+
+
+def cpu_memory_limit() -> int:
+    """Address space a CPU judgement may take: half the machine's memory. A candidate that
+    asks for more fails its own allocation (a crash verdict) instead of waking the kernel's
+    OOM killer, which picks its victim machine-wide (seen: 24 GB by one slab-cache child).
+    Not for CUDA judgements: the driver reserves far more address space than it uses."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
 
 
 def kill_session(proc: subprocess.Popen) -> None:

@@ -3,6 +3,8 @@
 Every edit asserts that its text was found, so a change to the seed cannot quietly turn a
 planted fault back into the seed.
 """
+from pathlib import Path
+
 from tests.conftest import SEED_ENGINE
 
 
@@ -78,7 +80,7 @@ FAULTS = {  # fault -> the gate stage that must reject it
 }
 
 
-def write_faulty(name: str, directory) -> "Path":
+def write_faulty(name: str, directory) -> Path:
     path = directory / f"{name}.py"
     path.write_text(globals()[name](SEED_ENGINE.read_text()))
     return path

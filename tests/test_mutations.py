@@ -1,6 +1,5 @@
 """Every operator on the seed: drop-in alleles, the CPU gate, determinism, declines, requirements,
 crossover, and the command line."""
-import inspect
 import json
 import random
 import subprocess

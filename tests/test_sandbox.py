@@ -51,3 +51,12 @@ def test_foreign_import_is_invalid_without_running(small_target, scratch, tmp_pa
     verdict = run_judge(planted.write_faulty("imports_numpy", tmp_path), small_target, scratch, timeout=60)
     assert verdict["status"] == "invalid" and verdict["stage"] == "static"
     assert "numpy" in verdict["error"]
+
+
+def test_greedy_cpu_candidate_is_a_crash_not_the_oom_killer(small_target, scratch, tmp_path):
+    path = tmp_path / "greedy.py"
+    path.write_text(planted.edit(SEED_ENGINE.read_text(), "    return Engine(model_config, weight_dir, device)",
+                                 "    hog = torch.ones(2**40, dtype=torch.uint8)  # a terabyte\n"
+                                 "    return Engine(model_config, weight_dir, device)"))
+    verdict = run_judge(path, small_target, scratch, timeout=60)
+    assert verdict["status"] == "crash" and "alloc" in verdict["error"].lower(), verdict["error"]

@@ -14,7 +14,8 @@ import libcst as cst
 import libcst.matchers as m
 
 from mutations import program
-from mutations.base import Applied, Declined, Operator
+from mutations.base import Applied, Declined
+from mutations.rewrites import StructuralRewrite
 
 DESCRIPTION = "fuse matmuls of one input by weights of one dict into one matmul by the stacked rows"
 
@@ -76,18 +77,12 @@ class UseParts(cst.CSTTransformer):
         return updated_node
 
 
-class FuseLinearsOperator(Operator):
+class FuseLinearsOperator(StructuralRewrite):
     name = "fuse_linears"
-    kind = "structural"
     devices = "any"
     description = DESCRIPTION
-
-    def applies(self, source: str) -> str | None:
-        try:
-            found = candidates(program.parse(source))
-        except program.ProgramError as err:
-            return str(err)
-        return None if found else "no statement multiplies one input by two weights of one dict"
+    declined_because = "no statement multiplies one input by two weights of one dict"
+    find = staticmethod(candidates)
 
     def rewrite(self, source: str, rng: random.Random) -> Applied | Declined:
         module = program.parse(source)

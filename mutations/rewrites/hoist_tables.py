@@ -15,7 +15,8 @@ import libcst as cst
 import libcst.matchers as m
 
 from mutations import program
-from mutations.base import Applied, Declined, Operator
+from mutations.base import Applied, Declined
+from mutations.rewrites import StructuralRewrite
 
 DESCRIPTION = "build rope_tables once in __init__ for every position and gather rows per call"
 ROWWISE_GENES = {"rope_tables": ("cos", "sin")}  # gene -> names of the tables it returns
@@ -68,18 +69,12 @@ def sets_attribute(stmt, names) -> bool:
                for t in targets)
 
 
-class HoistTablesOperator(Operator):
+class HoistTablesOperator(StructuralRewrite):
     name = "hoist_tables"
-    kind = "structural"
     devices = "any"
     description = DESCRIPTION
-
-    def applies(self, source: str) -> str | None:
-        try:
-            found = candidates(program.parse(source))
-        except program.ProgramError as err:
-            return str(err)
-        return None if found else "no per-call table building by a row-wise gene with self arguments"
+    declined_because = "no per-call table building by a row-wise gene with self arguments"
+    find = staticmethod(candidates)
 
     def rewrite(self, source: str, rng: random.Random) -> Applied | Declined:
         module = program.parse(source)

@@ -12,7 +12,8 @@ import libcst as cst
 import libcst.matchers as m
 
 from mutations import program
-from mutations.base import Applied, Declined, Operator
+from mutations.base import Applied, Declined
+from mutations.rewrites import StructuralRewrite
 
 DESCRIPTION = "index the last token of each request before the final norm and lm_head, not after"
 NORM_THEN_HEAD = m.SimpleStatementLine(body=[m.Assign(
@@ -77,18 +78,12 @@ def has_match(module: cst.Module) -> bool:
     return any(match_block(list(block.body)) for block in m.findall(module, m.IndentedBlock()))
 
 
-class LastTokenLogitsOperator(Operator):
+class LastTokenLogitsOperator(StructuralRewrite):
     name = "last_token_logits"
-    kind = "structural"
     devices = "any"
     description = DESCRIPTION
-
-    def applies(self, source: str) -> str | None:
-        try:
-            found = has_match(program.parse(source))
-        except program.ProgramError as err:
-            return str(err)
-        return None if found else "no `logits = rms_norm(x, ...) @ w ... return logits[last]` block"
+    declined_because = "no `logits = rms_norm(x, ...) @ w ... return logits[last]` block"
+    find = staticmethod(has_match)
 
     def rewrite(self, source: str, rng: random.Random) -> Applied | Declined:
         child = program.parse(source).visit(IndexFirst()).code

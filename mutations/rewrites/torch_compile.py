@@ -12,7 +12,8 @@ import random
 import libcst as cst
 
 from mutations import alleles, program
-from mutations.base import Applied, Declined, Operator
+from mutations.base import Applied, Declined
+from mutations.rewrites import StructuralRewrite
 
 DESCRIPTION = "wrap a tensor-function gene in torch.compile (mode, dynamic)"
 COMPILABLE_GENES = ("rms_norm", "add_rms_norm", "rope_tables", "apply_rope", "qkv_proj", "mlp")
@@ -38,18 +39,12 @@ def compilable(module: cst.Module) -> list:
     return found
 
 
-class TorchCompileOperator(Operator):
+class TorchCompileOperator(StructuralRewrite):
     name = "torch_compile"
-    kind = "structural"
     devices = "cuda"
     description = DESCRIPTION
-
-    def applies(self, source: str) -> str | None:
-        try:
-            found = compilable(program.parse(source))
-        except program.ProgramError as err:
-            return str(err)
-        return None if found else "every tensor-function gene is compiled or runs its own kernel"
+    declined_because = "every tensor-function gene is compiled or runs its own kernel"
+    find = staticmethod(compilable)
 
     def rewrite(self, source: str, rng: random.Random) -> Applied | Declined:
         module = program.parse(source)

@@ -12,7 +12,8 @@ import libcst as cst
 import libcst.matchers as m
 
 from mutations import program
-from mutations.base import Applied, Declined, Operator
+from mutations.base import Applied, Declined
+from mutations.rewrites import StructuralRewrite
 
 DESCRIPTION = "halve or double a module constant within its declared '# range: lo..hi'"
 RANGE = re.compile(r"#\s*range:\s*(\d+)\s*\.\.\s*(\d+)")
@@ -35,18 +36,12 @@ def tunable(module: cst.Module) -> list:
     return found
 
 
-class TuneConstantOperator(Operator):
+class TuneConstantOperator(StructuralRewrite):
     name = "tune_constant"
-    kind = "structural"
     devices = "any"
     description = DESCRIPTION
-
-    def applies(self, source: str) -> str | None:
-        try:
-            found = tunable(program.parse(source))
-        except program.ProgramError as err:
-            return str(err)
-        return None if found else "no module constant declares a range it can move in"
+    declined_because = "no module constant declares a range it can move in"
+    find = staticmethod(tunable)
 
     def rewrite(self, source: str, rng: random.Random) -> Applied | Declined:
         module = program.parse(source)
