@@ -68,3 +68,13 @@ def stack_rows(layer, name, parts):
     instead of len(parts)), and `name`_sizes, their row counts for the split after it."""
     layer[name + "_sizes"] = tuple(layer[p].shape[0] for p in parts)
     layer[name] = torch.cat([layer.pop(p) for p in parts])  # [sum of rows, hidden]
+
+
+def regrown(pools, num_layers, shape, device, dtype):
+    """One zeroed pool of `shape` per layer, holding what `pools` (empty at first) held in
+    its first rows. Zeros, not empty: a masked SDPA multiplies stale rows by 0, and 0 * NaN
+    is NaN."""
+    new = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(num_layers)]
+    for old, grown in zip(pools, new):
+        grown[:old.shape[0]] = old
+    return new

@@ -36,16 +36,8 @@ class KVCache:
         """Reallocate every layer's pool with `num_pages` pages, keeping what it holds."""
         old = self.k[0].shape[0] if self.k else 0
         shape = (num_pages, self.page_size, *self.row_shape)
-
-        def grown(t):
-            # Zeros, not empty: a masked SDPA multiplies stale rows by 0, and 0 * NaN is NaN.
-            new = torch.zeros(shape, device=self.device, dtype=self.dtype)
-            if t is not None:
-                new[:old] = t
-            return new
-
-        self.k = [grown(self.k[i] if old else None) for i in range(self.num_layers)]
-        self.v = [grown(self.v[i] if old else None) for i in range(self.num_layers)]
+        self.k = regrown(self.k, self.num_layers, shape, self.device, self.dtype)
+        self.v = regrown(self.v, self.num_layers, shape, self.device, self.dtype)
         self.free += range(num_pages - 1, max(old, 1) - 1, -1)  # popped lowest first
         self.generation += 1
 
