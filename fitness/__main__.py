@@ -2,10 +2,15 @@
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
-from fitness import gate
+from fitness import bench, gate, roofline
 from fitness.devices import resolve_device
+from fitness.loader import load_engine_module
+from fitness.model_config import ModelConfig
+from fitness.sandbox import fresh_seed, judge
+from fitness.verdict import error_text
 from target.toy_weights import HERE as TARGET_DIR, ensure as ensure_toy_weights
 
 TOY_WEIGHT_DIR = TARGET_DIR / "weights"
@@ -26,32 +31,25 @@ def add_target_arguments(parser, engine_flag: bool) -> None:
 
 
 def cmd_judge(args) -> int:
-    from fitness.sandbox import judge
-
     prepare_weights(args.model_config, args.weight_dir)
     verdict = judge(args.candidate, args.model_config, args.weight_dir, resolve_device(args.device),
                     timeout=args.timeout, seed=args.seed, scratch=args.scratch, margin=args.margin,
-                    derived=not args.no_derived, bench=args.bench, repeat=args.repeat)
+                    level="screen" if args.no_derived else "full", bench=args.bench,
+                    baseline=args.baseline, min_rounds=args.rounds, max_rounds=max(args.rounds, args.max_rounds))
     print(json.dumps(verdict, indent=2))
     return 0 if verdict["status"] == "ok" else 1
 
 
 def cmd_check(args) -> int:
-    """The evaluator's check: every call within tolerance, on the target and derived configs."""
-    import os
-    import tempfile
-
-    from fitness.judgement import error_text
-    from fitness.loader import load_engine_module
-    from fitness.model_config import ModelConfig
-
+    """The evaluator's check: every call within tolerance, on the target and derived configs.
+    The engine runs in this process, as the public evaluator runs it."""
     prepare_weights(args.model_config, args.weight_dir)
-    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+    seed = args.seed if args.seed is not None else fresh_seed()
     try:
         module = load_engine_module(args.engine)
-        result = gate.run_gate(module, ModelConfig.load(args.model_config), args.weight_dir,
-                               resolve_device(args.device), seed, args.scratch or tempfile.mkdtemp(),
-                               args.margin, not args.no_derived)
+        result = gate.check_module(module, ModelConfig.load(args.model_config), args.weight_dir,
+                                   resolve_device(args.device), seed, args.scratch or tempfile.mkdtemp(),
+                                   args.margin, not args.no_derived)
     except Exception as err:
         print(json.dumps({"status": "failed", "case": "", "errors": [error_text(err)], "seed": seed}))
         return 1
@@ -66,24 +64,25 @@ def cmd_check(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fitness import bench, roofline
-
     parser = argparse.ArgumentParser(prog="python -m fitness", description="The judge.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    judge = sub.add_parser("judge", help="judge one file in a child process, print a JSON verdict")
-    judge.add_argument("candidate", type=Path)
-    add_target_arguments(judge, engine_flag=False)
-    judge.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
-    judge.add_argument("--bench", default="public", choices=("none", "public", "hidden", "all"))
-    judge.add_argument("--repeat", type=int, default=3)
-    judge.set_defaults(run=cmd_judge, margin=gate.DEFAULT_MARGIN)
+    judge_parser = sub.add_parser("judge", help="judge one file in a runner process, print a JSON verdict")
+    judge_parser.add_argument("candidate", type=Path)
+    add_target_arguments(judge_parser, engine_flag=False)
+    judge_parser.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
+    judge_parser.add_argument("--bench", default="public", choices=("none", "public", "hidden", "all"))
+    judge_parser.add_argument("--baseline", type=Path, help="a program timed beside it, interleaved")
+    judge_parser.add_argument("--rounds", type=int, default=3, help="timed rounds at least (default 3)")
+    judge_parser.add_argument("--max-rounds", type=int, default=8,
+                              help="beside a baseline: rounds at most, until the ratio is clear (default 8)")
+    judge_parser.set_defaults(run=cmd_judge, margin=gate.DEFAULT_MARGIN)
 
     check = sub.add_parser("check", help="the evaluator's correctness check, in this process")
     add_target_arguments(check, engine_flag=True)
     check.set_defaults(run=cmd_check, margin=1.0)
 
-    for p in (judge, check):
+    for p in (judge_parser, check):
         p.add_argument("--seed", type=int, default=None, help="token seed (default: fresh, printed)")
         p.add_argument("--margin", type=float, help="pass under this fraction of the tolerance "
                        "(judge 0.5, check 1.0: the evaluator's own limit)")

@@ -1,4 +1,6 @@
 """Device names as the command line takes them and as the contract passes them."""
+import time
+
 import torch
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
@@ -14,3 +16,15 @@ def resolve_device(name: str) -> str:
 
 def is_cuda(device) -> bool:
     return str(device).startswith("cuda")
+
+
+def ramp_gpu_clocks(device, seconds: float = 0.3) -> None:
+    """Busy the GPU before timing anything. An idle H100/H200 sits at 345 MHz against
+    ~1980 MHz under load (device/KINDS.md): the first case would be timed on a cold chip."""
+    if not is_cuda(device):
+        return
+    a = torch.randn(4096, 4096, device=device, dtype=torch.float16)
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        a @ a
+        torch.cuda.synchronize()

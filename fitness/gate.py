@@ -13,8 +13,9 @@ On the target weights a candidate passes only under `margin` (0.5 by default): h
 weights and traces differ from ours, so one that scrapes through here fails there. The
 unit-scaled and derived configs are there to expose structural faults (errors of 100x and
 more) and amplify fp16 rounding too (a reference-exact engine measured 0.48 on an H100),
-so they are held to the evaluator's own limit. Each call's reference logits are computed
-after the candidate has returned, so a candidate never sees them.
+so they are held to the evaluator's own limit. Reference logits are computed and compared
+in the judge's process (fitness.judge); the candidate runs in another (fitness.runner)
+and never sees them.
 """
 import ast
 import hashlib
@@ -28,8 +29,9 @@ from pathlib import Path
 import torch
 
 from fitness import traces
-from fitness.model_config import ModelConfig, derived_configs, load_checked_weights
-from fitness.reference import ReferenceModel
+from fitness.model_config import ModelConfig, derived_configs
+from fitness.references import References
+from fitness.runner import retained_bytes
 from target.toy_weights import PUBLIC_STD, write as write_weights
 
 ATOL = RTOL = 1e-2
@@ -119,94 +121,81 @@ class Tally:
             raise CorrectnessError(f"{where}: error {ratio:.3g} x tolerance (limit {self.margin})")
 
 
-def check_trace(engine, reference: ReferenceModel, calls, label: str, tally: Tally) -> None:
-    """Drive the engine through one trace, comparing every prefill and decode it answers."""
-    vocab_size = reference.config.vocab_size
-    history = {}  # request id -> every token it holds, on the CPU
-    for i, call in enumerate(calls):
-        where = f"{label}/{call.event.name or call.event.kind}#{i}"
-        output = traces.replay(engine, call)
-        ids = call.event.request_ids
-        if call.event.kind == "remove":
-            for rid in ids:
-                history.pop(rid, None)
+def check_outputs(outputs: list, references: list, events, label: str, tally: Tally,
+                  vocab_size: int) -> None:
+    """Compare one trace's outputs (one per call, None for removes) with its references."""
+    if len(outputs) != len(events):
+        raise CorrectnessError(f"{label}: {len(outputs)} outputs for {len(events)} calls")
+    for i, (output, expected, event) in enumerate(zip(outputs, references, events)):
+        if event.kind == "remove":
             continue
-        output = snapshot(output, where, (len(ids), vocab_size))
-        extend_history(history, call)
-        expected = torch.stack([reference.last_logits(history[rid]) for rid in ids])
+        where = f"{label}/{event.name or event.kind}#{i}"
+        output = snapshot(output, where, (len(event.request_ids), vocab_size))
         tally.record(error_ratio(output, expected), where)
 
 
 def snapshot(output, where: str, shape: tuple):
-    """A CPU copy taken at once: an engine may hand back a buffer its next call overwrites."""
+    """A float CPU copy, once the output is known to be logits of the right shape."""
     if not torch.is_tensor(output):
-        raise CorrectnessError(f"{where}: returned {type(output).__name__}, not a tensor")
+        raise CorrectnessError(f"{where}: returned {output if isinstance(output, str) else type(output).__name__}, "
+                               "not a tensor")
     if tuple(output.shape) != shape:
         raise CorrectnessError(f"{where}: logits of shape {tuple(output.shape)}, expected {shape}")
-    return output.detach().float().cpu().clone()
+    return output.detach().float().cpu()
 
 
-def extend_history(history: dict, call) -> None:
-    if call.event.kind == "prefill":
-        for rid, tokens in zip(call.event.request_ids, call.tokens):
-            history[rid] = tokens.reshape(-1).cpu()
-    else:
-        for rid, token in zip(call.event.request_ids, call.tokens.reshape(-1).cpu()):
-            history[rid] = torch.cat((history[rid], token.reshape(1)))
+class InProcessDriver:
+    """Runs traces on an imported module in this process: `python -m fitness check`, which
+    calls the engine as the public evaluator does. Judging uses the runner process instead
+    (fitness.judge), where the candidate cannot reach the references or the clock."""
 
+    def __init__(self, module, device: str):
+        self.module, self.device, self.engine = module, device, None
 
-def check_config(module, config: ModelConfig, weight_dir, device: str, seed: int,
-                 label: str, tally: Tally, full: bool = True) -> None:
-    """Every gate trace on one config, a fresh engine per trace as the evaluator does;
-    `full=False` keeps the cheap traces."""
-    reference = ReferenceModel(config, load_checked_weights(config, weight_dir), device)
-    for name, events in traces.gate_traces(seed, config.max_position_embeddings, full).items():
-        calls = traces.materialize(events, config.vocab_size, seed, device)
+    def run_trace(self, config: ModelConfig, weight_dir, events, seed: int, new_engine: bool = True) -> list:
+        calls = traces.materialize(events, config.vocab_size, seed, self.device)
         with torch.no_grad():
-            engine = module.create_engine(config.to_dict(), str(weight_dir), device)
-            check_trace(engine, reference, calls, f"{label}/{name}", tally)
-        del engine
+            if new_engine or self.engine is None:
+                self.engine = None
+                self.engine = self.module.create_engine(config.to_dict(), str(weight_dir), self.device)
+            outputs = []
+            for call in calls:
+                out = traces.replay(self.engine, call)
+                outputs.append(out.detach().float().cpu().clone() if torch.is_tensor(out) else out)
+        return outputs
+
+    def retained_bytes(self) -> int:
+        return retained_bytes(self.engine)
 
 
-def retained_bytes(root, max_depth: int = 8) -> int:
-    """Bytes of every distinct tensor storage reachable from an engine's attributes."""
-    seen, storages = set(), {}
-    stack = [(root, 0)]
-    while stack:
-        obj, depth = stack.pop()
-        if id(obj) in seen or depth > max_depth:
-            continue
-        seen.add(id(obj))
-        if torch.is_tensor(obj):
-            storage = obj.untyped_storage()
-            storages[(obj.device, storage.data_ptr())] = storage.nbytes()
-        elif isinstance(obj, dict):
-            stack.extend((v, depth + 1) for v in obj.values())
-        elif isinstance(obj, (list, tuple, set, frozenset)):
-            stack.extend((v, depth + 1) for v in obj)
-        elif hasattr(obj, "__dict__") and not isinstance(obj, type) and not callable(obj):
-            stack.extend((v, depth + 1) for v in vars(obj).values())
-    return sum(storages.values())
+def check_traces(driver, references: References, config: ModelConfig, weight_dir, seed: int,
+                 label: str, tally: Tally, full: bool = True, fresh: bool = True) -> None:
+    """Every gate trace on one config, a fresh engine per trace as the evaluator does
+    (`fresh`), or one engine through them all, one after another (each trace ends with
+    every request removed); `full=False` keeps the cheap traces."""
+    for i, (name, events) in enumerate(traces.gate_traces(seed, config.max_position_embeddings, full).items()):
+        outputs = driver.run_trace(config, weight_dir, events, seed, new_engine=fresh or i == 0)
+        expected = references.trace(config, weight_dir, events, seed)
+        check_outputs(outputs, expected, events, f"{label}/{name}", tally, config.vocab_size)
 
 
-def check_churn(module, config: ModelConfig, weight_dir, device: str, seed: int,
+def check_churn(driver, references: References, config: ModelConfig, weight_dir, seed: int,
                 label: str, tally: Tally, num_rounds: int = 4) -> None:
-    """Rounds of prefill, decode, remove with fresh ids: after the first round (which may
-    allocate pools and tables), the engine must hold no more memory than it did then."""
-    reference = ReferenceModel(config, load_checked_weights(config, weight_dir), device)
+    """Rounds of prefill, decode, remove with fresh ids on one engine: after the first
+    round (which may allocate pools and tables), it must hold no more memory than then."""
     rng = random.Random(seed)
-    with torch.no_grad():
-        engine = module.create_engine(config.to_dict(), str(weight_dir), device)
-        baseline = None
-        for r in range(num_rounds):
-            calls = traces.materialize(traces.churn_round(rng), config.vocab_size, seed + r, device)
-            check_trace(engine, reference, calls, f"{label}/round{r}", tally)
-            held = retained_bytes(engine)
-            baseline = held if baseline is None else baseline
-            if held > baseline:
-                raise CorrectnessError(f"{label}/round{r}: the engine holds {held} bytes after "
-                                       f"removing every request, {baseline} after round 0: "
-                                       "remove does not free state")
+    baseline = None
+    for r in range(num_rounds):
+        events = traces.churn_round(rng)
+        outputs = driver.run_trace(config, weight_dir, events, seed + r, new_engine=r == 0)
+        check_outputs(outputs, references.trace(config, weight_dir, events, seed + r), events,
+                      f"{label}/round{r}", tally, config.vocab_size)
+        held = driver.retained_bytes()
+        baseline = held if baseline is None else baseline
+        if held > baseline:
+            raise CorrectnessError(f"{label}/round{r}: the engine holds {held} bytes after "
+                                   f"removing every request, {baseline} after round 0: "
+                                   "remove does not free state")
 
 
 def generated_weights(config: ModelConfig, scratch, std="unit", seed: int = DERIVED_WEIGHT_SEED) -> Path:
@@ -229,27 +218,38 @@ def judging_weights(config: ModelConfig, scratch) -> Path:
     return generated_weights(config, scratch, std)
 
 
-def correctness_plan(config: ModelConfig, weight_dir, scratch, derived: bool) -> list:
-    """(stage, label, config, weight dir, check, is_stress) for every config checked."""
-    cheap = partial(check_config, full=False)
-    plan = [("target", "target", config, Path(weight_dir), check_config, False),
-            ("target", "churn", config, Path(weight_dir), check_churn, False),
-            ("target", "target_unit", config, judging_weights(config, scratch), cheap, True)]
-    if derived:
+LEVELS = ("screen", "full")
+
+
+def correctness_plan(config: ModelConfig, weight_dir, scratch, level: str = "full") -> list:
+    """(stage, label, config, weight dir, check, is_stress) for every config checked.
+
+    "screen" is what every candidate goes through: every target trace, and the cheap ones
+    on unit-scaled weights (where a rotate-half RoPE shows), one engine per config through
+    its traces. "full" runs them on a fresh engine each, as the evaluator does, and adds
+    the churn check and the derived configs: what a program needs to be kept or to win."""
+    assert level in LEVELS, level
+    fresh = level == "full"
+    plan = [("target", "target", config, Path(weight_dir), partial(check_traces, fresh=fresh), False),
+            ("target", "target_unit", config, judging_weights(config, scratch),
+             partial(check_traces, full=False, fresh=fresh), True)]
+    if level == "full":
+        cheap = partial(check_traces, full=False)
+        plan.insert(1, ("target", "churn", config, Path(weight_dir), check_churn, False))
         for name, cfg in derived_configs(config).items():
             plan.append(("derived", name, cfg, judging_weights(cfg, scratch), cheap, True))
     return plan
 
 
-def run_gate(module, config: ModelConfig, weight_dir, device: str, seed: int, scratch,
-             margin: float = DEFAULT_MARGIN, derived: bool = True) -> GateResult:
-    """Stages 2 and 3 on an imported module. Exceptions from the candidate propagate:
-    the caller tells a crash from a wrong answer."""
+def run_gate(driver, references: References, config: ModelConfig, weight_dir, seed: int, scratch,
+             margin: float = DEFAULT_MARGIN, level: str = "full") -> GateResult:
+    """Stages 2 and 3 through a driver (a runner process, or this process for `check`).
+    Exceptions from the candidate propagate: the caller tells a crash from a wrong answer."""
     stages, worst, worst_case, num_calls = {}, 0.0, "", 0
-    for stage, label, cfg, wdir, check, is_stress in correctness_plan(config, weight_dir, scratch, derived):
+    for stage, label, cfg, wdir, check, is_stress in correctness_plan(config, weight_dir, scratch, level):
         tally = Tally(max(margin, STRESS_MARGIN) if is_stress else margin)
         try:
-            check(module, cfg, wdir, device, seed, label, tally)
+            check(driver, references, cfg, wdir, seed, label, tally)
             failure = None
         except CorrectnessError as err:
             failure = str(err)
@@ -260,3 +260,12 @@ def run_gate(module, config: ModelConfig, weight_dir, device: str, seed: int, sc
         if failure:
             return GateResult(False, stage, label, failure, worst, worst_case, seed, num_calls, stages)
     return GateResult(True, "", "", "", worst, worst_case, seed, num_calls, stages)
+
+
+def check_module(module, config: ModelConfig, weight_dir, device: str, seed: int, scratch,
+                 margin: float = DEFAULT_MARGIN, derived: bool = True) -> GateResult:
+    """The whole gate on an imported module, in this process (`python -m fitness check`)."""
+    references = References(device)
+    references.model(config, weight_dir)  # missing or misshapen weights: a ConfigError now
+    return run_gate(InProcessDriver(module, device), references, config, weight_dir, seed,
+                    scratch, margin, "full" if derived else "screen")

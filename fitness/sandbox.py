@@ -1,11 +1,15 @@
-"""Judge a candidate in a child process with a hard timeout.
+"""Judging from outside: a warm judge process per device (`JudgeProcess`), or one judgement
+made here (`judge`).
 
-A crash, a hang, a CUDA error, an out-of-memory or a dead interpreter in the candidate
-becomes a verdict dict here; nothing the candidate does raises in, or hangs, the caller.
+A candidate never runs in the caller's process nor in the judge's: the judge
+(fitness.judge, fitness.worker) starts a runner process per candidate, so a crash, a
+hang, a CUDA error, an out-of-memory or a dead interpreter is a verdict, and nothing the
+candidate does raises in, or hangs, the caller. A judge process that stops answering is
+killed and started again; the judgement it was making is a crash verdict.
 """
 import json
 import os
-import resource
+import select
 import signal
 import subprocess
 import sys
@@ -13,74 +17,88 @@ import tempfile
 import time
 from pathlib import Path
 
-from fitness.judgement import new_verdict
+from fitness.judge import Judge
+from fitness.verdict import new_verdict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TIMEOUT_S = 600
-STDERR_TAIL = 1500
+ANSWER_GRACE_S = 60.0  # beyond the judgement's own timeout, which the judge enforces itself
+
+
+def fresh_seed() -> int:
+    return int.from_bytes(os.urandom(4), "little")
 
 
 def judge(path, config_path, weight_dir, device: str, timeout: float = DEFAULT_TIMEOUT_S,
-          env: dict | None = None, **options) -> dict:
-    """The verdict on `path`; `options` go to fitness.judgement.judge_file."""
-    seed = options.get("seed")
-    if seed is None:
-        options["seed"] = seed = int.from_bytes(os.urandom(4), "little")
-    spec = {"path": str(Path(path).resolve()), "config_path": str(Path(config_path).resolve()),
-            "weight_dir": str(Path(weight_dir).resolve()), "device": device, **options}
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="judge_") as tmp:
-        spec_file, out_file, err_file = (Path(tmp) / n for n in ("spec.json", "verdict.json", "stderr.txt"))
-        spec_file.write_text(json.dumps(spec, default=str))
-        with open(err_file, "w") as stderr:
-            status = run_child(spec_file, out_file, stderr, timeout, env, device)
-        if out_file.exists():
-            return json.loads(out_file.read_text())
-        verdict = new_verdict(path, device, seed)
-        tail = err_file.read_text()[-STDERR_TAIL:]
-        if status == "timeout":
-            verdict.update(status="timeout", error=f"no verdict within {timeout:g} s\n{tail}")
-        else:
-            verdict.update(status="crash", error=f"judge process {status}\n{tail}")
-        verdict["seconds"] = round(time.perf_counter() - started, 3)
-        return verdict
-
-
-def run_child(spec_file: Path, out_file: Path, stderr, timeout: float, env, device: str) -> str:
-    """Run the judgement child; returns 'exited N', 'killed by SIGNAL' or 'timeout'."""
-    child_env = {**os.environ, **(env or {})}
-    child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), child_env.get("PYTHONPATH")]))
-    # A session of its own, so a timeout kills the candidate's own children too.
-    limit = cpu_memory_limit() if device == "cpu" else None
-    proc = subprocess.Popen([sys.executable, "-m", "fitness.judgement", str(spec_file), str(out_file)],
-                            stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
-                            env=child_env, cwd=REPO_ROOT, start_new_session=True,
-                            preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
-                            if limit else None)
+          env: dict | None = None, scratch=None, threads: int | None = None, **options) -> dict:
+    """One judgement, the judge in this process; `options` go to Judge.judge."""
+    options["seed"] = fresh_seed() if options.get("seed") is None else options["seed"]
+    judge_ = Judge(device, env=env, scratch=scratch, threads=threads)
     try:
-        code = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_session(proc)
-        return "timeout"
-    except BaseException:  # Ctrl-C or SIGTERM in the caller: take the child down with us
-        kill_session(proc)
-        raise
-    if code < 0:
-        return f"killed by {signal.Signals(-code).name}"
-    return f"exited {code}"
+        return judge_.judge(path, config_path, weight_dir, timeout=timeout, **options)
+    finally:
+        judge_.close()
 
 
-def cpu_memory_limit() -> int:
-    """Address space a CPU judgement may take: half the machine's memory. A candidate that
-    asks for more fails its own allocation (a crash verdict) instead of waking the kernel's
-    OOM killer, which picks its victim machine-wide (seen: 24 GB by one slab-cache child).
-    Not for CUDA judgements: the driver reserves far more address space than it uses."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+class JudgeProcess:
+    """A `python -m fitness.worker` kept warm; `judge` sends it one request at a time."""
 
+    def __init__(self, device: str, env: dict | None = None, cpus: str = "", scratch=None):
+        self.device, self.env, self.cpus, self.scratch = device, dict(env or {}), cpus, scratch
+        self.proc = None
 
-def kill_session(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
+    def start(self) -> None:
+        command = [sys.executable, "-m", "fitness.worker", "--device", self.device]
+        command += ["--cpus", self.cpus] if self.cpus else []
+        command += ["--scratch", str(self.scratch)] if self.scratch else []
+        child_env = {**os.environ, **self.env}
+        child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), child_env.get("PYTHONPATH")]))
+        self.stderr = tempfile.TemporaryFile()
+        # A session of its own: a terminal's Ctrl-C goes to the search, which stops judges itself.
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+                                     env=child_env, cwd=REPO_ROOT, start_new_session=True, text=True)
+
+    def judge(self, path, config_path, weight_dir, timeout: float = DEFAULT_TIMEOUT_S, **options) -> dict:
+        if self.proc is None or self.proc.poll() is not None:
+            self.start()
+        options["seed"] = fresh_seed() if options.get("seed") is None else options["seed"]
+        request = {"path": str(Path(path).resolve()), "config_path": str(Path(config_path).resolve()),
+                   "weight_dir": str(Path(weight_dir).resolve()), "timeout": timeout, **options}
+        started = time.monotonic()
+        try:
+            self.proc.stdin.write(json.dumps(request, default=str) + "\n")
+            self.proc.stdin.flush()
+            line = self.read_line(timeout + ANSWER_GRACE_S)
+            return json.loads(line)
+        except (OSError, ValueError, TimeoutError) as err:
+            verdict = new_verdict(path, self.device, options["seed"])
+            verdict.update(status="crash", stage="judge", seconds=round(time.monotonic() - started, 3),
+                           error=f"the judge process failed ({err}); {self.stderr_tail()}")
+            self.stop()  # the next judgement gets a fresh judge
+            return verdict
+
+    def read_line(self, timeout: float) -> str:
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            raise TimeoutError(f"no verdict within {timeout:.0f} s")
+        line = self.proc.stdout.readline()
+        if not line:
+            raise OSError(f"the judge process ended ({self.proc.poll()})")
+        return line
+
+    def stderr_tail(self, limit: int = 800) -> str:
+        self.stderr.seek(0)
+        return self.stderr.read().decode(errors="replace")[-limit:]
+
+    def stop(self) -> None:
+        """End the judge and, through it, the runner it is driving."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)  # it kills its runners on the way out
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # runners die with it (PDEATHSIG)
+                self.proc.wait()
+        self.proc = None

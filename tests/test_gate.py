@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from fitness.gate import DEFAULT_MARGIN, run_gate, static_problems
+from fitness.gate import DEFAULT_MARGIN, check_module, static_problems
 from fitness.loader import load_engine_module
 from fitness.model_config import ModelConfig
 from tests import planted
@@ -12,7 +12,7 @@ from tests.conftest import SEED_ENGINE
 def gate(path, small_target, scratch, seed=11):
     config_path, weight_dir = small_target
     module = load_engine_module(path)
-    return run_gate(module, ModelConfig.load(config_path), weight_dir, "cpu", seed, scratch)
+    return check_module(module, ModelConfig.load(config_path), weight_dir, "cpu", seed, scratch)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -54,7 +54,8 @@ def test_static_stage_rejects_foreign_imports_and_missing_entry_point():
 def test_public_init_hides_a_rope_fault_that_unit_weights_expose(tmp_path):
     """Why the gate adds unit-scaled weights: with 0.02 weights a 24-wide model's logits
     are so small that rotate-half RoPE stays inside the tolerance."""
-    from fitness.gate import Tally, check_config, generated_weights
+    from fitness.gate import InProcessDriver, Tally, check_traces, generated_weights
+    from fitness.references import References
     from target.toy_weights import write as write_weights
 
     config = ModelConfig(vocab_size=512, hidden_size=24, intermediate_size=96, num_hidden_layers=2,
@@ -65,7 +66,7 @@ def test_public_init_hides_a_rope_fault_that_unit_weights_expose(tmp_path):
     worst = {}
     for label, weight_dir in [("public", tmp_path / "public"), ("unit", generated_weights(config, tmp_path))]:
         tally = Tally(margin=float("inf"))
-        check_config(module, config, weight_dir, "cpu", 3, label, tally)
+        check_traces(InProcessDriver(module, "cpu"), References("cpu"), config, weight_dir, 3, label, tally)
         worst[label] = tally.worst
     assert worst["public"] < DEFAULT_MARGIN < 1.0 < worst["unit"]
 

@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from fitness.gate import run_gate
+from fitness.gate import check_module
 from fitness.loader import load_engine_module
 from fitness.model_config import ModelConfig
 from fitness.sandbox import judge
@@ -21,7 +21,7 @@ def test_seed_engine_passes_the_gate_on_cuda_public_config(scratch):
 
     ensure(PUBLIC_CONFIG, PUBLIC_WEIGHTS)
     module = load_engine_module(SEED_ENGINE)
-    result = run_gate(module, ModelConfig.load(PUBLIC_CONFIG), PUBLIC_WEIGHTS, "cuda", 123, scratch)
+    result = check_module(module, ModelConfig.load(PUBLIC_CONFIG), PUBLIC_WEIGHTS, "cuda", 123, scratch)
     assert result.passed, result.error
     print(json.dumps(result.to_dict(), indent=1))
 
@@ -30,7 +30,7 @@ def test_seed_engine_passes_the_gate_on_cuda_public_config(scratch):
 def test_planted_faults_are_rejected_on_cuda(fault, small_target, scratch, tmp_path):
     config_path, weight_dir = small_target
     module = load_engine_module(planted.write_faulty(fault, tmp_path))
-    result = run_gate(module, ModelConfig.load(config_path), weight_dir, "cuda", 7, scratch)
+    result = check_module(module, ModelConfig.load(config_path), weight_dir, "cuda", 7, scratch)
     assert not result.passed and result.stage == planted.FAULTS[fault]
 
 

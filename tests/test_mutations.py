@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import mutations
-from fitness.gate import run_gate, static_problems
+from fitness.gate import check_module, static_problems
 from fitness.loader import load_engine_module
 from fitness.model_config import ModelConfig
 from mutations import alleles, program, requirements
@@ -48,8 +48,8 @@ def gate(source, small_target, scratch, tmp_path, derived=True):
     config_path, weight_dir = small_target
     path = tmp_path / "child.py"
     path.write_text(source)
-    return run_gate(load_engine_module(path), ModelConfig.load(config_path), weight_dir, "cpu", 5, scratch,
-                    derived=derived)
+    return check_module(load_engine_module(path), ModelConfig.load(config_path), weight_dir, "cpu", 5, scratch,
+                        derived=derived)
 
 
 @pytest.mark.parametrize("name", CPU_OPERATORS)

@@ -24,6 +24,7 @@ assert os.environ.get("TRITON_INTERPRET") == "1", "set TRITON_INTERPRET=1"
 import mutations  # noqa: E402
 from fitness import gate  # noqa: E402
 from fitness.loader import load_engine_module  # noqa: E402
+from fitness.references import References  # noqa: E402
 from fitness.model_config import ModelConfig, derived_configs  # noqa: E402
 
 
@@ -34,12 +35,13 @@ def judge(op_name, config, weight_dir, scratch) -> dict:
     path.write_text(result.source)
     module = load_engine_module(path)
     tally = gate.Tally(gate.DEFAULT_MARGIN)
+    driver, references = gate.InProcessDriver(module, "cpu"), References("cpu")
     started = time.time()
     try:
-        gate.check_config(module, config, weight_dir, "cpu", 5, "target", tally, full=FULL)
+        gate.check_traces(driver, references, config, weight_dir, 5, "target", tally, full=FULL)
         for name in ("gqa", "head_dim_256"):
             cfg = derived_configs(config)[name]
-            gate.check_config(module, cfg, gate.judging_weights(cfg, scratch), "cpu", 5, name, tally, full=False)
+            gate.check_traces(driver, references, cfg, gate.judging_weights(cfg, scratch), 5, name, tally, full=False)
         error = ""
     except Exception as err:  # a wrong answer or a crash: both are a failure here
         error = f"{type(err).__name__}: {err}"[:500]

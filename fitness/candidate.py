@@ -1,0 +1,169 @@
+"""A candidate's runner process, seen from the judge: start it, ask, time, kill.
+
+Every request has a deadline; a runner that misses it, dies, or answers with something
+that is not a message ends as a `RunnerFailure` carrying the verdict it earns (timeout or
+crash) and the tail of its stderr. The process runs in a session of its own, so killing
+it takes the candidate's own children too. `Spares` keeps one runner started ahead (its
+interpreter, torch and CUDA context ready), so a judgement does not wait for them.
+"""
+import ctypes
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from fitness.devices import is_cuda
+from fitness.wire import Channel, WireError, WireTimeout
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+STDERR_TAIL = 1500
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+class RunnerFailure(Exception):
+    """The runner failed a request: `status` is the verdict it earns."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class CandidateError(Exception):
+    """The candidate's own code raised inside the runner (the runner itself is fine)."""
+
+
+class CandidateProcess:
+    def __init__(self, device: str, env: dict | None = None):
+        self.device = device
+        to_runner, self.write_fd = os.pipe()
+        self.read_fd, from_runner = os.pipe()
+        self.stderr = tempfile.TemporaryFile()
+        child_env = {**os.environ, **(env or {}), "JUDGE_DEVICE": device}
+        child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), child_env.get("PYTHONPATH")]))
+        limit = cpu_memory_limit() if not is_cuda(device) else None
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "fitness.runner", str(to_runner), str(from_runner)],
+            pass_fds=(to_runner, from_runner), stdin=subprocess.DEVNULL, stdout=self.stderr,
+            stderr=self.stderr, env=child_env, cwd=tempfile.gettempdir(), start_new_session=True,
+            preexec_fn=lambda: start_runner(limit))
+        os.close(to_runner)
+        os.close(from_runner)
+        self.channel = Channel(self.read_fd, self.write_fd)
+        self.closed = self.is_ready = False
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        """Until the runner has imported torch (and made its CUDA context)."""
+        if not self.is_ready:
+            self.answer("start", time.monotonic() + timeout, timeout)
+            self.is_ready = True
+
+    def request(self, op: str, timeout: float, **fields) -> tuple[dict, list]:
+        """Send one request and wait for its answer; CandidateError if the candidate raised."""
+        deadline = time.monotonic() + max(timeout, 0.0)
+        self.wait_ready(timeout)
+        try:
+            self.channel.send({"op": op, **fields})
+        except OSError as err:
+            raise RunnerFailure("crash", f"{op}: {err}; {self.exit_status()}{self.tail()}") from None
+        return self.answer(op, deadline, timeout)
+
+    def answer(self, op: str, deadline: float, timeout: float) -> tuple[dict, list]:
+        try:
+            header, tensors = self.channel.receive(deadline)
+        except WireTimeout:
+            raise RunnerFailure("timeout", f"{op}: no answer within {timeout:.0f} s{self.tail()}") from None
+        except (WireError, OSError) as err:
+            raise RunnerFailure("crash", f"{op}: {err}; {self.exit_status()}{self.tail()}") from None
+        if not header.get("ok"):
+            raise CandidateError(str(header.get("error", "no error text")))
+        return header, tensors
+
+    def timed_go(self, timeout: float) -> tuple[float, int]:
+        """(seconds, checksum) of one `go`: the clock is this process's, read around the
+        whole request, so nothing the candidate does to clocks or synchronisation counts."""
+        started = time.perf_counter()
+        header, _ = self.request("go", timeout)
+        return time.perf_counter() - started, int(header.get("checksum", -1))
+
+    def exit_status(self) -> str:
+        code = self.proc.poll()
+        if code is None:
+            return "the runner is still alive"
+        if code < 0:
+            return f"the runner was killed by {signal.Signals(-code).name}"
+        return f"the runner exited {code}"
+
+    def tail(self) -> str:
+        self.stderr.seek(0)
+        text = self.stderr.read().decode(errors="replace")[-STDERR_TAIL:]
+        return f"\n{text}" if text.strip() else ""
+
+    def close(self) -> None:
+        """Kill the runner's whole session, now."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        for fd in (self.read_fd, self.write_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.stderr.close()
+
+
+class Spares:
+    """One runner started ahead of need; `take` hands it over and starts the next."""
+
+    def __init__(self, device: str, env: dict | None = None):
+        self.device, self.env = device, env
+        self.ready = None
+
+    def take(self) -> CandidateProcess:
+        runner = self.ready if self.ready is not None and self.ready.proc.poll() is None else None
+        if runner is None:
+            if self.ready is not None:
+                self.ready.close()
+            runner = CandidateProcess(self.device, self.env)
+        self.ready = CandidateProcess(self.device, self.env)
+        return runner
+
+    def settle(self) -> None:
+        """Wait until the spare has started: a process importing torch beside a timed run
+        would slow a host-bound engine down."""
+        if self.ready is not None:
+            try:
+                self.ready.wait_ready()
+            except (RunnerFailure, CandidateError):
+                self.ready.close()
+                self.ready = None
+
+    def close(self) -> None:
+        if self.ready is not None:
+            self.ready.close()
+            self.ready = None
+
+
+def start_runner(memory_limit: int | None) -> None:
+    """In the runner, before it starts: die with the judge (a runner left behind by a
+    killed judge would hold its GPU), and cap a CPU runner's memory."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if memory_limit:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+
+
+def cpu_memory_limit() -> int:
+    """Address space a CPU runner may take: half the machine's memory. A candidate that
+    asks for more fails its own allocation (a crash verdict) instead of waking the kernel's
+    OOM killer, which picks its victim machine-wide (seen: 24 GB by one slab-cache child).
+    Not for CUDA runners: the driver reserves far more address space than it uses."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2

@@ -1,0 +1,83 @@
+"""Reference logits, computed in the judge's own process (where no candidate ever runs)
+and kept: once per (config, weights, trace, token seed), however many candidates are
+compared with them.
+
+A trace's calls are drawn by fitness.traces.materialize from a seed on a CPU generator,
+so the judge and the runner draw the same tokens without sending them. The reference
+recomputes each request's whole history at batch size 1, as the contract's does.
+"""
+import hashlib
+import json
+from collections import OrderedDict
+from pathlib import Path
+
+import torch
+
+from fitness.model_config import ModelConfig, load_checked_weights
+from fitness.reference import ReferenceModel
+from fitness.traces import materialize
+
+MAX_TRACES = 256  # kept traces, least recently used dropped first
+MAX_MODELS = 8  # reference models on the device: the target, its stress weights, derived configs
+
+
+def histories(calls) -> list:
+    """Per call, {request id: every token it holds after the call} (CPU tensors)."""
+    held, after = {}, []
+    for call in calls:
+        ids = call.event.request_ids
+        if call.event.kind == "prefill":
+            for rid, tokens in zip(ids, call.tokens):
+                held[rid] = tokens.reshape(-1).cpu()
+        elif call.event.kind == "decode":
+            for rid, token in zip(ids, call.tokens.reshape(-1).cpu()):
+                held[rid] = torch.cat((held[rid], token.reshape(1)))
+        else:
+            for rid in ids:
+                held.pop(rid, None)
+        after.append(dict(held))
+    return after
+
+
+class References:
+    def __init__(self, device: str):
+        self.device = device
+        self.models, self.traces = OrderedDict(), OrderedDict()
+
+    def model(self, config: ModelConfig, weight_dir) -> ReferenceModel:
+        key = (json.dumps(config.to_dict(), sort_keys=True), str(Path(weight_dir).resolve()))
+        if key not in self.models:
+            if len(self.models) >= MAX_MODELS:
+                self.models.popitem(last=False)
+            self.models[key] = ReferenceModel(config, load_checked_weights(config, weight_dir), self.device)
+        self.models.move_to_end(key)
+        return self.models[key]
+
+    def trace(self, config: ModelConfig, weight_dir, events, seed: int) -> list:
+        """Per call, the reference logits [B, vocab] (float32, CPU), None for a remove."""
+        key = hashlib.sha256(json.dumps([config.to_dict(), str(Path(weight_dir).resolve()),
+                                         [e.__dict__ for e in events], seed], sort_keys=True,
+                                        default=str).encode()).hexdigest()
+        if key not in self.traces:
+            calls = materialize(events, config.vocab_size, seed, "cpu")
+            held = histories(calls)
+            model = self.model(config, weight_dir)
+            self.traces[key] = [None if call.event.kind == "remove" else
+                                torch.stack([row_logits(model, held[i][rid]) for rid in call.event.request_ids])
+                                for i, call in enumerate(calls)]
+            if len(self.traces) > MAX_TRACES:
+                self.traces.popitem(last=False)
+        self.traces.move_to_end(key)
+        return self.traces[key]
+
+    def rows(self, config: ModelConfig, weight_dir, events, seed: int, picks) -> dict:
+        """{(call index, row): reference logits [vocab]} for the picked rows only (not kept:
+        timed runs draw fresh tokens every time)."""
+        calls = materialize(events, config.vocab_size, seed, "cpu")
+        held = histories(calls)
+        model = self.model(config, weight_dir)
+        return {(i, row): row_logits(model, held[i][calls[i].event.request_ids[row]]) for i, row in picks}
+
+
+def row_logits(model: ReferenceModel, tokens) -> torch.Tensor:
+    return model.last_logits(tokens).float().cpu()

@@ -1,0 +1,140 @@
+"""Timed runs of one or two programs, each in its own runner process, on the judge's clock.
+
+The contract's protocol per program: one warm-up engine runs every case once and stays
+alive; each timed run is a fresh engine from `create_engine`, timed from the judge's side
+around the runner's `go` (fitness.candidate.CandidateProcess.timed_go). Two programs are
+timed in rounds, interleaved: in each round every case runs once for each program, on the
+same freshly drawn tokens, in alternating order, so drift, clocks and host noise fall on
+both. Rounds go on until the ratio between them is clear (its ~95% interval excludes 1,
+or is narrower than +-RESOLUTION), or `max_rounds`.
+
+Every timed run draws fresh tokens, and rows of its outputs, picked at random after the
+run, are compared with the reference here: a program that answers timed calls wrongly
+(skipping work it guesses is not checked, or replaying outputs of earlier calls) is
+incorrect, whatever its speed.
+"""
+import math
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from fitness.devices import ramp_gpu_clocks
+from fitness.gate import CorrectnessError, error_ratio, snapshot
+from fitness.traces import count_tokens
+
+RESOLUTION = 0.02  # a ratio is clear when its ~95% interval excludes 1, or is narrower than +-2%
+# Two-sided 95% quantiles of Student's t by degrees of freedom: with few rounds the spread
+# is itself uncertain, and a normal quantile would call differences clear too soon.
+T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23,
+       12: 2.18, 15: 2.13, 20: 2.09, 30: 2.04}
+
+
+def t95(dof: int) -> float:
+    return T95[max(d for d in T95 if d <= dof)] if dof >= 1 else float("inf")
+CHECKED_ROWS = {"cuda": 3, "cpu": 1}  # rows of each timed run compared with the reference
+
+
+@dataclass
+class Contender:
+    name: str
+    driver: object  # fitness.judge.RunnerDriver
+    seconds: dict = field(default_factory=dict)  # case -> seconds of each timed run
+    peak_bytes: int = 0
+
+    def round_fitness(self, cases: dict, index: int) -> float:
+        """Geometric mean tokens/s over the cases in round `index`."""
+        logs = [math.log(sum(count_tokens(events)) / self.seconds[name][index]) for name, events in cases.items()]
+        return math.exp(sum(logs) / len(logs))
+
+
+@dataclass
+class Outcome:
+    contenders: list
+    cases: dict
+    rounds: int = 0
+
+    def tokens_per_second(self, contender: Contender) -> dict:
+        return {name: sum(count_tokens(events)) / statistics.median(contender.seconds[name])
+                for name, events in self.cases.items()}
+
+    def fitness_cv(self, contender: Contender) -> float | None:
+        values = [contender.round_fitness(self.cases, i) for i in range(self.rounds)]
+        return statistics.stdev(values) / statistics.fmean(values) if len(values) > 1 else None
+
+    def log_ratios(self) -> list:
+        """Per round, the mean over cases of log(time of the second / time of the first)."""
+        first, second = self.contenders
+        return [statistics.fmean(math.log(second.seconds[c][i] / first.seconds[c][i]) for c in self.cases)
+                for i in range(self.rounds)]
+
+    def ratio(self) -> tuple:
+        """(speed of the first over the second, low, high) with a ~95% interval."""
+        logs = self.log_ratios()
+        mean = statistics.fmean(logs)
+        half = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else float("inf")
+        return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+    def is_clear(self) -> bool:
+        if len(self.contenders) < 2 or self.rounds < 2:
+            return len(self.contenders) < 2
+        ratio, low, high = self.ratio()
+        return low > 1.0 or high < 1.0 or (high / low) ** 0.5 < 1.0 + RESOLUTION
+
+
+class TimedOutputCheck:
+    """Compares rows of timed outputs, picked after each run, with the reference."""
+
+    def __init__(self, references, config, weight_dir, margin: float, rows_per_run: int):
+        self.references, self.config, self.weight_dir = references, config, weight_dir
+        self.margin, self.rows_per_run = margin, rows_per_run
+        self.pick = random.SystemRandom()  # nothing the candidate can seed or predict
+
+    def __call__(self, outputs: list, events, seed: int, label: str) -> float:
+        """The worst error of the picked rows; CorrectnessError past the margin."""
+        rows = [(i, r) for i, ev in enumerate(events) if ev.kind != "remove" for r in range(len(ev.request_ids))]
+        picks = self.pick.sample(rows, min(self.rows_per_run, len(rows)))
+        expected = self.references.rows(self.config, self.weight_dir, events, seed, picks)
+        worst = 0.0
+        for i, r in picks:
+            where = f"{label}/{events[i].name or events[i].kind}#{i} row {r}"
+            got = snapshot(outputs[i], where, (len(events[i].request_ids), self.config.vocab_size))
+            ratio = error_ratio(got[r:r + 1], expected[(i, r)][None])
+            if not ratio <= self.margin:
+                raise CorrectnessError(f"{where}: a timed call's logits are off by {ratio:.3g} x tolerance "
+                                       f"(limit {self.margin})")
+            worst = max(worst, ratio)
+        return worst
+
+
+def fresh_seed() -> int:
+    return random.SystemRandom().getrandbits(31)
+
+
+def measure(contenders: list, cases: dict, raw_config: dict, weight_dir, device: str, check: TimedOutputCheck,
+            min_rounds: int, max_rounds: int, time_left) -> Outcome:
+    """Warm up every contender, then interleaved rounds until the comparison is clear."""
+    for contender in contenders:
+        for j, (name, events) in enumerate(cases.items()):
+            seed = fresh_seed()
+            outputs = contender.driver.run_trace(raw_config, weight_dir, events, seed, new_engine=j == 0)
+            check(outputs, events, seed, f"{contender.name}/warmup/{name}")
+    ramp_gpu_clocks(device)
+    outcome = Outcome(contenders, cases)
+    round_seconds = 0.0
+    while outcome.rounds < max_rounds and (outcome.rounds == 0 or time_left() > 2 * round_seconds):
+        started = time.monotonic()
+        order = contenders if outcome.rounds % 2 == 0 else contenders[::-1]
+        for name, events in cases.items():
+            seed = fresh_seed()  # the same tokens for every contender in this round
+            for contender in order:
+                outputs = contender.driver.run_trace(raw_config, weight_dir, events, seed, timed=True,
+                                                     keep_warm=outcome.rounds == 0 and name == next(iter(cases)))
+                contender.seconds.setdefault(name, []).append(contender.driver.last_seconds)
+                contender.peak_bytes = max(contender.peak_bytes, contender.driver.peak_bytes())
+                check(outputs, events, seed, f"{contender.name}/timed/{name}")
+        outcome.rounds += 1
+        round_seconds = time.monotonic() - started
+        if outcome.rounds >= min_rounds and outcome.is_clear():
+            break
+    return outcome

@@ -1,0 +1,64 @@
+"""Cheats planted in the candidate: each is rejected, or timed at its real speed.
+
+The judge keeps the clock, the comparison and the reference in its own process, and
+compares rows of every timed run's outputs (picked after the run) with the reference on
+fresh tokens; the candidate runs in a runner process (fitness.runner), where what it
+patches changes nothing that decides its verdict.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fitness.sandbox import judge
+from tests import cheats
+from tests.conftest import REPO, SEED_ENGINE
+
+
+def judged_beside_the_seed(path, small_target, scratch):
+    config_path, weight_dir = small_target
+    return judge(path, config_path, weight_dir, "cpu", timeout=240, scratch=str(scratch), threads=1,
+                 level="screen", bench="public", baseline=SEED_ENGINE, min_rounds=2, max_rounds=3)
+
+
+@pytest.mark.parametrize("name", ["slow_clock", "caches_by_input"])
+def test_a_cheat_on_the_clock_or_on_repeated_inputs_is_timed_at_its_real_speed(name, small_target, scratch, tmp_path):
+    verdict = judged_beside_the_seed(cheats.write_cheat(name, tmp_path), small_target, scratch)
+    assert verdict["status"] == "ok", verdict["error"]
+    # The same work as the seed: in-process timing would have seen ~10x (the clock) or a
+    # prefill answered from memory (the cache); the judge's clock and fresh tokens see ~1x.
+    assert verdict["ratio"] < 2.0, verdict
+
+
+@pytest.mark.parametrize("name, stage", [("forged_comparison", "target"), ("lazy_when_timed", "timed"),
+                                         ("replays_earlier_outputs", "timed")])
+def test_a_cheat_on_the_comparison_or_on_timed_calls_is_incorrect(name, stage, small_target, scratch, tmp_path):
+    verdict = judged_beside_the_seed(cheats.write_cheat(name, tmp_path), small_target, scratch)
+    assert verdict["status"] == "incorrect", verdict
+    assert verdict["stage"] == stage and "tolerance" in verdict["error"], verdict
+
+
+def test_every_cheat_passes_the_static_stage():
+    from fitness.gate import static_problems
+
+    for name in cheats.CHEATS:
+        assert static_problems(getattr(cheats, name)(SEED_ENGINE.read_text())) == [], name
+
+
+def test_the_clock_cheat_fools_a_judge_that_times_in_the_candidates_process(small_target, tmp_path):
+    """Why the clock is the judge's: the contract's in-process protocol (fitness bench, as
+    the public evaluator times) sees the clock cheat as several times faster than the seed."""
+    config_path, weight_dir = small_target
+
+    def bench(engine):
+        done = subprocess.run([sys.executable, "-m", "fitness", "bench", "--engine", str(engine), "--model-config",
+                               str(config_path), "--weight-dir", str(weight_dir), "--device", "cpu", "--cases",
+                               "public"], cwd=REPO, capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert done.returncode == 0, done.stderr
+        return {r["case_name"]: r["tokens_per_second"] for r in json.loads(done.stdout)}
+
+    fooled, honest = bench(cheats.write_cheat("slow_clock", tmp_path)), bench(SEED_ENGINE)
+    assert all(fooled[case] > 4 * honest[case] for case in honest), (fooled, honest)
