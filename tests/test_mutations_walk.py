@@ -2,8 +2,7 @@
 on CPU: at least 90% pass the static stage and 70% the gate (figures printed; run with -s)."""
 import torch
 
-from fitness.model_config import ModelConfig  # noqa: F401 (the judge's import, made early)
-from mutations.walk import SMALL_CONFIG, Judge, format_report, walk
+from tools.walk import SMALL_CONFIG, Judge, format_report, walk
 
 
 def test_random_walk_children_pass_static_and_gate(small_target, scratch, tmp_path):

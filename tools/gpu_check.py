@@ -1,7 +1,7 @@
 """Judge every operator's child of the seed on a GPU, one fresh process each, with the
 seed's tokens/s and the speed-of-light bound beside them.
 
-    python -m mutations.gpu_check [--model-config target/model_config.json] [--weight-dir target/weights]
+    python -m tools.gpu_check [--model-config target/model_config.json] [--weight-dir target/weights]
         [--operators all|cuda|NAME,NAME] [--bench none|public] [--no-derived] [--seed N] [--json OUT]
 
 For each operator: apply it to the seed (operators that need what the seed lacks, such as
@@ -19,6 +19,11 @@ import tempfile
 from pathlib import Path
 
 import mutations
+from fitness import roofline
+from fitness.__main__ import prepare_weights
+from fitness.cases import public_cases
+from fitness.model_config import ModelConfig
+from fitness.sandbox import judge as sandbox_judge
 from mutations import alleles, program
 
 ROOT = program.SEED_PATH.parents[1]
@@ -46,10 +51,8 @@ def selected(which: str) -> list:
 
 
 def judge(path, args) -> dict:
-    from fitness.sandbox import judge as sandbox_judge
-
     return sandbox_judge(path, args.model_config, args.weight_dir, args.device, timeout=args.timeout, seed=args.seed,
-                         derived=not args.no_derived, bench=args.bench, repeat=args.repeat)
+                         level="screen" if args.no_derived else "full", bench=args.bench, min_rounds=args.rounds)
 
 
 def row(name, verdict, seed_tps) -> str:
@@ -62,21 +65,18 @@ def row(name, verdict, seed_tps) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mutations.gpu_check", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.gpu_check", description=__doc__.splitlines()[0])
     parser.add_argument("--model-config", type=Path, default=ROOT / "target" / "model_config.json")
     parser.add_argument("--weight-dir", type=Path, default=ROOT / "target" / "weights")
     parser.add_argument("--operators", default="all", help="all, cuda (the cuda-only ones and the graphs engine), or names")
     parser.add_argument("--bench", default="public", choices=("none", "public"))
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds (each a fresh engine per case)")
     parser.add_argument("--no-derived", action="store_true")
     parser.add_argument("--seed", type=int, default=7, help="token seed of every judgement")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--device", default="cuda", help="cuda; cpu only to try the script itself")
     parser.add_argument("--json", type=Path, help="also write every verdict here")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
-    from fitness.__main__ import prepare_weights
-
     prepare_weights(args.model_config, args.weight_dir)
     workdir = Path(tempfile.mkdtemp(prefix="gpu_check_"))
     verdicts = {"seed": judge(program.SEED_PATH, args)}
@@ -104,10 +104,6 @@ def main(argv=None) -> int:
 
 def print_roofline(args) -> None:
     try:
-        from fitness import roofline
-        from fitness.cases import public_cases
-        from fitness.model_config import ModelConfig
-
         config = ModelConfig.load(args.model_config)
         gpu = roofline.gpu_for_device(args.device)
         bounds = {name: roofline.case_bound(config, events, gpu)["tokens_per_second"]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 2 on the GPU machine, in one call: the seed and the recompute baseline checked on
 # the public and derived configs, benchmarked beside the roofline, and the GPU-only tests.
-# Usage (repo root): bash scripts/gpu_judge_report.sh OUT_DIR
+# Usage (repo root): bash tools/gpu_judge_report.sh OUT_DIR
 set -uo pipefail
 out=${1:-gpu_out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1

@@ -1,17 +1,17 @@
 """A random walk from the seed: how often do children survive the judge's static stage and gate?
 
-    python -m mutations.walk [--steps 200] [--crosses 50] [--seed 0] [--device cpu] [--derived]
+    python -m tools.walk [--steps 200] [--crosses 50] [--seed 0] [--device cpu] [--derived]
 
 The walk applies `random_mutation` (operators that run on the device) to the current
 program `steps` times and, spread evenly among them, `crosses` crossovers with a program
 visited earlier. It moves to a child that passes the gate and stays put otherwise, so it
 explores correct programs the way a (1+1) search would, without fitness. Each distinct
 child is judged once (cached by source hash): fitness.gate.static_problems, then
-fitness.gate.run_gate on a small config (derived configs only with --derived). Prints the
+fitness.gate.check_module on a small config (derived configs only with --derived). Prints the
 fraction of children passing each.
 
-A measuring tool on top of the package: the operators and crossover never import fitness;
-only this script (and gpu_check) do, to judge what they make.
+A measuring tool on top of the packages (tools/): the operators and crossover never import
+fitness; this script does, to judge what they make.
 """
 import argparse
 import hashlib
@@ -22,8 +22,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 import mutations
+from fitness.gate import check_module, static_problems
+from fitness.loader import load_engine_module
+from fitness.model_config import ModelConfig
 from mutations import program
+from target.toy_weights import write as write_weights
 
 SMALL_CONFIG = {  # tests/conftest.py's small model
     "model_type": "tiny_llama", "torch_dtype": "float16", "vocab_size": 256,
@@ -37,8 +43,6 @@ class Judge:
     """Static stage and CPU gate of each distinct source, once."""
 
     def __init__(self, config: dict, weight_dir, scratch, device: str, derived: bool, seed: int = 11):
-        from fitness.model_config import ModelConfig
-
         self.config, self.weight_dir, self.scratch = ModelConfig.from_dict(config), Path(weight_dir), Path(scratch)
         self.device, self.derived, self.seed = device, derived, seed
         self.verdicts = {}
@@ -50,17 +54,14 @@ class Judge:
         return self.verdicts[key]
 
     def judge(self, source: str, key: str) -> dict:
-        from fitness.gate import run_gate, static_problems
-        from fitness.loader import load_engine_module
-
         problems = static_problems(source)
         if problems:
             return {"static": False, "gate": False, "error": "; ".join(problems)}
         path = self.scratch / f"child_{key}.py"
         path.write_text(source)
         try:
-            result = run_gate(load_engine_module(path), self.config, self.weight_dir, self.device,
-                              self.seed, self.scratch, derived=self.derived)
+            result = check_module(load_engine_module(path), self.config, self.weight_dir, self.device,
+                                  self.seed, self.scratch, derived=self.derived)
             return {"static": True, "gate": result.passed, "error": result.error}
         except Exception as err:  # a crash is a failed gate
             return {"static": True, "gate": False, "error": f"{type(err).__name__}: {err}"[:300]}
@@ -116,7 +117,7 @@ def walk(judge, steps: int, crosses: int, seed: int, device: str, log=None) -> d
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mutations.walk", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.walk", description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--crosses", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
@@ -124,12 +125,7 @@ def main(argv=None) -> int:
     parser.add_argument("--derived", action="store_true", help="gate on the derived configs too (slower)")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(program.SEED_PATH.parents[1]))
-    from target.toy_weights import write as write_weights
-
     if args.device == "cpu":
-        import torch
-
         # Tiny models: more threads buy nothing, and on a shared machine OpenMP threads
         # spinning against other processes made a 0.5 s gate take 90 s.
         torch.set_num_threads(1)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: the kept winner checked under three fresh token seeds, seed vs recompute
 # re-benched (two interleaved rounds), and a short run.sh end to end.
-#   bash scripts/gpu_confirm.sh OUT WINNER.py [RUN_SH_BUDGET]
+#   bash tools/gpu_confirm.sh OUT WINNER.py [RUN_SH_BUDGET]
 set -uo pipefail
 out=$1 winner=$2; mkdir -p "$out"
 export PYTHONUNBUFFERED=1

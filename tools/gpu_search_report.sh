@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issues 3 and 4 on the GPU machine, across device calls (one command may run 10 minutes):
-#   bash scripts/gpu_search_report.sh start OUT [BUDGET] [OPERATORS]  # set up, operator check, run.sh detached
-#   bash scripts/gpu_search_report.sh wait OUT                         # wait up to 9 minutes
-#   bash scripts/gpu_search_report.sh finish OUT                       # check and bench the winner, report
+#   bash tools/gpu_search_report.sh start OUT [BUDGET] [OPERATORS]  # set up, operator check, run.sh detached
+#   bash tools/gpu_search_report.sh wait OUT                         # wait up to 9 minutes
+#   bash tools/gpu_search_report.sh finish OUT                       # check and bench the winner, report
 set -uo pipefail
 mode=$1 out=${2:-gpu_out}; mkdir -p "$out"
 keep=/root/search_run; mkdir -p "$keep"
@@ -15,7 +15,7 @@ case $mode in
 start)
   python3 -m target.toy_weights
   if [[ -n "${4:-}" ]]; then
-    python3 -m mutations.gpu_check $T --operators "$4" --json "$out/gpu_check.json" 2>&1 | tee "$out/gpu_check.log" | tail -25
+    python3 -m tools.gpu_check $T --operators "$4" --json "$out/gpu_check.json" 2>&1 | tee "$out/gpu_check.log" | tail -25
   fi
   ( start=$(date +%s); setsid nohup bash run.sh --budget "${3:-20m}" > "$keep/run_sh.log" 2>&1 < /dev/null;
     echo "run.sh exit $? after $(( $(date +%s) - start )) s" >> "$keep/run_sh.log" ) &
