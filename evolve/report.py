@@ -8,8 +8,11 @@ fitness among programs never judged incorrect, on the target of the latest run.
 from pathlib import Path
 
 import pandas as pd
+from matplotlib.figure import Figure  # the object API: no pyplot state, no display backend to choose
+from matplotlib.ticker import MaxNLocator
 
 from evolve import history
+from evolve.workspace import format_lineage
 
 
 def report(path, out_dir=None) -> int:
@@ -26,7 +29,6 @@ def report(path, out_dir=None) -> int:
     print("per generation\n" + per_generation.to_string(index=False, float_format="{:,.1f}".format))
     print("\noperators\n" + operators.to_string(index=False, float_format="{:.2f}".format))
     if winner:
-        from evolve.workspace import format_lineage
         print(f"\nwinner (best mean fitness) {winner}\nlineage: {format_lineage(history.lineage(frame, winner))}")
     out_dir = Path(out_dir) if out_dir else Path(path).resolve().parent / "report"
     for plot in write_plots(frame, per_generation, out_dir):
@@ -82,37 +84,62 @@ def winner_of(frame: pd.DataFrame) -> str:
 
 
 def write_plots(frame: pd.DataFrame, per_generation: pd.DataFrame, out_dir: Path) -> list:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     out_dir.mkdir(parents=True, exist_ok=True)
     step = range(len(per_generation))  # generations of every run, one after another
-    written = []
-
-    def save(fig, name):
+    ok = history.judged_rows(frame)
+    ok = ok[ok["status"] == "ok"]
+    plots = {"fitness_over_time.png": plot_fitness(per_generation, step),
+             "pass_rate.png": plot_pass_rate(per_generation, step),
+             "tps_vs_memory.png": plot_tps_vs_memory(ok)}
+    for name, fig in plots.items():
         fig.tight_layout()
         fig.savefig(out_dir / name, dpi=100)
-        plt.close(fig)
-        written.append(out_dir / name)
+    return [out_dir / name for name in plots]
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+
+def generation_axis(ax) -> None:
+    ax.set_xlabel("generation (runs in order)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # generations are whole
+
+
+def plot_fitness(per_generation: pd.DataFrame, step) -> Figure:
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
     ax.plot(step, per_generation["best_so_far"], label="best so far")
     ax.plot(step, per_generation["best"], label="best of generation", alpha=0.6)
     ax.plot(step, per_generation["median"], label="median of correct", alpha=0.6)
-    ax.set(xlabel="generation (runs in order)", ylabel="fitness (geometric mean tokens/s)")
+    ax.set_ylabel("fitness (geometric mean tokens/s)")
+    generation_axis(ax)
     ax.legend()
-    save(fig, "fitness_over_time.png")
+    return fig
 
-    fig, ax = plt.subplots(figsize=(7, 3))
+
+def plot_pass_rate(per_generation: pd.DataFrame, step) -> Figure:
+    fig = Figure(figsize=(7, 3))
+    ax = fig.subplots()
     ax.bar(step, per_generation["pass_rate"])
-    ax.set(xlabel="generation (runs in order)", ylabel="pass rate", ylim=(0, 1))
-    save(fig, "pass_rate.png")
+    ax.set(ylabel="pass rate", ylim=(0, 1))
+    generation_axis(ax)
+    return fig
 
-    ok = history.judged_rows(frame)
-    ok = ok[ok["status"] == "ok"]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.scatter(ok["peak_memory_mb"].fillna(0), ok["fitness"], s=12)
+
+def plot_tps_vs_memory(ok: pd.DataFrame) -> Figure:
+    """Fitness against peak memory; a device that measures no memory (CPU) is said so,
+    not drawn as zeros."""
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
     ax.set(xlabel="peak memory (MB)", ylabel="fitness (geometric mean tokens/s)")
-    save(fig, "tps_vs_memory.png")
-    return written
+    measured = ok[ok["peak_memory_mb"].fillna(0) > 0]
+    if measured.empty:
+        ax.text(0.5, 0.5, f"no peak memory measured on {devices_of(ok)} runs", ha="center", va="center",
+                transform=ax.transAxes)
+        ax.set(xticks=[], yticks=[])
+    else:
+        ax.scatter(measured["peak_memory_mb"], measured["fitness"], s=12)
+    return fig
+
+
+def devices_of(rows: pd.DataFrame) -> str:
+    """The devices that judged `rows` ("cuda:0" counted as cuda), or "these" when unknown."""
+    names = sorted({str(d).split(":")[0] for d in rows.get("device", pd.Series(dtype=str)).dropna() if str(d)})
+    return " and ".join(names) if names else "these"

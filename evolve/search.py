@@ -15,13 +15,13 @@ from deap import tools
 
 from evolve import checkpoint, history
 from evolve.checkpoint import RunDir
-from evolve.final import choose_winner
+from evolve.final import choose_winner, table_of
 from evolve.judging import Evaluator, WorkerPool, make_workers
 from evolve.loop import evolve
 from evolve.population import initial_population
 from evolve.scores import Scores, target_key
 from evolve.toolbox import default_mate_fn, default_mutate_fn, make_hall_of_fame, make_statistics, make_toolbox
-from evolve.workspace import Workspace, roofline_tps, write_atomically
+from evolve.workspace import Workspace, device_label, roofline_tps, with_header, write_atomically
 
 
 class Clock:
@@ -95,8 +95,12 @@ class Search:
         self.hall_of_fame.clear()
         self.hall_of_fame.update(correct)
         if len(self.hall_of_fame) and self.hall_of_fame[0].id != self.best_id:
-            self.workspace.put_engine(self.hall_of_fame[0].source)
-            self.best_id = self.hall_of_fame[0].id
+            best = self.hall_of_fame[0]
+            note = f"Best so far after generation {self.generation}: {best.fitness.values[0]:,.0f} tokens/s " \
+                   "(geometric mean over the cases, mean of its measurements)"
+            table = table_of(self.scores.mean_tps(best.id), self.scores.mean_tps(self.seed.id))
+            self.put_engine(best, table, self.config.device, note)
+            self.best_id = best.id
 
     def record_decline(self, declined, parent_ids) -> None:
         self.history.append({**self.run.row_base(self.generation), "parent_ids": parent_ids,
@@ -152,18 +156,27 @@ class Search:
     def finish(self) -> None:
         """Choose the winner by fresh interleaved measurements; leave it and its story."""
         winner, ratio, table, how = choose_winner(self)
-        self.workspace.put_engine(winner.source)
+        is_ok = self.scores.is_ok(winner.id)
+        note = f"Winner: {ratio:.3f}x the seed (geometric mean tokens/s; {how})" if is_ok \
+            else "No program was judged correct: this is the seed, unverified"
+        steps = self.put_engine(winner, table, device_label(self.config.device), note)
         self.best_id = winner.id
         write_atomically(self.run.path / "winner.py", winner.source)
-        if self.scores.is_ok(winner.id):
-            steps = history.lineage(history.read(self.config.history), winner.id)
-            self.workspace.log_final(winner.id, table, steps, ratio, how, *roofline_tps(self.config))
+        if is_ok:
+            self.workspace.log_final(winner.id, table, steps, ratio, how, roofline_tps(self.config))
             line = f"winner {winner.id}: {ratio:.3f}x the seed, {how}"
         else:
             line = "no program was judged correct: workspace/engine.py is the seed, unverified"
             self.workspace.log(line)
         self.save_checkpoint(finished=True)
         print(f"{line}; workspace {self.workspace.root}, run {self.run.path}", flush=True)
+
+    def put_engine(self, program, table: list, device: str, note: str) -> list:
+        """workspace/engine.py: `program` under a header naming this run, its lineage (which
+        is returned), its figures against the seed and the device."""
+        steps = history.lineage(history.read(self.config.history), program.id)
+        self.workspace.put_engine(with_header(program.source, self.run.run_id, steps, table, device, note))
+        return steps
 
     def stop(self, why: str) -> None:
         """After an interrupt: end the judgements in flight and say how to go on."""

@@ -1,10 +1,11 @@
-"""python -m evolve report: tables, lineage, plots; a damaged history line is skipped."""
+"""python -m evolve report: tables, lineage, plots that say what they show; a damaged history
+line is skipped. (--recipe: tests/test_recipes.py.)"""
 import subprocess
 import sys
 from pathlib import Path
 
 from evolve.config import RunConfig
-from evolve.report import generation_table, operator_table
+from evolve.report import generation_table, operator_table, plot_fitness, plot_pass_rate, plot_tps_vs_memory
 from evolve import history
 from evolve.search import run
 from tests.test_evolve_stand_in import crossover, fake_judge, random_mutation
@@ -55,3 +56,21 @@ def test_report_of_a_missing_history_is_a_clear_error(tmp_path):
     out = subprocess.run([sys.executable, "-m", "evolve", "report", str(tmp_path / "none.csv")],
                          cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "no history" in out.stderr
+
+
+def test_a_memory_plot_with_nothing_measured_says_so_instead_of_drawing_zeros(small_target, tmp_path):
+    judged = history.judged_rows(history.read(make_history(small_target, tmp_path)))
+    ok = judged[judged["status"] == "ok"]
+    empty = plot_tps_vs_memory(ok.assign(peak_memory_mb=float("nan"))).axes[0]  # as a CPU judgement leaves it
+    assert [text.get_text() for text in empty.texts] == ["no peak memory measured on cpu runs"]
+    assert not empty.collections
+    drawn = plot_tps_vs_memory(ok).axes[0]
+    assert not drawn.texts and len(drawn.collections[0].get_offsets()) == (ok["peak_memory_mb"] > 0).sum()
+
+
+def test_the_generation_axis_has_whole_generations_only(small_target, tmp_path):
+    per_generation = generation_table(history.read(make_history(small_target, tmp_path)))
+    step = range(len(per_generation))
+    for figure in (plot_fitness(per_generation, step), plot_pass_rate(per_generation, step)):
+        ticks = [t for t in figure.axes[0].get_xticks() if 0 <= t <= step[-1]]
+        assert len(ticks) == len(step) and all(float(t).is_integer() for t in ticks)
