@@ -5,7 +5,7 @@
         [--resume RUN_DIR] [--nsga2] [--runs-dir runs] [--workspace workspace]
         [--history history.csv] [--bench public|hidden|all] [--repeat N] [--no-derived]
         [--timeout 10m] [--final-top N] [--final-rounds N] [--rng-seed N]
-    python -m evolve report [history.csv] [--out DIR]
+    python -m evolve report [history.csv] [--out DIR] [--recipe OUT.txt]
 
 Defaults live in evolve/config.py (some depend on the device); a flag left out takes
 them, or on --resume the resumed run's own settings.
@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="summarise a history.csv, with plots")
     report.add_argument("history", type=Path, nargs="?", default=Path("history.csv"))
     report.add_argument("--out", type=Path, help="where the plots go (default: next to the history)")
+    report.add_argument("--recipe", type=Path, help="write the winner's lineage here, as a recipe that makes it "
+                                                    "from the seed (python -m mutations recipe)")
     report.set_defaults(run=cmd_report)
     return parser
 
@@ -129,7 +131,7 @@ def cmd_report(args) -> int:
     if not args.history.is_file():
         print(f"evolve: error: no history at {args.history}", file=sys.stderr)
         return 2
-    return report(args.history, args.out)
+    return report(args.history, args.out, args.recipe)
 
 
 def main(argv=None) -> int:

@@ -1,9 +1,11 @@
-"""python -m evolve report [history.csv] [--out DIR]: what a history says.
+"""python -m evolve report [history.csv] [--out DIR] [--recipe OUT.txt]: what a history says.
 
 A per-generation table, the operators that paid off (how often each made a correct child,
 and one faster than its parent), the winner's lineage, and PNG plots: best and median
 fitness over time, pass rate, tokens/s against peak memory. The winner is the best mean
-fitness among programs never judged incorrect, on the target of the latest run.
+fitness among programs never judged incorrect, on the target of the latest run. With
+--recipe, the winner's lineage is written as a recipe that makes it from the seed
+(evolve/recipe.py).
 """
 from pathlib import Path
 
@@ -12,10 +14,13 @@ from matplotlib.figure import Figure  # the object API: no pyplot state, no disp
 from matplotlib.ticker import MaxNLocator
 
 from evolve import history
+from evolve.recipe import LineageError, lineage_recipe
 from evolve.workspace import format_lineage
 
 
-def report(path, out_dir=None) -> int:
+def report(path, out_dir=None, recipe_path=None) -> int:
+    """Print the tables, write the plots (and the winner's recipe); 1 when the recipe asked
+    for cannot be written."""
     frame = history.read(path)  # warns about damaged lines on stderr
     if frame.empty:
         print(f"{path}: no rows")
@@ -33,6 +38,20 @@ def report(path, out_dir=None) -> int:
     out_dir = Path(out_dir) if out_dir else Path(path).resolve().parent / "report"
     for plot in write_plots(frame, per_generation, out_dir):
         print(f"wrote {plot}")
+    return write_recipe(frame, winner, path, recipe_path) if recipe_path else 0
+
+
+def write_recipe(frame: pd.DataFrame, winner: str, history_path, recipe_path) -> int:
+    if not winner:
+        print("no recipe: no program was judged correct")
+        return 1
+    try:
+        text = lineage_recipe(frame, winner, history_path)
+    except LineageError as err:
+        print(f"no recipe for {winner}: {err}")
+        return 1
+    Path(recipe_path).write_text(text)
+    print(f"wrote {recipe_path}: the recipe of {winner} (python -m mutations recipe {recipe_path} -o engine.py)")
     return 0
 
 

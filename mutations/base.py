@@ -2,8 +2,10 @@
 
 An operator is deterministic given its RNG: the same source and seed give the same child.
 It never raises for a program it cannot rewrite: it returns `Declined` with the reason,
-which lands in history.csv.
+which lands in history.csv. `replay` applies it again as history.csv recorded it (a
+recipe line): the choices it once drew from its RNG are taken from the recorded args.
 """
+import json
 import random
 from dataclasses import dataclass, field
 
@@ -23,7 +25,8 @@ class Declined:
 
 
 class Operator:
-    """Base of every mutation operator; subclasses set the class attributes and `rewrite`."""
+    """Base of every mutation operator; subclasses set the class attributes and `rewrite`,
+    and `rewrite_as` when `rewrite` draws a choice from its RNG."""
     name: str = ""
     kind: str = ""  # "allele" | "structural"
     devices: str = "any"  # "any" | "cuda": where programs it writes can run
@@ -39,12 +42,43 @@ class Operator:
     def rewrite(self, source: str, rng: random.Random) -> Applied | Declined:
         raise NotImplementedError
 
+    def rewrite_as(self, source: str, args: dict) -> Applied | Declined:
+        """The rewrite making the choices recorded in `args`. An operator that draws nothing
+        from its RNG just rewrites; `replay` checks that it made what was recorded."""
+        return self.rewrite(source, random.Random(0))
+
     def apply(self, source: str, rng: random.Random) -> Applied | Declined:
         """`rewrite` behind the precondition; a child equal to its parent is a decline."""
+        return self.guarded(source, lambda: self.rewrite(source, rng))
+
+    def replay(self, source: str, args: dict) -> Applied | Declined:
+        """This operator as `args` recorded it; declines when it cannot make that choice, or
+        made a different one (every recorded arg must match; missing ones are free)."""
+        return self.guarded(source, lambda: agreeing(self.rewrite_as(source, args), args))
+
+    def guarded(self, source: str, rewrite) -> Applied | Declined:
         reason = self.applies(source)
         if reason is not None:
             return Declined(self.name, reason)
-        result = self.rewrite(source, rng)
+        result = rewrite()
         if isinstance(result, Applied) and result.source == source:
             return Declined(self.name, "the rewrite changed nothing")
         return result
+
+
+def agreeing(result: Applied | Declined, recorded: dict) -> Applied | Declined:
+    """`result`, or a decline naming the first recorded arg it does not match."""
+    if isinstance(result, Declined):
+        return result
+    made = json.loads(json.dumps(result.args))  # as history.csv holds them: lists, not tuples
+    for key, value in recorded.items():
+        if made.get(key) != value:
+            return Declined(result.operator, f"recorded {key}={json.dumps(value)}, "
+                                             f"this program gives {key}={json.dumps(made.get(key))}")
+    return result
+
+
+def agrees(choice: dict, recorded: dict) -> bool:
+    """Whether a choice an operator could make matches every recorded arg it names."""
+    made = json.loads(json.dumps(choice))
+    return all(made.get(key) == value for key, value in recorded.items() if key in made)

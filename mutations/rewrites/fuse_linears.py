@@ -8,13 +8,14 @@ notices and no memory is added. Self-contained: it needs nothing of any other ge
 Declines when no statement has such a group (the seed's qkv_proj and mlp have one each;
 fused alleles have none). Methods are not searched.
 """
+import json
 import random
 
 import libcst as cst
 import libcst.matchers as m
 
 from mutations import program
-from mutations.base import Applied, Declined
+from mutations.base import Applied, Declined, agrees
 from mutations.rewrites import StructuralRewrite
 
 DESCRIPTION = "fuse matmuls of one input by weights of one dict into one matmul by the stacked rows"
@@ -87,7 +88,16 @@ class FuseLinearsOperator(StructuralRewrite):
     def rewrite(self, source: str, rng: random.Random) -> Applied | Declined:
         module = program.parse(source)
         found = candidates(module)
-        function, index, x, d, keys = found[rng.randrange(len(found))]
+        return self.fuse(module, *found[rng.randrange(len(found))])
+
+    def rewrite_as(self, source: str, args: dict) -> Applied | Declined:
+        module = program.parse(source)
+        for function, index, x, d, keys in candidates(module):
+            if agrees({"function": function, "input": x, "weights": d, "keys": keys}, args):
+                return self.fuse(module, function, index, x, d, keys)
+        return Declined(self.name, f"no group of matmuls matches {json.dumps(args, sort_keys=True)}")
+
+    def fuse(self, module: cst.Module, function: str, index: int, x: str, d: str, keys: tuple) -> Applied:
         body = list(module.body)
         at = next(i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef) and s.name.value == function)
         func = body[at]

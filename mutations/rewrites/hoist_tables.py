@@ -9,13 +9,14 @@ tables built after `__init__` has set those attributes, over max_position_embedd
 positions. Values are bit-identical: each row is the same fp32 computation. Declines when
 no such call remains (already hoisted, or an engine that builds its tables itself).
 """
+import json
 import random
 
 import libcst as cst
 import libcst.matchers as m
 
 from mutations import program
-from mutations.base import Applied, Declined
+from mutations.base import Applied, Declined, agrees
 from mutations.rewrites import StructuralRewrite
 
 DESCRIPTION = "build rope_tables once in __init__ for every position and gather rows per call"
@@ -78,7 +79,16 @@ class HoistTablesOperator(StructuralRewrite):
 
     def rewrite(self, source: str, rng: random.Random) -> Applied | Declined:
         module = program.parse(source)
-        cls_name, gene = rng.choice(candidates(module))
+        return self.hoist(module, *rng.choice(candidates(module)))
+
+    def rewrite_as(self, source: str, args: dict) -> Applied | Declined:
+        module = program.parse(source)
+        for cls_name, gene in candidates(module):
+            if agrees({"class": cls_name, "gene": gene}, args):
+                return self.hoist(module, cls_name, gene)
+        return Declined(self.name, f"no per-call table building matches {json.dumps(args, sort_keys=True)}")
+
+    def hoist(self, module: cst.Module, cls_name: str, gene: str) -> Applied:
         cls = program.definitions(module)[cls_name]
         init = init_of(cls)
         call = next(c for meth in cls.body.body if isinstance(meth, cst.FunctionDef) and meth.name.value != "__init__"

@@ -7,12 +7,14 @@ re-record on every new shape. Declines when every such gene is compiled already 
 Triton kernel of its own. Runs on CUDA only: on CPU, inductor's compile time per candidate
 (about 20 s) dwarfs anything it could win, so the CPU search leaves it out.
 """
+import itertools
+import json
 import random
 
 import libcst as cst
 
 from mutations import alleles, program
-from mutations.base import Applied, Declined
+from mutations.base import Applied, Declined, agrees
 from mutations.rewrites import StructuralRewrite
 
 DESCRIPTION = "wrap a tensor-function gene in torch.compile (mode, dynamic)"
@@ -49,7 +51,16 @@ class TorchCompileOperator(StructuralRewrite):
     def rewrite(self, source: str, rng: random.Random) -> Applied | Declined:
         module = program.parse(source)
         found = compilable(module)
-        gene, mode, dynamic = found[rng.randrange(len(found))], rng.choice(MODES), rng.choice(DYNAMIC)
+        return self.compile(module, found[rng.randrange(len(found))], rng.choice(MODES), rng.choice(DYNAMIC))
+
+    def rewrite_as(self, source: str, args: dict) -> Applied | Declined:
+        module = program.parse(source)
+        for gene, mode, dynamic in itertools.product(compilable(module), MODES, DYNAMIC):
+            if agrees({"gene": gene, "mode": mode, "dynamic": dynamic}, args):
+                return self.compile(module, gene, mode, dynamic)
+        return Declined(self.name, f"no compilable gene, mode and dynamic match {json.dumps(args, sort_keys=True)}")
+
+    def compile(self, module: cst.Module, gene: str, mode: str, dynamic) -> Applied:
         decorator = cst.Decorator(decorator=cst.parse_expression(f"torch.compile(mode={mode!r}, dynamic={dynamic})"))
         func = program.definitions(module)[gene]
         module = program.replace_gene(module, gene, func.with_changes(decorators=[*func.decorators, decorator]))

@@ -4,6 +4,8 @@ A tunable constant is a module-level integer assignment with a trailing range co
 `SLAB_SLOTS = 16  # range: 4..256`; the comment (and anything after the range) is kept.
 Declines when the program declares no such constant, or none can halve or double inside
 its range. The seed declares none; alleles bring them (slots, pages, splits, graph batch).
+Replayed from a recipe (`{"constant": NAME, "new": VALUE}`), it sets NAME to any VALUE in
+its range.
 """
 import random
 import re
@@ -20,19 +22,31 @@ RANGE = re.compile(r"#\s*range:\s*(\d+)\s*\.\.\s*(\d+)")
 CONSTANT = m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Integer())])
 
 
-def tunable(module: cst.Module) -> list:
-    """(index in module body, name, value, moves) of every constant that can move."""
-    found = []
+def declared(module: cst.Module) -> dict:
+    """name -> (index in module body, (lo, hi)) of every constant with a declared range."""
+    found = {}
     for i, stmt in enumerate(module.body):
         comment = getattr(stmt, "trailing_whitespace", None)
         comment = comment.comment if comment is not None else None
-        if not m.matches(stmt, CONSTANT) or comment is None or not RANGE.search(comment.value):
-            continue
-        lo, hi = map(int, RANGE.search(comment.value).groups())
-        value = stmt.body[0].value.evaluated_value
+        if m.matches(stmt, CONSTANT) and comment is not None and RANGE.search(comment.value):
+            lo, hi = map(int, RANGE.search(comment.value).groups())
+            found[stmt.body[0].targets[0].target.value] = (i, (lo, hi))
+    return found
+
+
+def declared_values(module: cst.Module) -> dict:
+    """name -> value of every constant with a declared range."""
+    return {name: module.body[i].body[0].value.evaluated_value for name, (i, _) in declared(module).items()}
+
+
+def tunable(module: cst.Module) -> list:
+    """(index in module body, name, value, moves) of every constant that can move."""
+    found = []
+    for name, (i, (lo, hi)) in declared(module).items():
+        value = module.body[i].body[0].value.evaluated_value
         moves = [v for v in (value // 2, value * 2) if lo <= v <= hi and v != value]
         if moves:
-            found.append((i, stmt.body[0].targets[0].target.value, value, moves))
+            found.append((i, name, value, moves))
     return found
 
 
@@ -45,9 +59,25 @@ class TuneConstantOperator(StructuralRewrite):
 
     def rewrite(self, source: str, rng: random.Random) -> Applied | Declined:
         module = program.parse(source)
-        index, name, value, moves = rng.choice(tunable(module))
-        new_value = rng.choice(moves)
+        index, _, _, moves = rng.choice(tunable(module))
+        return self.set_constant(module, index, rng.choice(moves))
+
+    def rewrite_as(self, source: str, args: dict) -> Applied | Declined:
+        """Set args["constant"] to args["new"], any value inside its declared range: a
+        recipe may set what a crossover took from another parent, not only a halving."""
+        module = program.parse(source)
+        found = declared(module).get(args.get("constant"))
+        if found is None:
+            return Declined(self.name, f"the program declares no tunable constant {args.get('constant')!r}")
+        index, (lo, hi) = found
+        new_value = args.get("new")
+        if not isinstance(new_value, int) or not lo <= new_value <= hi:
+            return Declined(self.name, f"{args['constant']} = {new_value!r} is outside its range {lo}..{hi}")
+        return self.set_constant(module, index, new_value)
+
+    def set_constant(self, module: cst.Module, index: int, new_value: int) -> Applied:
         stmt = module.body[index]
+        name, value = stmt.body[0].targets[0].target.value, stmt.body[0].value.evaluated_value
         assign = stmt.body[0].with_changes(value=cst.Integer(str(new_value)))
         body = list(module.body)
         body[index] = stmt.with_changes(body=[assign])

@@ -1,0 +1,89 @@
+"""A program's lineage as a recipe: the operator applications that make it from the seed.
+
+`python -m evolve report HISTORY --recipe OUT.txt` writes the winner's. Each step of the
+lineage (history.lineage: first parents, back to the seed) is one line, its args as
+history.csv recorded them; a step with two parents (a crossover) becomes the allele swaps
+and constant settings that turn its first parent into the child
+(mutations.recipe.crossover_steps), found by comparing the judged sources at
+`source_path`. Every step is replayed as written and checked against the candidate id the
+history recorded, so a recipe that is written reproduces the program exactly; when none
+can be, LineageError says which step and why.
+"""
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from evolve import history
+from mutations import program, recipe
+
+
+class LineageError(ValueError):
+    """The lineage cannot be written as a recipe; the message names the step."""
+
+
+def lineage_recipe(frame: pd.DataFrame, candidate_id: str, history_path) -> str:
+    """The text of a recipe that makes `candidate_id` from the seed."""
+    steps = history.lineage(frame, candidate_id)
+    if not steps:
+        raise LineageError(f"{candidate_id} has no judged row in the history")
+    first = steps[0]
+    source = program.SEED_PATH.read_text()
+    if first["operator"] != "seed" or first["candidate_id"] != recipe.source_hash(source):
+        raise LineageError(f"the lineage of {candidate_id} starts at {first['candidate_id']} ({first['operator']}), "
+                           f"not at {program.SEED_PATH.name}: a recipe starts from the seed")
+    lines = [f"# candidate {candidate_id}, made from the seed in {len(steps) - 1} steps ({Path(history_path).name})",
+             f"#   python -m mutations recipe <this file> -o engine.py --check-hash {candidate_id}"]
+    for number, step in enumerate(steps[1:], start=1):
+        made = recipe_steps(step, source, frame, history_path)
+        source = replayed(made, source, number, step)
+        if has_two_parents(step):
+            parents = " and ".join(step["parent_ids"])
+            lines.append(f"# {step['operator']} {step['candidate_id']} of {parents}, as swaps:")
+        lines += [s.line() for s in made]
+        lines[-1] += f"  # -> {step['candidate_id']}"
+    return "\n".join(lines) + "\n"
+
+
+def recipe_steps(step: dict, source: str, frame: pd.DataFrame, history_path) -> list:
+    """The recipe lines of one lineage step applied to `source` (its first parent)."""
+    if not has_two_parents(step):
+        return [recipe.Step(step["operator"], recorded_args(step["operator_args"]))]
+    child = judged_source(frame, step["candidate_id"], history_path)
+    made = recipe.crossover_steps(source, child)
+    if isinstance(made, str):
+        raise LineageError(f"the {step['operator']} that made {step['candidate_id']} cannot be written as "
+                           f"allele swaps from its first parent: {made}")
+    return made
+
+
+def has_two_parents(step: dict) -> bool:
+    """A crossover (or any step from two parents): a recipe holds it as swaps on the first."""
+    return len(step["parent_ids"]) > 1
+
+
+def replayed(steps: list, source: str, number: int, step: dict) -> str:
+    """`source` after `steps`, checked to be the program the history recorded."""
+    try:
+        source = recipe.apply(steps, source)
+    except recipe.RecipeError as err:
+        raise LineageError(f"step {number} ({step['operator']}) does not replay: {err}") from None
+    if recipe.source_hash(source) != step["candidate_id"]:
+        raise LineageError(f"step {number} ({step['operator']}) replays to {recipe.source_hash(source)}, "
+                           f"not {step['candidate_id']}")
+    return source
+
+
+def recorded_args(text: str) -> dict:
+    return json.loads(text) if text and text not in ("nan", "{}") else {}
+
+
+def judged_source(frame: pd.DataFrame, candidate_id: str, history_path) -> str:
+    """The source judged as `candidate_id`, at its source_path (or beside the history,
+    for a history moved with its runs directory)."""
+    paths = frame.loc[frame["candidate_id"] == candidate_id, "source_path"]
+    for path in map(Path, paths[paths != ""]):
+        for where in (path, Path(history_path).parent / path):
+            if where.is_file():
+                return where.read_text()
+    raise LineageError(f"no readable source for {candidate_id} (source_path {list(paths)[:1]})")

@@ -1,0 +1,140 @@
+"""Recipes: a program written as the operator applications that make it from the seed.
+
+One application per line, as history.csv names it: the operator's name, then (optional)
+its args as one JSON object, `tune_constant {"constant": "PAGE_SIZE", "new": 32}`. `#`
+starts a comment; blank lines are ignored. Each line is replayed (`Operator.replay`): the
+recorded choice, never a random one, so a recipe makes the same source every time. A line
+that declines is an error naming it, never skipped.
+
+A recipe is linear and crossover has two parents, so a crossover step is written as the
+allele swaps and constant settings that turn its first parent into the child
+(`crossover_steps`), when some do.
+"""
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+import mutations
+from mutations import program
+from mutations.base import Applied, Declined
+from mutations.rewrites.tune_constant import declared_values
+
+
+class RecipeError(ValueError):
+    """A recipe line that does not parse or does not apply; the message names the line."""
+
+
+@dataclass(frozen=True)
+class Step:
+    operator: str
+    args: dict = field(default_factory=dict)
+    line_no: int = 0  # where it was read, 0 when it was made
+
+    def line(self) -> str:
+        return f"{self.operator} {json.dumps(self.args, sort_keys=True)}" if self.args else self.operator
+
+
+def source_hash(source: str) -> str:
+    """A program's candidate id, as the judge computes it (fitness.loader.source_hash,
+    repeated here: mutations never imports fitness)."""
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def parse(text: str) -> list[Step]:
+    steps = []
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if line and not line.startswith("#"):
+            steps.append(parse_line(line, line_no))
+    return steps
+
+
+def parse_line(line: str, line_no: int) -> Step:
+    """`OPERATOR`, `OPERATOR {json args}`, either with a trailing `# comment`."""
+    operator, _, rest = line.partition(" ")
+    rest, args = rest.strip(), {}
+    if rest.startswith("{"):
+        try:
+            args, end = json.JSONDecoder().raw_decode(rest)
+        except json.JSONDecodeError as err:
+            raise RecipeError(f"line {line_no}: the args of {operator} are not JSON: {err}") from None
+        rest = rest[end:].strip()
+    if rest and not rest.startswith("#"):
+        raise RecipeError(f"line {line_no}: expected `{operator} {{json args}}`, found {rest[:40]!r} after the name")
+    return Step(operator, args, line_no)
+
+
+def apply_step(source: str, step: Step) -> Applied | Declined:
+    if step.operator == "crossover":
+        return Declined(step.operator, "a recipe is linear and crossover has two parents: write the allele "
+                                       "swaps it made (`python -m evolve report --recipe` does)")
+    try:
+        operator = mutations.get_operator(step.operator)
+    except KeyError as err:
+        return Declined(step.operator, err.args[0])
+    return operator.replay(source, step.args)
+
+
+def apply(steps: list[Step], source: str | None = None, log=None) -> str:
+    """The program the steps make from `source` (the seed when None); RecipeError names the
+    first line that declines."""
+    source = program.SEED_PATH.read_text() if source is None else source
+    for step in steps:
+        result = apply_step(source, step)
+        if isinstance(result, Declined):
+            where = f"line {step.line_no}: " if step.line_no else ""
+            raise RecipeError(f"{where}{step.operator} declined: {result.reason}")
+        if log:
+            log(f"line {step.line_no}: {Step(result.operator, result.args).line()}")
+        source = result.source
+    return source
+
+
+# --- a crossover as swaps ----------------------------------------------------------------------
+
+def crossover_steps(parent: str, child: str) -> list[Step] | str:
+    """The allele swaps, then the constant settings, that turn `parent` (a crossover's first
+    parent) into `child` exactly; or why they do not."""
+    wanted = program.gene_alleles(program.parse(child))
+    source, steps = parent, []
+    while missing := unmatched(source, wanted):
+        found = closer_swap(source, wanted, len(missing))
+        if found is None:
+            return f"no allele swap brings {', '.join(f'{g}={wanted[g]}' for g in missing)} closer"
+        source, step = found
+        steps.append(step)
+    child_values = declared_values(program.parse(child))
+    for name, value in child_values.items():
+        if declared_values(program.parse(source)).get(name) != value:
+            result = apply_step(source, Step("tune_constant", {"constant": name, "new": value}))
+            if isinstance(result, Declined):
+                return f"cannot set {name} = {value}: {result.reason}"
+            source = result.source
+            steps.append(Step(result.operator, result.args))
+    if source != child:
+        return "swaps give every gene its allele, yet the program differs from the child " \
+               f"({first_difference(source, child)})"
+    return steps
+
+
+def unmatched(source: str, wanted: dict) -> list:
+    """Genes of `wanted` whose allele in `source` is another, in gene order."""
+    carried = program.gene_alleles(program.parse(source))
+    return [g for g in wanted if carried.get(g) != wanted[g]]
+
+
+def closer_swap(source: str, wanted: dict, num_unmatched: int):
+    """(new source, step) of the first swap, in gene order, that leaves fewer genes
+    unmatched (a swap may repair other genes, so not every one does)."""
+    for gene in unmatched(source, wanted):
+        result = apply_step(source, Step(f"allele.{gene}.{wanted[gene]}"))
+        if isinstance(result, Applied) and len(unmatched(result.source, wanted)) < num_unmatched:
+            return result.source, Step(result.operator, result.args)
+    return None
+
+
+def first_difference(a: str, b: str) -> str:
+    for line_no, (x, y) in enumerate(zip(a.splitlines(), b.splitlines()), start=1):
+        if x != y:
+            return f"line {line_no}: {x.strip()[:60]!r} where the child has {y.strip()[:60]!r}"
+    return f"{len(a.splitlines())} lines against the child's {len(b.splitlines())}"
