@@ -2,9 +2,13 @@
 
     all_operators() -> [Operator]          every operator, in a stable order
     get_operator(name) -> Operator
-    random_mutation(source, rng, device)   one operator, uniform over those that run on
-                                           `device` and apply to `source`; Declined if none
+    applicable_operators(source, device)   names of those that run on `device` and apply
+    apply_operator(name, source, rng)      one of them, chosen by the caller (evolve's bandit)
+    is_deterministic(name)                 True when it draws nothing from the rng
+    random_mutation(source, rng, device)   one operator, uniform over the applicable ones;
+                                           Declined if none
     crossover(a, b, rng)                   uniform over genes, closed under requirements
+    merge_gains(a, b, base, rng)           a with the genes b changed since base
 
 Allele swaps (`allele.<gene>.<allele>`, one per file under alleles/) and structural
 rewrites (one per file under rewrites/). Every result is `Applied` (source, operator,
@@ -16,14 +20,15 @@ from functools import lru_cache
 
 from mutations.allele_swap import swap_operators
 from mutations.base import Applied, Declined, Operator
-from mutations.crossover import crossover
+from mutations.crossover import crossover, merge_gains
 from mutations.rewrites.fuse_linears import FuseLinearsOperator
 from mutations.rewrites.hoist_tables import HoistTablesOperator
 from mutations.rewrites.last_token_logits import LastTokenLogitsOperator
 from mutations.rewrites.torch_compile import TorchCompileOperator
 from mutations.rewrites.tune_constant import TuneConstantOperator
 
-__all__ = ["Applied", "Declined", "Operator", "all_operators", "get_operator", "random_mutation", "crossover"]
+__all__ = ["Applied", "Declined", "Operator", "all_operators", "get_operator", "applicable_operators",
+           "apply_operator", "is_deterministic", "random_mutation", "crossover", "merge_gains"]
 
 
 @lru_cache(maxsize=None)
@@ -44,9 +49,23 @@ def get_operator(name: str) -> Operator:
     raise KeyError(f"no operator named {name!r}; `python -m mutations list` names them all")
 
 
+def applicable_operators(source: str, device: str) -> list[str]:
+    """Names of the operators that run on `device` and apply to `source`, in the stable order."""
+    return [op.name for op in _operators() if op.can_run_on(device) and op.applies(source) is None]
+
+
+def apply_operator(name: str, source: str, rng: random.Random) -> Applied | Declined:
+    return get_operator(name).apply(source, rng)
+
+
+def is_deterministic(name: str) -> bool:
+    """An allele swap draws nothing from its rng: on the same program it makes the same child."""
+    return get_operator(name).kind == "allele"
+
+
 def random_mutation(source: str, rng: random.Random, device: str) -> Applied | Declined:
     """Apply one operator drawn uniformly from those that run on `device` and apply."""
-    usable = [op for op in _operators() if op.can_run_on(device) and op.applies(source) is None]
+    usable = applicable_operators(source, device)
     if not usable:
         return Declined("random_mutation", f"no operator for {device} applies")
-    return usable[rng.randrange(len(usable))].apply(source, rng)
+    return apply_operator(usable[rng.randrange(len(usable))], source, rng)

@@ -1,13 +1,19 @@
 """Crossover: a child taking each gene from either parent, closed under declared requirements.
 
-Each gene both parents define comes from parent a or b with probability 1/2 (uniform
-crossover over genes). Requirements are then settled by pulling genes from the parent
-that has what is needed: for a violation (gene G, from parent p, needs gene H in a set of
-alleles), H is taken from whichever parent carries an allowed allele, preferring p; failing
-that, G is taken from the other parent. Each gene is moved once at most, so this ends; if it
-cannot settle, or the child is a copy of a parent, crossover declines. The child brings
-each gene's helpers and imports from the parent that gave the gene (then from the seed),
-and drops what nothing uses.
+Two ways to say which parent gives each gene, one way to build the child:
+- `crossover(a, b, rng)`: each gene both parents define comes from a or b with probability
+  1/2 (uniform crossover over genes);
+- `merge_gains(a, b, base, rng)`: the child is `a` with every gene in which `b` differs from
+  `base` (their common ancestor) taken from `b`, so two gains made apart are combined; it
+  draws nothing from the rng.
+
+Requirements are then settled by pulling genes from the parent that has what is needed: for
+a violation (gene G, from parent p, needs gene H in a set of alleles), H is taken from
+whichever parent carries an allowed allele, preferring p; failing that, G is taken from the
+other parent. Each gene is moved once at most, so this ends; if it cannot settle, or the
+child is a copy of a parent, the operator declines. The child brings each gene's helpers
+and imports from the parent that gave the gene (then from the seed), and drops what
+nothing uses.
 """
 import random
 
@@ -15,6 +21,7 @@ from mutations import program, requirements
 from mutations.base import Applied, Declined
 
 NAME = "crossover"
+MERGE_NAME = "merge_gains"
 
 
 def crossover(a: str, b: str, rng: random.Random) -> Applied | Declined:
@@ -22,50 +29,77 @@ def crossover(a: str, b: str, rng: random.Random) -> Applied | Declined:
         parents = {"a": program.parse(a), "b": program.parse(b)}
     except program.ProgramError as err:
         return Declined(NAME, str(err))
-    carried = {p: program.gene_alleles(mod) for p, mod in parents.items()}
     defs = {p: program.definitions(mod) for p, mod in parents.items()}
-    genes = [g for g in program.GENES if g in carried["a"] and g in carried["b"]]
+    genes = shared_genes(parents)
     if all(program.code(defs["a"][g]) == program.code(defs["b"][g]) for g in genes):
         return Declined(NAME, "the parents carry the same genes")
     origin = {g: "a" if rng.random() < 0.5 else "b" for g in genes}
+    return settled_child(NAME, parents, (a, b), origin)
 
-    def assignment():
-        return {g: carried[origin[g]][g] for g in genes}
 
+def merge_gains(a: str, b: str, base: str, rng: random.Random) -> Applied | Declined:
+    """`a` with the genes `b` changed since `base` taken from `b`; rng unused (deterministic)."""
+    try:
+        parents = {"a": program.parse(a), "b": program.parse(b)}
+        ancestor = program.definitions(program.parse(base))
+    except program.ProgramError as err:
+        return Declined(MERGE_NAME, str(err))
+    defs_b = program.definitions(parents["b"])
+    genes = shared_genes(parents)
+    changed = {g for g in genes if g not in ancestor or gene_key(defs_b[g]) != gene_key(ancestor[g])}
+    if not changed:
+        return Declined(MERGE_NAME, "b carries no gene that differs from the base")
+    origin = {g: "b" if g in changed else "a" for g in genes}
+    return settled_child(MERGE_NAME, parents, (a, b), origin)
+
+
+def shared_genes(parents: dict) -> list:
+    """The genes both parents define, in gene order."""
+    carried = [program.gene_alleles(mod) for mod in parents.values()]
+    return [g for g in program.GENES if all(g in c for c in carried)]
+
+
+def gene_key(stmt) -> tuple:
+    """What a gene is, blank lines and comments above it aside: its allele and its code."""
+    return program.allele_of(stmt), program.code(stmt.with_changes(leading_lines=[]))
+
+
+def settled_child(name: str, parents: dict, sources: tuple, origin: dict) -> Applied | Declined:
+    """The child taking each gene from the parent `origin` names, once requirements are
+    settled (`origin` is repaired in place); Declined when they cannot settle or the child
+    is a copy of a parent."""
+    carried = {p: program.gene_alleles(mod) for p, mod in parents.items()}
+    repairs = settle(origin, carried)
+    if isinstance(repairs, str):
+        return Declined(name, repairs)
+    module, defs_b = parents["a"], program.definitions(parents["b"])
+    for gene in origin:
+        if origin[gene] == "b":
+            module = program.replace_gene(module, gene, defs_b[gene])
+    # Missing helpers come from b first: the child is a's module, so all it lacks is b's.
+    child = program.finish(module, [parents["b"], parents["a"], program.seed_module()])
+    for p, source in zip(("a", "b"), sources):
+        if child == source:
+            return Declined(name, f"the child is a copy of parent {p}")
+    return Applied(child, name, {"genes": origin, "repairs": repairs})
+
+
+def settle(origin: dict, carried: dict) -> dict | str:
+    """Move genes between parents until the child's alleles meet every requirement; the
+    repairs (gene -> the parent it now comes from), or why they cannot settle."""
     def other(p):
         return "b" if p == "a" else "a"
 
-    def take_needed(needed, allowed):
-        for p in (origin_of_violator[0], other(origin_of_violator[0])):
-            if carried[p][needed] in allowed:
-                origin[needed] = p
-                return carried[p][needed]
-        return None
-
-    def take_gene(gene):
-        origin[gene] = other(origin[gene])
-        return carried[origin[gene]][gene]
-
     pinned, repairs = set(), {}
-    while (violation := requirements.first_violation(assignment())) is not None:
+    while (violation := requirements.first_violation({g: carried[p][g] for g, p in origin.items()})) is not None:
         gene, needed, allowed = violation
-        origin_of_violator = [origin[gene]]
-        if needed not in pinned and take_needed(needed, allowed) is not None:
-            pinned.add(needed)
-            repairs[needed] = origin[needed]
+        donor = next((p for p in (origin[gene], other(origin[gene])) if carried[p][needed] in allowed), None)
+        if needed not in pinned and donor is not None:
+            moved, origin[needed] = needed, donor
         elif gene not in pinned:
-            take_gene(gene)
-            pinned.add(gene)
-            repairs[gene] = origin[gene]
+            moved, origin[gene] = gene, other(origin[gene])
         else:
-            return Declined(NAME, f"cannot settle {gene} needing {needed} in {list(allowed)}")
-    module = parents["a"]
-    for gene in genes:
-        if origin[gene] == "b":
-            module = program.replace_gene(module, gene, defs["b"][gene])
-    # Missing helpers come from b first: the child is a's module, so all it lacks is b's.
-    child = program.finish(module, [parents["b"], parents["a"], program.seed_module()])
-    for p, source in (("a", a), ("b", b)):
-        if child == source:
-            return Declined(NAME, f"the child is a copy of parent {p}")
-    return Applied(child, NAME, {"genes": origin, "repairs": repairs})
+            return f"cannot settle {gene} needing {needed} in {list(allowed)}"
+        pinned.add(moved)
+        repairs[moved] = origin[moved]
+    return repairs
