@@ -1,11 +1,16 @@
-"""The generation loop: breed, judge, score, select, remember, report, checkpoint.
+"""The generation loop: breed, judge, learn, score, select, remember, report, checkpoint.
 
-Generation 0 judges the first population (the seed and --seed-from programs); every
-later one breeds as many children as the population holds.
+Generation 0 judges the first population (the seed and --seed-from programs). Generation 1
+sweeps: one child of the best program by each operator that applies to it. Every later one
+merges gains made apart (up to a third of its children), then breeds the rest by
+crossover or by the operator the bandit draws, up to as many children as the population
+holds. evolve/README.md ("How the search chooses") says why.
 """
 import time
 
 from evolve.judging import judge_unjudged
+from evolve.memo import Known
+from evolve.operators import sweep_size
 from evolve.toolbox import Program
 
 
@@ -14,15 +19,18 @@ def evolve(search) -> None:
     toolbox, config = search.toolbox, search.config
     while search.should_continue():
         gen, started = search.generation, time.monotonic()
-        # Breed: children of tournament-chosen parents, by crossover or by mutation.
+        # Breed: a sweep of every operator, then merges, crossovers and the bandit's mutations.
         if gen == 0:
-            offspring, parents, num_declined = search.population, [], 0
+            brood, parents = Brood(search, search.population), []
         else:
             parents = search.population
-            offspring, num_declined = breed(search, parents, config.population)
+            brood = breed(search, parents, config.population)
+        offspring = brood.children
         # Judge each new source once and re-time the elite, all in one parallel map.
-        num_cached = sum(p.id in search.scores for p in offspring)
+        num_cached = brood.num_known + sum(p.id in search.scores for p in offspring)
         new, _ = judge_unjudged(toolbox, search.scores, gen, offspring, remeasure=search.elite())
+        # Learn: each mutant's outcome against its parent is credited to its operator.
+        toolbox.learn(offspring, search.scores)
         # Score: a program's fitness is the mean of its measurements so far.
         search.assign_fitness(parents + offspring + list(search.hall_of_fame))
         # Remember: the hall of fame, and the best correct program in workspace/engine.py.
@@ -30,28 +38,57 @@ def evolve(search) -> None:
         # Select: the elite kept, tournaments for the rest (or NSGA-II on both objectives).
         search.population = toolbox.select(parents + offspring, config.population)
         # Report and checkpoint: one record for the console, results.log and the logbook.
-        search.finish_generation(new, num_cached, num_declined, time.monotonic() - started)
+        search.finish_generation(new, num_cached, brood.num_declined, time.monotonic() - started)
 
 
-def breed(search, parents: list, num_children: int) -> tuple[list, int]:
-    """`num_children` children (fewer if operators keep declining) and how many declined."""
-    toolbox, rng = search.toolbox, search.rng
-    children, num_declined = [], 0
+class Brood:
+    """A generation's children as they are bred; the known ones (nothing new: counted as
+    cached) and the declined ones (recorded in history.csv) counted apart."""
+
+    def __init__(self, search, children=()):
+        self.search, self.children, self.num_known, self.num_declined = search, list(children), 0, 0
+
+    def add(self, result, parent_ids: tuple) -> None:
+        if isinstance(result, Program):
+            self.children.append(result)
+        elif isinstance(result, Known):
+            self.num_known += 1
+        else:
+            self.num_declined += 1
+            self.search.record_decline(result, parent_ids)
+
+
+def breed(search, parents: list, num_children: int) -> Brood:
+    """Generation 1: the sweep. Later: merges, then crossover or mutation, until there are
+    `num_children` children (fewer if operators keep declining or repeating themselves)."""
+    toolbox, brood = search.toolbox, Brood(search)
+    toolbox.memo.see(parents + list(search.hall_of_fame))
+    if search.generation == 1:
+        best = search.hall_of_fame[0] if len(search.hall_of_fame) else search.seed
+        limit = sweep_size(search.clock.left() - search.estimated_final_s(), search.scores.mean_judge_seconds(),
+                           search.config.workers, num_children)
+        for result in toolbox.sweep(best, limit):
+            brood.add(result, (best.id,))
+        if brood.children:
+            return brood
+    for a, b, base in toolbox.pairs_to_merge(search.scores, search.seed, num_children // 3):
+        brood.add(toolbox.merge(a, b, base), (a.id, b.id))
     for _ in range(3 * num_children):
-        if len(children) == num_children:
+        if len(brood.children) >= num_children:
             break
-        pair = pick_two(toolbox, parents) if rng.random() < search.config.crossover_prob else None
-        if pair:
-            child, parent_ids = toolbox.mate(*pair), (pair[0].id, pair[1].id)
-        else:
-            parent = toolbox.select_parents(parents, 1)[0]
-            child, parent_ids = toolbox.mutate(parent), (parent.id,)
-        if isinstance(child, Program):
-            children.append(child)
-        else:
-            num_declined += 1
-            search.record_decline(child, parent_ids)
-    return children, num_declined
+        brood.add(*mutate_or_mate(search, parents))
+    return brood
+
+
+def mutate_or_mate(search, parents: list) -> tuple:
+    """(child or Declined or Known, parent ids): crossover of two tournament winners at
+    crossover_prob, else a mutation of one."""
+    toolbox = search.toolbox
+    pair = pick_two(toolbox, parents) if search.rng.random() < search.config.crossover_prob else None
+    if pair:
+        return toolbox.mate(*pair), (pair[0].id, pair[1].id)
+    parent = toolbox.select_parents(parents, 1)[0]
+    return toolbox.mutate(parent), (parent.id,)
 
 
 def pick_two(toolbox, parents: list):

@@ -2,14 +2,20 @@
 
 An individual is a `Program` (an engine's source and how it was made) with a creator
 fitness: tokens/s (geometric mean over the judged cases) to maximise, and with --nsga2
-peak memory to minimise as well. Unlike DEAP's list individuals, `mutate` and `mate`
-return a new child (or the operator's `Declined`) instead of changing parents in place:
-a program is its source, and sources are immutable.
+peak memory to minimise as well. Unlike DEAP's list individuals, `mutate`, `sweep`,
+`mate` and `merge` return new children (or the operator's `Declined`, or `Known` for a
+child that is nothing new) instead of changing parents in place: a program is its source,
+and sources are immutable. Which operator `mutate` applies is the bandit's choice
+(`toolbox.selector`), taught by `learn`; `toolbox.memo` remembers what was bred.
 """
+import importlib
 import random
 
 from deap import base, creator, tools
 
+import mutations
+from evolve.memo import MERGE, Known, Memo
+from evolve.operators import DECLINED, FAILED, OperatorSelector, Vocabulary, gain_pairs, outcome
 from fitness.loader import source_hash
 
 if not hasattr(creator, "FitnessSpeed"):
@@ -44,30 +50,90 @@ def individual_type(nsga2: bool):
     return creator.EngineNSGA2 if nsga2 else creator.Engine
 
 
-def default_mutate_fn(source, rng, device):
-    import mutations  # lazily: the operators are another package, loaded when first needed
-    return mutations.random_mutation(source, rng, device)
+default_mutate_fn, default_mate_fn = mutations.random_mutation, mutations.crossover
 
 
-def default_mate_fn(a, b, rng):
-    import mutations
-    return mutations.crossover(a, b, rng)
+def operator_module(mutate_fn):
+    """The module whose operators the search draws from: the one defining `mutate_fn`
+    (`mutations`, or MODULE of python -m evolve run --operators MODULE)."""
+    return importlib.import_module(mutate_fn.__module__)
 
 
-def mutate(parent: Program, make, mutate_fn, rng: random.Random, device: str):
-    """A child of one parent, or the operator's Declined."""
-    result = mutate_fn(parent.source, rng, device)
+def mutate(parent: Program, make, vocabulary: Vocabulary, selector: OperatorSelector, memo: Memo,
+           rng: random.Random, device: str):
+    """A child of one parent by the operator the selector draws among those that apply to it
+    and are not spent on it; Declined, or Known (also when every one is spent)."""
+    if not vocabulary.can_choose:
+        return admitted(vocabulary.random_mutation(parent.source, rng, device), (parent.id,), make, memo)
+    names = [n for n in vocabulary.applicable(parent.source, device) if not memo.is_spent(n, (parent.id,))]
+    if not names:
+        return Known("mutate", "every operator that applies was tried on this program")
+    return apply_named(parent, selector.choose(names, rng), make, vocabulary, selector, memo, rng)
+
+
+def sweep(parent: Program, limit: int, make, vocabulary: Vocabulary, selector: OperatorSelector, memo: Memo,
+          rng: random.Random, device: str) -> list:
+    """A child of `parent` by each operator that applies to it (`limit` of them drawn by
+    `rng` when there are more); [] when the vocabulary cannot name its operators."""
+    if not vocabulary.can_choose:
+        return []
+    names = [n for n in vocabulary.applicable(parent.source, device) if not memo.is_spent(n, (parent.id,))]
+    names = rng.sample(names, limit) if len(names) > limit else names
+    return [apply_named(parent, name, make, vocabulary, selector, memo, rng) for name in names]
+
+
+def apply_named(parent: Program, name: str, make, vocabulary: Vocabulary, selector: OperatorSelector,
+                memo: Memo, rng: random.Random):
+    result = vocabulary.apply(name, parent.source, rng)
+    if not hasattr(result, "source"):  # declined: credited now, and not drawn for this parent again
+        selector.reward(name, DECLINED)
+        memo.spend(name, (parent.id,))
+        return result
+    child = make(result.source, (parent.id,), result.operator, result.args)
+    return memo.admit(child, vocabulary.is_deterministic(name))
+
+
+def mate(a: Program, b: Program, make, mate_fn, memo: Memo, rng: random.Random):
+    """A child taking genes from two parents; Declined, or Known."""
+    return admitted(mate_fn(a.source, b.source, rng), (a.id, b.id), make, memo)
+
+
+def merge(a: Program, b: Program, base: Program, make, vocabulary: Vocabulary, memo: Memo, rng: random.Random):
+    """`a` with the genes `b` changed since `base`; Declined, or Known. Tried once per trio."""
+    memo.spend(MERGE, (a.id, b.id, base.id))
+    return admitted(vocabulary.merge_gains(a.source, b.source, base.source, rng), (a.id, b.id), make, memo,
+                    {"base": base.id})
+
+
+def admitted(result, parent_ids: tuple, make, memo: Memo, extra_args=None):
+    """The operator's child, unless the memo knows it; its Declined as it is."""
     if not hasattr(result, "source"):
         return result
-    return make(result.source, (parent.id,), result.operator, result.args)
+    return memo.admit(make(result.source, parent_ids, result.operator, {**result.args, **(extra_args or {})}))
 
 
-def mate(a: Program, b: Program, make, mate_fn, rng: random.Random):
-    """A child taking genes from two parents, or Declined."""
-    result = mate_fn(a.source, b.source, rng)
-    if not hasattr(result, "source"):
-        return result
-    return make(result.source, (a.id, b.id), result.operator, result.args)
+def pairs_to_merge(scores, seed: Program, limit: int, vocabulary: Vocabulary, memo: Memo) -> list:
+    """(a, b, base) trios whose gains `merge` may combine; none when the vocabulary cannot."""
+    if vocabulary.merge_gains is None or limit < 1:
+        return []
+    return gain_pairs(list(memo.programs.values()), scores, memo, seed, limit)
+
+
+def learn(offspring: list, scores, selector: OperatorSelector, memo: Memo) -> None:
+    """Credit the operator of each judged mutant (and of each child found to be a known
+    program) with its outcome against the parent; a failure also spends the operator on
+    that parent."""
+    memo.see(offspring)
+    made = [(c.operator, c.id, c.parent_ids) for c in offspring] + memo.take_twins()
+    for operator, child_id, parent_ids in made:
+        if len(parent_ids) != 1:
+            continue  # the seed, --seed-from programs, crossovers and merges: no operator drawn
+        result = outcome(scores, child_id, parent_ids[0])
+        if result is None:
+            continue  # not judged (the budget ran out)
+        selector.reward(operator, result)
+        if result == FAILED:
+            memo.spend(operator, parent_ids)
 
 
 def sel_elitist_tournament(individuals, k, hall_of_fame, num_elite, tournsize):
@@ -86,9 +152,15 @@ def make_toolbox(config, hall_of_fame, evaluate, map_fn, rng: random.Random,
     """The algorithm by role: each operation bound to its settings."""
     toolbox = base.Toolbox()
     toolbox.register("individual", individual_type(config.nsga2))
-    toolbox.register("mutate", mutate, make=toolbox.individual, mutate_fn=mutate_fn, rng=rng,
-                     device=config.device)
-    toolbox.register("mate", mate, make=toolbox.individual, mate_fn=mate_fn, rng=rng)
+    toolbox.selector, toolbox.memo = OperatorSelector(), Memo()  # the search's learning: plain state
+    vocabulary = Vocabulary(operator_module(mutate_fn), mutate_fn, mate_fn)
+    breeding = {"make": toolbox.individual, "vocabulary": vocabulary, "memo": toolbox.memo, "rng": rng}
+    toolbox.register("mutate", mutate, **breeding, selector=toolbox.selector, device=config.device)
+    toolbox.register("sweep", sweep, **breeding, selector=toolbox.selector, device=config.device)
+    toolbox.register("mate", mate, make=toolbox.individual, mate_fn=mate_fn, memo=toolbox.memo, rng=rng)
+    toolbox.register("merge", merge, **breeding)
+    toolbox.register("pairs_to_merge", pairs_to_merge, vocabulary=vocabulary, memo=toolbox.memo)
+    toolbox.register("learn", learn, selector=toolbox.selector, memo=toolbox.memo)
     toolbox.register("select_parents", tools.selTournament, tournsize=config.tournament_size)
     if config.nsga2:
         toolbox.register("select", tools.selNSGA2)

@@ -21,12 +21,14 @@ def random_mutation(source: str, rng: random.Random, device: str):
     if roll < 0.3:
         return Declined("stand_in_decline", "declines one time in ten")
     variant = rng.randrange(10**6)
-    return Applied(source + f"# variant {variant}\n", "stand_in_comment", {"variant": variant})
+    # A line of code (named "comment" as it once was): a child that differs from its parent
+    # only in comments is its parent to the search.
+    return Applied(source + f"stand_in_variant = {variant}\n", "stand_in_comment", {"variant": variant})
 
 
 def crossover(a: str, b: str, rng: random.Random):
     tag = hashlib.sha256(b.encode()).hexdigest()[:8]
-    return Applied(a + f"# crossed with {tag}\n", "stand_in_crossover", {"with": tag})
+    return Applied(a + f"stand_in_crossed_with = {tag!r}\n", "stand_in_crossover", {"with": tag})
 
 
 def fake_judge(path, config_path, weight_dir, device, timeout=None, env=None, **options):

@@ -1,0 +1,109 @@
+"""What a run remembers of its breeding, so that nothing known is bred or judged again.
+
+- the programs seen, with their parents: the lineage in which merges find a common ancestor;
+- each program's code with comments, blank lines and layout taken out (`ast` parses and
+  unparses it): a child that differs from a known program only in those is that program;
+- the applications tried, (operator, args, parent ids): the same one bred again makes the
+  same child, so it is not;
+- the operators spent on a parent: tried when they draw nothing from the rng, declined
+  there, or failed the gate there. They are not drawn for that parent again, nor for its
+  copies (a copy has the parent's source, so its id).
+
+Scores already keep a source from being judged twice (they are keyed by its hash); the memo
+keeps a breeding slot from being spent on what is known. It lives as long as the run's
+process: a resumed run starts it again from the population it restores.
+"""
+import ast
+import json
+from dataclasses import dataclass
+
+from fitness.loader import source_hash
+
+MERGE = "merge"  # the key under which a merge of (a, b, base) is spent
+
+
+@dataclass(frozen=True)
+class Known:
+    """A child not worth judging, and why; it counts as cached."""
+    operator: str
+    reason: str
+
+
+def normalized_id(source: str) -> str:
+    """The id of a source's code alone: comments, blank lines and layout do not change it."""
+    try:
+        text = ast.unparse(ast.parse(source))
+    except SyntaxError:
+        text = source
+    return source_hash(text)
+
+
+class Memo:
+    def __init__(self):
+        self.programs = {}  # id -> program
+        self.by_code = {}  # normalized id -> id of the first program seen with that code
+        self.applied = set()  # (operator, args as JSON, parent ids)
+        self.spent = set()  # (operator, parent ids)
+        self.twins = []  # (operator, known id, parent ids) of children found known by their code
+
+    def see(self, programs) -> None:
+        for p in programs:
+            if p.id not in self.programs:
+                self.programs[p.id] = p
+                self.by_code.setdefault(normalized_id(p.source), p.id)
+
+    def program(self, program_id: str | None):
+        return self.programs.get(program_id)
+
+    def is_spent(self, operator: str, parent_ids: tuple) -> bool:
+        return (operator, tuple(parent_ids)) in self.spent
+
+    def spend(self, operator: str, parent_ids: tuple) -> None:
+        self.spent.add((operator, tuple(parent_ids)))
+
+    def admit(self, child, deterministic: bool = False):
+        """`child`, now seen; or Known when its application was tried before or its code is
+        a known program's. A deterministic operator is spent on the parent either way."""
+        if deterministic:
+            self.spend(child.operator, child.parent_ids)
+        key = (child.operator, json.dumps(child.operator_args, sort_keys=True, default=str), child.parent_ids)
+        if key in self.applied:
+            self.spend(child.operator, child.parent_ids)
+            return Known(child.operator, "applied to the same parents before")
+        self.applied.add(key)
+        twin = self.by_code.get(normalized_id(child.source))
+        if twin is not None and twin != child.id:
+            self.twins.append((child.operator, twin, child.parent_ids))  # its operator made `twin`
+            return Known(child.operator, f"the code of {twin}, comments and layout aside")
+        self.see([child])
+        return child
+
+    def take_twins(self) -> list:
+        """The (operator, known id, parent ids) found since the last call: what those
+        operators made, to be credited like the children judged."""
+        twins, self.twins = self.twins, []
+        return twins
+
+    def ancestors(self, program_id: str) -> dict:
+        """id -> generations back, for the program itself (0) and every ancestor seen."""
+        found, frontier = {program_id: 0}, [program_id]
+        while frontier:
+            parents = [(parent, found[pid] + 1) for pid in frontier
+                       for parent in getattr(self.programs.get(pid), "parent_ids", ())]
+            frontier = [parent for parent, _ in parents if parent not in found]
+            for parent, depth in parents:
+                found.setdefault(parent, depth)
+        return found
+
+    def operators_since(self, program_id: str, base_id: str) -> set:
+        """The operators of the mutations in `program_id`'s lineage that are not in `base_id`'s:
+        what was done to make it since the two parted."""
+        before = self.ancestors(base_id)
+        steps = [self.programs.get(pid) for pid in self.ancestors(program_id) if pid not in before]
+        return {p.operator for p in steps if p is not None and len(p.parent_ids) == 1}
+
+    def common_ancestor(self, a_id: str, b_id: str) -> str | None:
+        """The nearest program both descend from (fewest generations in all), if seen."""
+        up_a, up_b = self.ancestors(a_id), self.ancestors(b_id)
+        common = sorted((up_a[i] + up_b[i], i) for i in up_a if i in up_b)
+        return common[0][1] if common else None

@@ -1,0 +1,150 @@
+"""How the search chooses what to do to a program: the operators it can draw from, the
+bandit that draws them, what a child's judgement says about its operator, and the pairs of
+gains worth merging.
+
+The bandit is an AUC bandit (Fialho et al., "Comparison-based adaptive strategy selection
+with bandits in differential evolution"; OpenTuner's AUCBanditMetaTechnique): an
+operator's score is the area under the curve of its recent credits (later ones weigh
+more) plus an upper-confidence exploration term, and the highest score is drawn. An
+operator never tried is drawn before any tried one. evolve/README.md ("How the search
+chooses") says why the constants are what they are.
+"""
+import math
+import random
+from functools import lru_cache
+
+from evolve.memo import MERGE
+
+# A child is an improvement when it is this much faster than its parent: less is noise.
+IMPROVEMENT = 0.05
+# The outcomes of a child, and the credit each gives the operator that made it.
+IMPROVED, NEUTRAL, FAILED, DECLINED = "improved", "neutral", "failed", "declined"
+# A correct child that is no faster earns a little: its operator may pay off in company,
+# and among operators that never paid off, one that keeps programs correct goes first.
+CREDIT = {IMPROVED: 1.0, NEUTRAL: 0.1, FAILED: 0.0, DECLINED: 0.0}
+# Exploration weight: an operator that paid off once, then failed three times in a row,
+# yields to one tried once without success (simulated: as good as OpenTuner's 0.05 when a
+# few operators pay off, and it revisits one that was unlucky on its first try).
+EXPLORATION = 0.1
+# Outcomes remembered: most of a GPU run (60-150 judgements), so credit fades only late.
+WINDOW = 100
+# The sweep of generation 1 judges at most this many children, and at most what fits in
+# this share of the time left.
+MAX_SWEEP = 40
+SWEEP_SHARE = 0.5
+# Gains are merged between the fittest correct programs seen, at most this many.
+MERGE_POOL = 12
+
+
+class OperatorSelector:
+    """An AUC bandit over operator names. Its state is plain data (`to_dict`/`from_dict`)."""
+
+    def __init__(self, exploration: float = EXPLORATION, window: int = WINDOW):
+        self.exploration, self.window = exploration, window
+        self.outcomes: list[list] = []  # [name, credit], oldest first, at most `window`
+        self.tried: set[str] = set()  # every name ever credited, also after its outcomes slid out
+
+    def choose(self, names: list, rng: random.Random) -> str:
+        """The name with the best score; ties broken by `rng`."""
+        assert names, "choose needs at least one operator name"
+        order = list(names)
+        rng.shuffle(order)
+        return max(order, key=self.score)
+
+    def reward(self, name: str, result: str) -> None:
+        """Remember `result` (IMPROVED, NEUTRAL, FAILED or DECLINED) as `name`'s latest."""
+        self.outcomes.append([name, CREDIT[result]])
+        self.tried.add(name)
+        del self.outcomes[:-self.window]
+
+    def score(self, name: str) -> float:
+        if name not in self.tried:
+            return math.inf
+        uses = sum(1 for n, _ in self.outcomes if n == name)
+        explore = math.sqrt(2.0 * math.log(max(len(self.outcomes), 2)) / max(uses, 1))
+        return self.area_under_curve(name) + self.exploration * explore
+
+    def area_under_curve(self, name: str) -> float:
+        """Credits weighted by position (the k-th use weighs k), over the most they could be:
+        1.0 for an operator that always paid off, more for recent pay-offs than old ones."""
+        credits = [c for n, c in self.outcomes if n == name]
+        weighted = sum(position * c for position, c in enumerate(credits, start=1))
+        return 2.0 * weighted / (len(credits) * (len(credits) + 1)) if credits else 0.0
+
+    def to_dict(self) -> dict:
+        return {"exploration": self.exploration, "window": self.window,
+                "outcomes": [list(o) for o in self.outcomes], "tried": sorted(self.tried)}
+
+    @classmethod
+    def from_dict(cls, state: dict) -> "OperatorSelector":
+        selector = cls(state["exploration"], state["window"])
+        selector.outcomes = [list(o) for o in state["outcomes"]]
+        selector.tried = set(state["tried"])
+        return selector
+
+    def load(self, state: dict | None) -> None:
+        """Take `state` (a checkpoint's) in place: the toolbox holds this object."""
+        if state:
+            vars(self).update(vars(self.from_dict(state)))
+
+
+def gain(scores, child_id: str, parent_id: str) -> float | None:
+    """The child's speed over its parent's; None unless both were judged correct.
+    `Scores.gain` (a paired estimate) when the scores have it, else the ratio of fitnesses."""
+    if hasattr(scores, "gain"):
+        return scores.gain(child_id, parent_id)
+    if not (scores.is_ok(child_id) and scores.is_ok(parent_id)):
+        return None
+    return scores.values(child_id, False)[0] / scores.values(parent_id, False)[0]
+
+
+def outcome(scores, child_id: str, parent_id: str) -> str | None:
+    """What a judged child says about the operator that made it; None when not judged."""
+    if child_id not in scores:
+        return None
+    if not scores.is_ok(child_id):
+        return FAILED
+    ratio = gain(scores, child_id, parent_id)
+    return IMPROVED if ratio is not None and ratio > 1.0 + IMPROVEMENT else NEUTRAL
+
+
+def sweep_size(time_left_s: float, judge_s: float, workers: int, population: int) -> int:
+    """Children in the sweep: as many as fit in SWEEP_SHARE of the time left, at most
+    MAX_SWEEP, at least a population's worth."""
+    fits = int(SWEEP_SHARE * time_left_s * workers / max(judge_s, 1e-3))
+    return max(population, min(MAX_SWEEP, fits))
+
+
+def gain_pairs(programs: list, scores, memo, seed, limit: int) -> list:
+    """Up to `limit` (a, b, base) to merge, best first: a and b correct, both faster than
+    `base` (their nearest common ancestor, or the seed) by IMPROVEMENT, b made by an
+    operator a's lineage lacks since then, and not merged before; a is the faster one."""
+    correct = {p.id: p for p in programs if scores.is_ok(p.id)}
+    pool = sorted(correct.values(), key=lambda p: (-scores.values(p.id, False)[0], p.id))[:MERGE_POOL]
+    found = []
+    for i, a in enumerate(pool):
+        for b in pool[i + 1:]:
+            base = memo.program(memo.common_ancestor(a.id, b.id)) or seed
+            made_b = memo.operators_since(b.id, base.id)  # empty when b's lineage is unknown
+            if base.id in (a.id, b.id) or memo.is_spent(MERGE, (a.id, b.id, base.id)) \
+                    or (made_b and made_b <= memo.operators_since(a.id, base.id)):
+                continue
+            gains = gain(scores, a.id, base.id), gain(scores, b.id, base.id)
+            if all(g is not None and g > 1.0 + IMPROVEMENT for g in gains):
+                found.append((gains[0] * gains[1], a, b, base))
+    found.sort(key=lambda f: -f[0])
+    return [(a, b, base) for _, a, b, base in found[:limit]]
+
+
+class Vocabulary:
+    """The operator module's functions. A module with only `random_mutation` and
+    `crossover` (the --operators stand-ins) is drawn from at random and never merges."""
+
+    def __init__(self, module, mutate_fn, mate_fn):
+        self.random_mutation, self.crossover = mutate_fn, mate_fn
+        applicable = getattr(module, "applicable_operators", None)
+        self.apply = getattr(module, "apply_operator", None)
+        self.can_choose = callable(applicable) and callable(self.apply)
+        self.applicable = lru_cache(maxsize=256)(applicable) if self.can_choose else None
+        self.merge_gains = getattr(module, "merge_gains", None)
+        self.is_deterministic = getattr(module, "is_deterministic", lambda name: False)

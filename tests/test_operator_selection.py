@@ -1,0 +1,279 @@
+"""How the search chooses: the AUC bandit over operators, merging gains, the memo of what
+was bred, and the loop that uses them (a fake judge and toy operators: seconds, CPU).
+
+This module is also a toy operator vocabulary (`applicable_operators`, `apply_operator`,
+`merge_gains`, ...) for the loop tests: each operator appends a line of code to the
+program; the fake judge below makes "fast_*" lines faster and a "bad" line incorrect.
+"""
+import json
+import pickle
+import random
+
+import pytest
+
+import mutations
+from evolve import checkpoint, history
+from evolve.memo import Known, Memo, normalized_id
+from evolve.operators import (DECLINED, FAILED, IMPROVED, NEUTRAL, OperatorSelector, gain, gain_pairs, outcome,
+                              sweep_size)
+from evolve.scores import Scores
+from evolve.search import run
+from evolve.toolbox import Program
+from mutations import program, requirements
+from tests.conftest import SEED_ENGINE
+from tests.test_evolve_loop import make_config, only_run_dir
+from tests.test_evolve_stand_in import fake_judge
+
+SEED = SEED_ENGINE.read_text()
+
+
+# --- the bandit ---------------------------------------------------------------------------
+
+def draw_many(selector, names, pays, rounds, rng):
+    """Draw `rounds` times, rewarding each draw by `pays`; how often each name was drawn."""
+    counts = dict.fromkeys(names, 0)
+    for _ in range(rounds):
+        name = selector.choose(names, rng)
+        counts[name] += 1
+        selector.reward(name, pays[name])
+    return counts
+
+
+def test_every_operator_is_tried_before_any_is_exploited():
+    selector, rng = OperatorSelector(), random.Random(0)
+    names = [f"op{i}" for i in range(12)]
+    first = [selector.choose(names, rng) for _ in range(1)]
+    selector.reward(first[0], IMPROVED)  # one pays off at once ...
+    for _ in range(len(names) - 1):
+        name = selector.choose(names, rng)
+        first.append(name)
+        selector.reward(name, NEUTRAL)
+    assert sorted(first) == sorted(names)  # ... and still every other one is tried first
+
+
+def test_an_operator_that_keeps_paying_off_is_drawn_more_often():
+    selector, rng = OperatorSelector(), random.Random(1)
+    pays = {"good": IMPROVED, "bad": FAILED, "meh": NEUTRAL, "shy": DECLINED}
+    counts = draw_many(selector, list(pays), pays, 80, rng)
+    assert counts["good"] > 3 * max(counts["bad"], counts["meh"], counts["shy"])
+    assert min(counts.values()) >= 1
+    assert selector.area_under_curve("good") == 1.0 and selector.area_under_curve("bad") == 0.0
+
+
+def test_recent_pay_offs_weigh_more_and_old_outcomes_slide_out():
+    selector = OperatorSelector(window=4)
+    for name, result in (("a", IMPROVED), ("a", NEUTRAL), ("b", NEUTRAL), ("b", IMPROVED)):
+        selector.reward(name, result)
+    assert selector.area_under_curve("b") > selector.area_under_curve("a") > 0
+    for _ in range(4):
+        selector.reward("c", NEUTRAL)
+    assert len(selector.outcomes) == 4 and selector.area_under_curve("a") == 0.0
+    assert selector.score("a") < float("inf")  # slid out, but tried: not "never tried" again
+
+
+def test_selector_state_round_trips_as_plain_data():
+    selector, rng = OperatorSelector(), random.Random(2)
+    draw_many(selector, ["x", "y", "z"], {"x": IMPROVED, "y": FAILED, "z": NEUTRAL}, 20, rng)
+    state = pickle.loads(pickle.dumps(selector.to_dict()))
+    assert json.loads(json.dumps(state)) == state  # nothing but lists, strings and numbers
+    restored = OperatorSelector.from_dict(state)
+    assert restored.to_dict() == selector.to_dict()
+    in_place = OperatorSelector()
+    in_place.load(state)
+    for other in (restored, in_place):
+        assert [other.score(n) for n in "xyz"] == [selector.score(n) for n in "xyz"]
+        assert other.choose(list("xyz"), random.Random(5)) == selector.choose(list("xyz"), random.Random(5))
+
+
+# --- outcomes ------------------------------------------------------------------------------
+
+class ScoresWithGain(Scores):
+    """The judge's coming `Scores.gain` (a paired estimate), stood in by the fitness ratio."""
+
+    def gain(self, child_id, parent_id):
+        if not (self.is_ok(child_id) and self.is_ok(parent_id)):
+            return None
+        return self.values(child_id, False)[0] / self.values(parent_id, False)[0]
+
+
+@pytest.mark.parametrize("scores_type", [Scores, ScoresWithGain])
+def test_outcome_of_a_child_against_its_parent(scores_type):
+    scores = scores_type()
+    for cid, status, fitness in (("p", "ok", 100.0), ("fast", "ok", 120.0), ("same", "ok", 103.0),
+                                 ("bad", "incorrect", 0.0)):
+        scores.add(cid, status, fitness, 1.0, 1.0)
+    assert gain(scores, "fast", "p") == pytest.approx(1.2) and gain(scores, "bad", "p") is None
+    assert [outcome(scores, c, "p") for c in ("fast", "same", "bad", "unjudged")] == \
+        [IMPROVED, NEUTRAL, FAILED, None]
+
+
+def test_sweep_size_fits_the_budget():
+    assert sweep_size(time_left_s=600, judge_s=7, workers=1, population=6) == 40  # all there are, capped
+    assert sweep_size(time_left_s=300, judge_s=25, workers=1, population=3) == 6
+    assert sweep_size(time_left_s=10, judge_s=25, workers=1, population=3) == 3
+
+
+# --- merge_gains on real programs ----------------------------------------------------------
+
+def swapped(source, *names):
+    for name in names:
+        source = mutations.apply_operator(name, source, random.Random(0)).source
+    return source
+
+
+def test_merge_gains_carries_both_alleles_made_apart():
+    a = swapped(SEED, "allele.load_weights.fused_both")
+    b = swapped(SEED, "allele.rope_tables.cached")
+    child = mutations.merge_gains(a, b, SEED, random.Random(0))
+    assert isinstance(child, mutations.Applied) and child.operator == "merge_gains"
+    carried = program.gene_alleles(program.parse(child.source))
+    assert carried["load_weights"] == "fused_both" and carried["rope_tables"] == "cached"
+    assert {g for g, p in child.args["genes"].items() if p == "b"} == {"rope_tables"}
+    assert mutations.merge_gains(a, b, SEED, random.Random(9)) == child  # draws nothing from the rng
+    assert child.source == swapped(SEED, "allele.load_weights.fused_both", "allele.rope_tables.cached")
+
+
+def test_merge_gains_settles_requirements_and_declines_when_b_brings_nothing():
+    a = swapped(SEED, "allele.KVCache.paged")
+    b = swapped(SEED, "allele.attend_decode.table_sdpa")  # brings a slab KVCache with it
+    child = mutations.merge_gains(a, b, SEED, random.Random(0))
+    carried = program.gene_alleles(program.parse(child.source))
+    assert carried["attend_decode"] == "table_sdpa" and requirements.first_violation(carried) is None
+    assert isinstance(mutations.merge_gains(a, SEED, SEED, random.Random(0)), mutations.Declined)
+    assert isinstance(mutations.merge_gains(a, a, SEED, random.Random(0)), mutations.Declined)
+
+
+def test_gain_pairs_merge_programs_that_improved_apart_over_their_common_ancestor():
+    scores, memo = Scores(), Memo()
+    seed = Program(SEED)
+    a = Program(swapped(SEED, "allele.load_weights.fused_both"), (seed.id,), "allele.load_weights.fused_both")
+    b = Program(swapped(SEED, "allele.rope_tables.cached"), (seed.id,), "allele.rope_tables.cached")
+    flat = Program(swapped(SEED, "allele.mlp.fused"), (seed.id,), "allele.mlp.fused")
+    for p, fitness in ((seed, 100.0), (a, 150.0), (b, 130.0), (flat, 101.0)):
+        scores.add(p.id, "ok", fitness, 1.0, 1.0)
+    memo.see([seed, a, b, flat])
+    assert memo.common_ancestor(a.id, b.id) == seed.id
+    assert gain_pairs([seed, a, b, flat], scores, memo, seed, limit=3) == [(a, b, seed)]
+    memo.spend("merge", (a.id, b.id, seed.id))
+    assert gain_pairs([seed, a, b, flat], scores, memo, seed, limit=3) == []
+
+
+# --- duplicates ----------------------------------------------------------------------------
+
+def test_a_child_differing_only_in_comments_and_layout_is_known():
+    assert normalized_id(SEED) == normalized_id("# a comment\n" + SEED.replace("\n\n\n", "\n\n") + "\n\n")
+    assert normalized_id(SEED) != normalized_id(SEED + "x = 1\n")
+    memo, seed = Memo(), Program(SEED)
+    memo.see([seed])
+    twin = memo.admit(Program(SEED + "# only a note\n", (seed.id,), "note"))
+    assert isinstance(twin, Known) and seed.id in twin.reason
+    assert memo.take_twins() == [("note", seed.id, (seed.id,))] and memo.take_twins() == []
+
+
+def test_an_application_tried_before_is_known_and_spends_the_operator():
+    memo, seed = Memo(), Program(SEED)
+    child = Program(SEED + "x = 1\n", (seed.id,), "tune", {"x": 1})
+    assert memo.admit(child) is child and not memo.is_spent("tune", (seed.id,))
+    again = memo.admit(Program(SEED + "x = 1\n", (seed.id,), "tune", {"x": 1}))
+    assert isinstance(again, Known) and memo.is_spent("tune", (seed.id,))
+    swap = memo.admit(Program(SEED + "y = 1\n", (seed.id,), "swap"), deterministic=True)
+    assert swap.operator == "swap" and memo.is_spent("swap", (seed.id,))
+
+
+# --- a toy vocabulary, for the loop --------------------------------------------------------
+
+FAST = ("fast_a", "fast_b")
+TOY = FAST + ("slow_x", "slow_y", "bad", "note", "tune")
+
+
+def line_of(name: str) -> str:
+    return f"{name} = True\n"
+
+
+def applicable_operators(source: str, device: str) -> list:
+    return [n for n in TOY if n == "tune" or line_of(n) not in source]
+
+
+def apply_operator(name: str, source: str, rng: random.Random):
+    if name == "note":  # a comment only: the child is its parent
+        return mutations.Applied(source + "# a note\n", name, {})
+    if name == "tune":
+        value = rng.randrange(3)
+        return mutations.Applied(source + f"tune = {value}\n", name, {"value": value})
+    return mutations.Applied(source + line_of(name), name, {})
+
+
+def is_deterministic(name: str) -> bool:
+    return name != "tune"
+
+
+def random_mutation(source: str, rng: random.Random, device: str):
+    names = applicable_operators(source, device)
+    return apply_operator(names[rng.randrange(len(names))], source, rng)
+
+
+def crossover(a: str, b: str, rng: random.Random):
+    return mutations.Declined("toy_crossover", "the toy vocabulary does not cross")
+
+
+def merge_gains(a: str, b: str, base: str, rng: random.Random):
+    new = [line + "\n" for line in b.splitlines() if line + "\n" not in base and line + "\n" not in a]
+    if not new:
+        return mutations.Declined("merge_gains", "b brings nothing")
+    return mutations.Applied(a + "".join(new), "merge_gains", {"lines": len(new)})
+
+
+def toy_speed(path) -> float:
+    source = open(path).read()
+    return 1000.0 * 1.5 ** sum(line_of(n) in source for n in FAST)
+
+
+def toy_judge(path, *args, **kwargs):
+    """Each fast line makes a program 1.5x faster, exactly; a bad line makes it incorrect.
+    Timed beside a baseline, the ratio of the two speeds (with a 2% interval)."""
+    verdict = fake_judge(path, *args, **kwargs)
+    if "bad = True" in open(path).read():
+        return {**verdict, "status": "incorrect", "stage": "target", "error": "bad", "tokens_per_second": {}}
+    cases = ("prefill", "decode", "mixed")
+    verdict = {**verdict, "tokens_per_second": dict.fromkeys(cases, toy_speed(path))}
+    if "ratio" in verdict:
+        ratio = toy_speed(path) / toy_speed(kwargs["baseline"])
+        verdict.update(ratio=ratio, ratio_low=ratio / 1.02, ratio_high=ratio * 1.02,
+                       baseline_tokens_per_second=dict.fromkeys(cases, toy_speed(kwargs["baseline"])))
+    return verdict
+
+
+TOY_OPERATORS = {"mutate_fn": random_mutation, "mate_fn": crossover, "judge_fn": toy_judge}
+
+
+def toy_run(small_target, tmp_path, **changes):
+    config = make_config(small_target, tmp_path, **{"generations": 4, "final_top": 1, **changes})
+    assert run(config, **TOY_OPERATORS) == 0
+    return config, history.read(config.history), checkpoint.load(only_run_dir(config))
+
+
+def test_the_loop_sweeps_merges_and_skips_what_is_known(small_target, tmp_path):
+    config, frame, state = toy_run(small_target, tmp_path)
+    judged = history.judged_rows(frame)
+    seed_id = judged["candidate_id"].iloc[0]
+    swept = judged[judged["generation"] == 1]
+    # The sweep: one child of the seed by each operator that applies, but the comment-only one.
+    assert sorted(swept["operator"]) == sorted(set(TOY) - {"note"})
+    assert set(swept["parent_ids"]) == {seed_id}
+    assert state["logbook"][1]["cached"] >= 1  # the note: a twin of the seed, not judged
+    assert "note" not in set(judged["operator"])
+    # Gains made apart are merged: the two fast lines together, 1.5 * 1.5 the seed.
+    merged = judged[judged["operator"] == "merge_gains"]
+    assert len(merged) >= 1 and merged["fitness"].max() == pytest.approx(2250.0)
+    assert all(line_of(n) in (config.workspace / "engine.py").read_text() for n in FAST)
+    # Nothing judged twice, no deterministic operator applied twice to one parent.
+    assert not judged["candidate_id"].duplicated().any()
+    mutants = judged[judged["operator"].isin(set(TOY) - {"tune"})]
+    assert not mutants.duplicated(["operator", "parent_ids"]).any()
+
+
+def test_the_loop_is_deterministic_given_the_rng_seed(small_target, tmp_path):
+    first = toy_run(small_target, tmp_path / "one", generations=3)[1]
+    second = toy_run(small_target, tmp_path / "two", generations=3)[1]
+    columns = ["generation", "candidate_id", "parent_ids", "operator", "status"]
+    assert first[columns].equals(second[columns])
