@@ -4,24 +4,28 @@ Defaults that depend on the device (a CPU run must stay short, a GPU run judges 
 case) are the two dicts below; everything else is a dataclass default. `RunConfig.build`
 fills them in from the resolved device, then the object never changes.
 """
+import os
 import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+import torch
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SEED_ENGINE = REPO_ROOT / "seed_engine" / "engine.py"
 
-# What a run on each kind of device gets unless told otherwise.
+# What a run on each kind of device gets unless told otherwise. Rounds: a program is
+# timed beside its parent in interleaved rounds, at least `rounds` and, until the ratio
+# between them is clear, at most `max_rounds` (fitness.timing); the final comparison with
+# the seed takes up to `final_rounds`.
 DEVICE_DEFAULTS = {
-    # 7m: on 2 cores a public-config judgement takes ~76 s, so one generation fits after the
-    # seed's, and run.sh stays under 10 minutes.
-    "cpu": {"budget_s": 7 * 60, "population": 3, "workers": 1, "bench": "public", "repeat": 1,
-            "timeout_s": 300.0, "final_top": 2, "final_rounds": 1},
-    # repeat 5: eager candidates' timings spread by +-35% between identical programs (H200).
-    "cuda": {"budget_s": 20 * 60, "population": 6, "workers": None, "bench": "all", "repeat": 5,
-             "timeout_s": 600.0, "final_top": 3, "final_rounds": 1},
+    "cpu": {"budget_s": 7 * 60, "population": 4, "workers": None, "bench": "public", "rounds": 2,
+            "max_rounds": 4, "timeout_s": 300.0, "final_top": 1, "final_rounds": 6},
+    "cuda": {"budget_s": 20 * 60, "population": 8, "workers": None, "bench": "all", "rounds": 3,
+             "max_rounds": 8, "timeout_s": 600.0, "final_top": 2, "final_rounds": 12},
 }
 BENCH_CHOICES = ("public", "hidden", "all")
+MAX_CPU_WORKERS = 4
 DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
 
 
@@ -46,11 +50,12 @@ class RunConfig:
     budget_s: float  # wall clock for the whole run, final re-measure included
     population: int
     workers: int  # judgements at once: one per GPU, or CPU processes
-    bench: str  # which throughput cases a judgement times
-    repeat: int  # timed runs per case (the median counts)
+    bench: str  # which throughput cases a full judgement times (a screen times the public ones)
+    rounds: int  # timed rounds at least, each program beside its parent
+    max_rounds: int  # ... and at most, until the ratio between them is clear
     timeout_s: float  # per judgement
-    final_top: int  # how many of the best are re-measured against the seed at the end
-    final_rounds: int  # interleaved rounds of that re-measure
+    final_top: int  # how many of the best are compared with the seed at the end
+    final_rounds: int  # rounds at most of that comparison
     generations: int | None = None  # None: until the budget runs out
     seed_from: tuple = ()
     seed_from_top: int = 3  # programs taken from each earlier run or history
@@ -60,19 +65,21 @@ class RunConfig:
     workspace: Path = Path("workspace")
     history: Path = Path("history.csv")
     seed_engine: Path = SEED_ENGINE
-    num_elite: int = 1  # the best programs carried over unchanged, and re-timed
+    num_elite: int = 1  # the best programs carried over unchanged
     tournament_size: int = 3
     crossover_prob: float = 0.2
     rng_seed: int | None = None
 
     def __post_init__(self):
-        for name in ("population", "workers", "repeat", "final_top", "final_rounds",
+        for name in ("population", "workers", "rounds", "max_rounds", "final_top", "final_rounds",
                      "seed_from_top", "num_elite", "tournament_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise SettingsError(f"{name} must be a positive integer, got {value!r}")
         if self.generations is not None and self.generations < 1:
             raise SettingsError(f"generations must be at least 1, got {self.generations}")
+        if self.max_rounds < self.rounds:
+            raise SettingsError(f"max_rounds ({self.max_rounds}) must be at least rounds ({self.rounds})")
         if self.num_elite >= self.population:
             raise SettingsError(f"num_elite ({self.num_elite}) must be below population ({self.population})")
         if not self.budget_s > 0 or not self.timeout_s > 0:
@@ -91,7 +98,7 @@ class RunConfig:
             raise SettingsError(f"device must be one of {sorted(DEVICE_DEFAULTS)}, got {device!r}")
         settings = {**DEVICE_DEFAULTS[device], **given, "device": device}
         if settings["workers"] is None:
-            settings["workers"] = max(1, len(visible_gpus()))
+            settings["workers"] = default_workers(device)
         unknown = set(settings) - {f.name for f in fields(cls)}
         if unknown:
             raise SettingsError(f"unknown settings: {', '.join(sorted(unknown))}")
@@ -106,19 +113,24 @@ class RunConfig:
         return {k: (str(v) if isinstance(v, Path) else [str(p) for p in v] if k == "seed_from" else v)
                 for k, v in asdict(self).items()}
 
-    def judge_options(self, remeasure: str | None = None) -> dict:
-        """What fitness.sandbox.judge is told about a candidate of this run. Re-timing the
-        elite is about its speed: the derived configs, passed already, are skipped there."""
-        derived = self.derived and remeasure != "retime"
-        return {"derived": derived, "bench": self.bench, "repeat": self.repeat}
+    def judge_options(self, level: str, final: bool = False) -> dict:
+        """What a judge is told about a judgement of this run at `level` ("screen" or
+        "full"); without derived configs, a full judgement is a screen with all the cases."""
+        return {"level": level if self.derived else "screen",
+                "bench": self.bench if level == "full" else "public",
+                "min_rounds": self.rounds, "max_rounds": self.final_rounds if final else self.max_rounds}
+
+
+def default_workers(device: str) -> int:
+    """One judge per GPU; on a CPU one per core, up to MAX_CPU_WORKERS (each judge runs one
+    thread: on a busy machine OpenMP threads waiting on each other made the gate 50x slower)."""
+    if device == "cuda":
+        return max(1, len(visible_gpus()))
+    return max(1, min(MAX_CPU_WORKERS, len(os.sched_getaffinity(0))))
 
 
 def visible_gpus() -> list[str]:
     """The GPU indices a worker may be pinned to (CUDA_VISIBLE_DEVICES entries)."""
-    import os
-
-    import torch
-
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     listed = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
     return listed[:count] if listed else [str(i) for i in range(count)]

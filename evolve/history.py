@@ -32,12 +32,14 @@ def tps_column(case: str) -> str:
 
 BASE_COLUMNS = ("run_id", "generation", "candidate_id", "parent_ids", "operator", "operator_args",
                 "status", "stage", "worst_ratio")
-TAIL_COLUMNS = ("peak_memory_mb", "fitness", "judge_seconds", "device", "source_path",
-                "timestamp", "error", "target")
+TAIL_COLUMNS = ("peak_memory_mb", "fitness", "level", "baseline_id", "ratio", "ratio_low", "ratio_high",
+                "rounds", "fitness_cv", "judge_seconds", "device", "source_path", "timestamp", "error", "target")
 COLUMNS = BASE_COLUMNS + tuple(tps_column(c) for c in case_names()) + TAIL_COLUMNS
-NUMERIC = ("generation", "worst_ratio", "peak_memory_mb", "fitness", "judge_seconds")
-# Rows that re-measure a program already in the history rather than add one.
-REMEASURE_OPERATORS = ("retime", "final")
+NUMERIC = ("generation", "worst_ratio", "peak_memory_mb", "fitness", "ratio", "ratio_low", "ratio_high",
+           "rounds", "fitness_cv", "judge_seconds")
+# Rows that judge a program already in the history again rather than add one: the full
+# gate after a screen ("confirm"), and the final re-measure against the seed.
+REMEASURE_OPERATORS = ("retime", "final", "confirm")
 JUDGED_STATUSES = ("ok", "incorrect", "crash", "timeout", "invalid")
 ERROR_CHARS = 300
 
@@ -96,7 +98,10 @@ def verdict_row(verdict: dict, fitness: float) -> dict:
     """The columns a judge's verdict fills."""
     row = {"status": verdict["status"], "stage": verdict.get("stage", ""),
            "worst_ratio": verdict.get("worst_ratio"), "peak_memory_mb": verdict.get("peak_memory_mb"),
-           "fitness": fitness, "judge_seconds": verdict.get("seconds"), "device": verdict.get("device"),
+           "fitness": fitness, "level": verdict.get("level", ""), "ratio": verdict.get("ratio"),
+           "ratio_low": verdict.get("ratio_low"), "ratio_high": verdict.get("ratio_high"),
+           "rounds": verdict.get("rounds"), "fitness_cv": verdict.get("fitness_cv"),
+           "judge_seconds": verdict.get("seconds"), "device": verdict.get("device"),
            "error": verdict.get("error", "")}
     for case, tps in (verdict.get("tokens_per_second") or {}).items():
         row[tps_column(case)] = tps
@@ -123,7 +128,8 @@ def read(path, warn=None) -> pd.DataFrame:
     for column in frame.columns:
         if column in NUMERIC or column.startswith("tps_"):
             frame[column] = pd.to_numeric(frame[column], errors="coerce")
-    for column in ("run_id", "candidate_id", "parent_ids", "operator", "status", "source_path"):
+    for column in ("run_id", "candidate_id", "parent_ids", "operator", "status", "source_path", "level",
+                   "baseline_id"):
         if column in frame.columns:
             frame[column] = frame[column].fillna("").astype(str)
     return frame

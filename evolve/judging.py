@@ -1,13 +1,19 @@
-"""Judging programs in parallel: one worker per GPU (or per CPU slot), each judgement a
-fresh `python -m fitness.judgement` process started by fitness.sandbox.judge.
+"""Judging programs in parallel: one worker per GPU (or per CPU slot), each a warm judge
+process (fitness.sandbox.JudgeProcess) that starts a runner process per candidate.
 
-Threads are enough to spread the work: every judgement is its own process, so a crash,
-hang or CUDA error costs one verdict and never a worker, and nothing is forked from a
-process that holds CUDA state (spawn-safe by construction).
+A worker keeps its judge for the whole run: torch, the CUDA context, reference models and
+reference logits are made once. Each worker has cores of its own (`cpus`), so two judges
+never time a host-bound engine on the same core. The threads here only wait on judges.
+
+A generation is judged in two steps (`judge_generation`): every new program is screened
+(target traces, timed beside its parent, interleaved); those that could enter the hall of
+fame are then confirmed (derived configs and churn too, timed beside the best program so
+far). Programs with no judged parent (the seed, --seed-from) are judged in full at once.
 """
+import hashlib
+import math
 import os
 import queue
-import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -15,19 +21,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evolve import history
+from evolve.config import visible_gpus
 from evolve.scores import geometric_mean_tps
 from evolve.workspace import write_atomically
+from fitness.sandbox import JudgeProcess
 
 # A judgement may run this long past the budget, so one slow candidate cannot sink it.
 MAX_OVERRUN_S = 120.0
 MIN_TIMEOUT_S = 60.0
-CPU_THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+FINAL, CONFIRM = history.REMEASURE_OPERATORS[1:3]
 
 
-@dataclass(frozen=True)
+@dataclass
 class Worker:
     index: int
-    env: dict = field(default_factory=dict)  # for the judgement process: its GPU, its threads
+    env: dict = field(default_factory=dict)  # for the judge process: its GPU, its threads
+    cpus: list = field(default_factory=list)  # the cores its judge and runners keep to
+    judge: object = None  # the JudgeProcess, started on first use
 
     def device_name(self, device: str) -> str:
         """"cuda:2" for the physical GPU this worker is pinned to, else the device."""
@@ -35,25 +45,37 @@ class Worker:
         return f"{device}:{gpu}" if gpu else device
 
 
+def core_shares(cores: list, num_workers: int) -> list:
+    """Disjoint, contiguous slices of `cores`, one per worker; [] each (no pinning) when
+    there are fewer cores than workers."""
+    if len(cores) < num_workers:
+        return [[] for _ in range(num_workers)]
+    size = len(cores) // num_workers
+    return [cores[i * size:(i + 1) * size] for i in range(num_workers)]
+
+
 def make_workers(config) -> list[Worker]:
-    """One worker per visible GPU (round robin when asked for more), or N CPU workers.
-
-    A CPU judgement runs on one thread: the small models judged on CPU gain nothing from
-    more, and on a busy machine OpenMP threads that wait on each other made the gate
-    50 times slower (and timings noisy); parallel workers never oversubscribe either.
-    """
-    if config.device == "cuda":
-        from evolve.config import visible_gpus
-
-        gpus = visible_gpus() or ["0"]
-        return [Worker(i, {"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]}) for i in range(config.workers)]
-    return [Worker(i, dict(CPU_THREADS)) for i in range(config.workers)]
+    """One worker per visible GPU (round robin when asked for more), or N CPU workers, each
+    with its own cores and as many threads as it has cores."""
+    shares = core_shares(sorted(os.sched_getaffinity(0)), config.workers)
+    gpus = visible_gpus() or ["0"]
+    workers = []
+    for i, cpus in enumerate(shares):
+        threads = str(max(1, len(cpus))) if config.device == "cuda" else "1"
+        env = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+        if config.device == "cuda":
+            env["CUDA_VISIBLE_DEVICES"] = gpus[i % len(gpus)]
+        scratch = Path(config.runs_dir) / "gate_weights" / f"worker{i}"
+        judge = JudgeProcess(config.device, env, ",".join(map(str, cpus)), scratch)
+        workers.append(Worker(i, env, cpus, judge))
+    return workers
 
 
 class WorkerPool:
     """`map(fn, *iterables)` with each call given a free worker: fn(*args, worker=w)."""
 
     def __init__(self, workers: list[Worker]):
+        self.workers = workers
         self.free = queue.Queue()
         for worker in workers:
             self.free.put(worker)
@@ -74,40 +96,15 @@ class WorkerPool:
             self.free.put(worker)
 
     def stop(self) -> None:
-        """Kill the judgements in flight and let the threads go (on Ctrl-C or SIGTERM)."""
+        """End the judgements in flight (on Ctrl-C or SIGTERM) and the judges."""
         self.stopping.set()
-        kill_judgement_processes()
+        self.close()
         self.executor.shutdown(wait=True, cancel_futures=True)
 
-
-def kill_judgement_processes() -> None:
-    """SIGKILL the session of every judgement child of this process.
-
-    The sandbox starts each child in a session of its own (so its timeout kills the
-    candidate's children too); a Ctrl-C at the terminal does not reach it, and the thread
-    waiting on it never sees the signal, so the main thread ends them here.
-    """
-    for pid in child_pids():
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            if b"fitness.judgement" in cmdline:
-                os.killpg(pid, signal.SIGKILL)
-        except (OSError, ProcessLookupError):
-            pass
-
-
-def child_pids() -> list[int]:
-    me, found = os.getpid(), []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == me:  # field 4, after the comm's ")"
-            found.append(int(entry.name))
-    return found
+    def close(self) -> None:
+        for worker in self.workers:
+            if worker.judge is not None:
+                worker.judge.stop()
 
 
 class Evaluator:
@@ -118,57 +115,89 @@ class Evaluator:
         self.config, self.run, self.scores, self.history = config, run, scores, hist
         self.stopping, self.time_left = stopping, time_left
         self.judge_fn = judge_fn or default_judge_fn
+        # Gate traces and their reference logits are the same for every judgement of a
+        # run (computed once, by each judge); timed runs draw fresh tokens every time.
+        self.gate_seed = int(hashlib.sha256(run.run_id.encode()).hexdigest()[:8], 16) & 0x7FFFFFFF
 
     def timeout(self) -> float:
         """The configured timeout, cut short near the end of the budget."""
         return min(self.config.timeout_s, max(MIN_TIMEOUT_S, self.time_left() + MAX_OVERRUN_S))
 
-    def __call__(self, program, generation: int, remeasure: str | None, worker: Worker) -> tuple:
-        """(fitness of this measurement, verdict); a re-measure is labelled by `remeasure`.
-        (None, None) when the budget ran out before it started: nothing is recorded, and
-        a resumed run judges it."""
+    def __call__(self, program, generation: int, label: str | None, level: str, baseline_id: str | None,
+                 worker: Worker) -> tuple:
+        """(fitness of this judgement, verdict); `label` names a judgement of a program
+        judged before (confirm, final: the final one on fresh gate traces). (None, None)
+        when the budget ran out before it started: nothing is recorded, and a resumed
+        run judges it."""
         if self.time_left() <= 0:
             return None, None
         path = self.run.candidate_path(program)
         if not path.exists():  # atomically: a file on disk is always a whole program
             write_atomically(path, program.source)
-        scratch = Path(self.config.runs_dir) / "gate_weights" / f"worker{worker.index}"
+        baseline = self.scores.by_id[baseline_id].source_path if baseline_id else None
         started = time.monotonic()
         verdict = self.judge_fn(path, self.config.model_config, self.config.weight_dir, self.config.device,
-                                timeout=self.timeout(), env=worker.env, scratch=str(scratch),
-                                **self.config.judge_options(remeasure))
+                                timeout=self.timeout(), worker=worker, baseline=baseline,
+                                seed=None if label == FINAL else self.gate_seed,
+                                **self.config.judge_options(level, final=label == FINAL))
         if self.stopping.is_set():  # killed by us, not by the candidate: nothing to record
             return None, verdict
         fitness = geometric_mean_tps(verdict)
         # Wall time, process start included: what the budget pays for a judgement.
         verdict = {**verdict, "seconds": round(time.monotonic() - started, 3)}
         self.scores.add(program.id, verdict["status"], fitness, verdict.get("peak_memory_mb"),
-                        verdict["seconds"], path, verdict.get("tokens_per_second"))
+                        verdict["seconds"], path, verdict.get("tokens_per_second"), level)
+        if baseline_id and verdict["status"] == "ok":
+            self.scores.compare(program.id, baseline_id, verdict.get("ratio"), verdict.get("ratio_low"),
+                                verdict.get("ratio_high"))
         self.history.append({
             **self.run.row_base(generation), "candidate_id": program.id,
-            "parent_ids": program.parent_ids, "operator": remeasure or program.operator,
-            "operator_args": program.operator_args if remeasure is None else {},
+            "parent_ids": program.parent_ids, "operator": label or program.operator,
+            "operator_args": program.operator_args if label is None else {},
             "source_path": str(path.resolve()), **history.verdict_row(verdict, fitness),
-            "device": worker.device_name(self.config.device)})
+            "baseline_id": baseline_id or "", "device": worker.device_name(self.config.device)})
         return fitness, verdict
 
 
-def default_judge_fn(*args, **kwargs) -> dict:
-    from fitness.sandbox import judge
-
-    return judge(*args, **kwargs)
+def default_judge_fn(path, config_path, weight_dir, device, timeout, worker, **options) -> dict:
+    return worker.judge.judge(path, config_path, weight_dir, timeout=timeout, **options)
 
 
-def judge_unjudged(toolbox, scores, generation: int, programs, remeasure=(), label="retime") -> tuple:
-    """Judge every source not judged before (once, however many copies of it there are),
-    and re-measure `remeasure` under `label`, all in one parallel map.
-
-    Returns the (fitness, verdict) pairs of the new sources and of the re-measures."""
+def judge_generation(search, generation: int, programs: list) -> list:
+    """Screen every source not judged before (once, however many copies of it there are),
+    then confirm those that could enter the hall of fame. Returns the (fitness, verdict)
+    pairs of the new sources' first judgements."""
+    toolbox, scores = search.toolbox, search.scores
     todo = list({p.id: p for p in programs if p.id not in scores}.values())
-    again = [p for p in remeasure if p.id not in {t.id for t in todo}]
-    jobs = [(p, None) for p in todo] + [(p, label) for p in again]
-    results = toolbox.map(toolbox.evaluate, [p for p, _ in jobs], [generation] * len(jobs),
-                          [lab for _, lab in jobs])
-    done = [r if r is not None else (None, None) for r in results]  # None: the pool was stopping
-    return ([r for r in done[:len(todo)] if r[1] is not None],
-            [r for r in done[len(todo):] if r[1] is not None])
+    parents = [first_judged_parent(p, scores) for p in todo]
+    first = run_jobs(toolbox, generation, [(p, None, "screen" if parent else "full", parent)
+                                          for p, parent in zip(todo, parents)])
+    search.update_best(todo)
+    champion = search.hall_of_fame[0].id if len(search.hall_of_fame) else None
+    confirm = [p for p in worth_confirming(search, todo) if p.id != champion]
+    run_jobs(toolbox, generation, [(p, CONFIRM, "full", champion) for p in confirm])
+    return first
+
+
+def run_jobs(toolbox, generation: int, jobs: list) -> list:
+    """(program, label, level, baseline id) jobs in one parallel map; their (fitness, verdict)."""
+    if not jobs:
+        return []
+    programs, labels, levels, baselines = zip(*jobs)
+    results = toolbox.map(toolbox.evaluate, programs, [generation] * len(jobs), labels, levels, baselines)
+    return [r for r in results if r is not None and r[1] is not None]  # None: stopping, or out of time
+
+
+def first_judged_parent(program, scores) -> str | None:
+    """The first parent that was judged correct (the program is timed beside it)."""
+    return next((pid for pid in program.parent_ids if scores.is_ok(pid)), None)
+
+
+def worth_confirming(search, programs: list) -> list:
+    """Screened programs fast enough to enter the hall of fame, fastest first, at most one
+    per worker per generation."""
+    scores, hall = search.scores, search.hall_of_fame
+    bar = scores.speed(hall[-1].id) if len(hall) >= hall.maxsize else 0.0
+    fast = [p for p in programs if scores.is_ok(p.id) and not scores.is_confirmed(p.id) and scores.speed(p.id) > bar]
+    fast.sort(key=lambda p: -scores.speed(p.id))
+    return fast[:search.config.workers]

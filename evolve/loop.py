@@ -8,7 +8,7 @@ holds. evolve/README.md ("How the search chooses") says why.
 """
 import time
 
-from evolve.judging import judge_unjudged
+from evolve.judging import judge_generation
 from evolve.memo import Known
 from evolve.operators import sweep_size
 from evolve.toolbox import Program
@@ -26,9 +26,9 @@ def evolve(search) -> None:
             parents = search.population
             brood = breed(search, parents, config.population)
         offspring = brood.children
-        # Judge each new source once and re-time the elite, all in one parallel map.
+        # Judge each new source once, beside its parent; confirm the ones that could be kept.
         num_cached = brood.num_known + sum(p.id in search.scores for p in offspring)
-        new, _ = judge_unjudged(toolbox, search.scores, gen, offspring, remeasure=search.elite())
+        new = judge_generation(search, gen, offspring)
         # Learn: each mutant's outcome against its parent is credited to its operator.
         toolbox.learn(offspring, search.scores)
         # Score: a program's fitness is the mean of its measurements so far.
@@ -71,8 +71,10 @@ def breed(search, parents: list, num_children: int) -> Brood:
             brood.add(result, (best.id,))
         if brood.children:
             return brood
-    for a, b, base in toolbox.pairs_to_merge(search.scores, search.seed, num_children // 3):
-        brood.add(toolbox.merge(a, b, base), (a.id, b.id))
+    num_merges = num_children // 3  # a merge can decline (b's gains in a already): twice as many trios
+    for a, b, base in toolbox.pairs_to_merge(search.scores, search.seed, 2 * num_merges):
+        if len(brood.children) < num_merges:
+            brood.add(toolbox.merge(a, b, base), (a.id, b.id))
     for _ in range(3 * num_children):
         if len(brood.children) >= num_children:
             break

@@ -2,10 +2,16 @@
 
 Keyed by candidate id (the hash of the source), so a program is judged once however
 often it is bred, and across runs: `from_history` reloads the judgements of earlier
-runs on the same target. A program's fitness is the mean over its measurements (first
-judgement and re-timings), so one lucky timing fades as the elite is re-measured. A
-program that ever failed a judgement stays failed: the gate's inputs are random, and a
-program that fails once is not correct.
+runs on the same target. A program that ever failed a judgement stays failed: the
+gate's inputs are random, and a program that fails once is not correct.
+
+Speed comes from two kinds of evidence. Paired comparisons (a program timed beside
+another, interleaved, in one judge: fitness.timing) give the log of their speed ratio
+with a small error, free of the drift between judgements; each program's own
+measurements (geometric mean tokens/s) anchor the scale, with a larger error. A
+program's fitness is the weighted least-squares fit of log speeds to all of it
+(Bradley-Terry in spirit): a comparison moves both programs, and a program compared
+with several others is placed by all of them.
 """
 import hashlib
 import json
@@ -13,10 +19,15 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from evolve import history
 
 FAILED_FITNESS = 0.0  # below every correct program: tokens/s are positive
 FAILED_MEMORY_MB = 1e9  # the second objective's worst, finite so crowding distances stay numbers
+ABSOLUTE_SD = 0.15  # log-spread of one judgement's own tokens/s between judgements (GPU, eager engines)
+MIN_PAIRED_SD = 0.01  # a paired ratio is never trusted to better than 1%
+Z = 2.0  # fitness.timing's interval is +-Z standard errors
 
 
 def geometric_mean_tps(verdict: dict) -> float:
@@ -43,9 +54,11 @@ class Score:
     source_path: str = ""
     judge_seconds: list = field(default_factory=list)
     tps: list = field(default_factory=list)  # {case: tokens/s} of each ok judgement
+    is_confirmed: bool = False  # passed a "full" judgement: derived configs and churn too
 
-    def add(self, is_ok: bool, fitness: float, memory_mb, seconds, tps=None) -> None:
+    def add(self, is_ok: bool, fitness: float, memory_mb, seconds, tps=None, level: str = "full") -> None:
         self.is_ok = self.is_ok and is_ok
+        self.is_confirmed = self.is_ok and (self.is_confirmed or level == "full")
         if is_ok:
             self.fitness.append(fitness)
             self.memory_mb.append(finite_or_zero(memory_mb))
@@ -62,28 +75,93 @@ def finite_or_zero(value) -> float:
     return value if math.isfinite(value) else 0.0
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """log(speed of a / speed of b) from one paired judgement, and its standard error."""
+    a: str
+    b: str
+    log_ratio: float
+    sd: float
+
+    @classmethod
+    def of(cls, a: str, b: str, ratio: float, low: float, high: float) -> "Comparison | None":
+        if not all(isinstance(v, (int, float)) and v > 0 and math.isfinite(v) for v in (ratio, low, high)):
+            return None
+        return cls(a, b, math.log(ratio), max(MIN_PAIRED_SD, math.log(high / low) / (2 * Z)))
+
+
 class Scores:
     def __init__(self):
         self.by_id: dict[str, Score] = {}
+        self.comparisons: list[Comparison] = []
+        self.fitted = None  # id -> log speed, recomputed when evidence arrives
 
     def __contains__(self, candidate_id) -> bool:
         return candidate_id in self.by_id
 
     def add(self, candidate_id: str, status: str, fitness: float, memory_mb, seconds, source_path="",
-            tps=None) -> None:
+            tps=None, level: str = "full") -> None:
         score = self.by_id.setdefault(candidate_id, Score(is_ok=True, source_path=str(source_path)))
-        score.add(status == "ok", fitness, memory_mb, seconds, tps)
+        score.add(status == "ok", fitness, memory_mb, seconds, tps, level)
+        self.fitted = None
+
+    def compare(self, a: str, b: str, ratio, low, high) -> None:
+        """Record a paired measurement: a ran `ratio` times as fast as b (interval low..high)."""
+        comparison = Comparison.of(a, b, ratio, low, high)
+        if comparison is not None:
+            self.comparisons.append(comparison)
+            self.fitted = None
 
     def is_ok(self, candidate_id: str) -> bool:
         score = self.by_id.get(candidate_id)
         return bool(score and score.is_ok and score.fitness)
+
+    def is_confirmed(self, candidate_id: str) -> bool:
+        return self.is_ok(candidate_id) and self.by_id[candidate_id].is_confirmed
+
+    def speed(self, candidate_id: str) -> float:
+        """The fitted speed (geometric mean tokens/s) of a correct program."""
+        if self.fitted is None:
+            self.fitted = self.fit()
+        return math.exp(self.fitted[candidate_id])
+
+    def gain(self, child_id: str, parent_id: str) -> float | None:
+        """Estimated speed ratio child / parent; None unless both are correct."""
+        if not (self.is_ok(child_id) and self.is_ok(parent_id)):
+            return None
+        return self.speed(child_id) / self.speed(parent_id)
+
+    def fit(self) -> dict:
+        """Weighted least squares: log speeds that best explain every comparison between
+        correct programs and every program's own measurements."""
+        ids = [cid for cid in self.by_id if self.is_ok(cid)]
+        index = {cid: i for i, cid in enumerate(ids)}
+        rows, targets, weights = [], [], []
+        for cid in ids:
+            for fitness in self.by_id[cid].fitness:
+                rows.append({index[cid]: 1.0})
+                targets.append(math.log(fitness))
+                weights.append(1.0 / ABSOLUTE_SD)
+        for c in self.comparisons:
+            if c.a in index and c.b in index:
+                rows.append({index[c.a]: 1.0, index[c.b]: -1.0})
+                targets.append(c.log_ratio)
+                weights.append(1.0 / c.sd)
+        if not ids:
+            return {}
+        matrix = np.zeros((len(rows), len(ids)))
+        for r, row in enumerate(rows):
+            for col, value in row.items():
+                matrix[r, col] = value * weights[r]
+        solution = np.linalg.lstsq(matrix, np.array(targets) * np.array(weights), rcond=None)[0]
+        return {cid: float(solution[index[cid]]) for cid in ids}
 
     def values(self, candidate_id: str, nsga2: bool) -> tuple:
         """The DEAP fitness values of a judged program."""
         if not self.is_ok(candidate_id):
             return (FAILED_FITNESS, FAILED_MEMORY_MB) if nsga2 else (FAILED_FITNESS,)
         score = self.by_id[candidate_id]
-        speed = sum(score.fitness) / len(score.fitness)
+        speed = self.speed(candidate_id)
         return (speed, sum(score.memory_mb) / len(score.memory_mb)) if nsga2 else (speed,)
 
     def mean_tps(self, candidate_id: str) -> dict:
@@ -110,5 +188,8 @@ class Scores:
         for row in frame.to_dict("records"):
             tps = {c[len("tps_"):]: row[c] for c in tps_columns if finite_or_zero(row[c]) > 0}
             scores.add(row["candidate_id"], row["status"], row["fitness"], row["peak_memory_mb"],
-                       row["judge_seconds"], row["source_path"], tps)
+                       row["judge_seconds"], row["source_path"], tps, row.get("level") or "full")
+            if row.get("baseline_id"):
+                scores.compare(row["candidate_id"], row["baseline_id"], row.get("ratio"), row.get("ratio_low"),
+                               row.get("ratio_high"))
         return scores

@@ -72,25 +72,24 @@ class Search:
         return self.clock.left() > self.estimated_generation_s() + self.estimated_final_s()
 
     def estimated_generation_s(self) -> float:
-        rounds = math.ceil((self.config.population + self.config.num_elite) / self.config.workers)
+        rounds = math.ceil(self.config.population / self.config.workers) + 1  # + the confirmations
         return rounds * self.scores.mean_judge_seconds()
 
     def estimated_final_s(self) -> float:
+        """The final comparison: full judgements beside the seed, with up to final_rounds."""
         contenders = sum(1 for p in self.hall_of_fame if p.id != self.seed.id)
-        pairs = min(self.config.final_top, contenders) * self.config.final_rounds
-        return 2 * pairs * self.scores.mean_judge_seconds(ok_only=True)
-
-    def elite(self) -> list:
-        """The programs re-timed this generation: the best ones kept from the last."""
-        return list(self.hall_of_fame)[:self.config.num_elite] if self.generation > 0 else []
+        batches = math.ceil(min(self.config.final_top, contenders) / self.config.workers)
+        longer = self.config.final_rounds / self.config.max_rounds
+        return batches * longer * self.scores.mean_judge_seconds(ok_only=True)
 
     def assign_fitness(self, programs) -> None:
         for program in programs:
             program.fitness.values = self.scores.values(program.id, self.config.nsga2)
 
     def update_best(self, programs) -> None:
-        """Rebuild the hall of fame from fresh scores; keep its best in workspace/engine.py."""
-        correct = [p for p in list(self.hall_of_fame) + list(programs) if self.scores.is_ok(p.id)]
+        """Rebuild the hall of fame (confirmed programs: derived configs passed too) from fresh
+        scores; keep its best in workspace/engine.py."""
+        correct = [p for p in list(self.hall_of_fame) + list(programs) if self.scores.is_confirmed(p.id)]
         self.assign_fitness(correct)
         self.hall_of_fame.clear()
         self.hall_of_fame.update(correct)
@@ -235,5 +234,6 @@ def run(config, state: dict | None = None, run_id: str = "", **fns) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        search.pool.close()  # the judges and their runners
         search.pool.executor.shutdown(wait=False, cancel_futures=True)
 

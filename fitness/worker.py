@@ -36,6 +36,9 @@ def main(argv=None) -> int:
     if args.cpus:
         os.sched_setaffinity(0, parse_cpus(args.cpus))  # inherited by every runner
         threads = len(parse_cpus(args.cpus))
+    if not args.device.startswith("cuda"):
+        threads = 1  # OpenMP threads waiting on each other on a busy CPU: a gate 50x slower
+    if threads:
         torch.set_num_threads(threads)
     from fitness.judge import Judge
 

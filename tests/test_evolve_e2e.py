@@ -12,7 +12,6 @@ import pytest
 from evolve import checkpoint, history
 from evolve.__main__ import main
 from evolve.config import RunConfig
-from evolve.judging import CPU_THREADS
 from evolve.search import run
 from fitness.sandbox import judge
 
@@ -28,7 +27,7 @@ def real_operators() -> dict:
 def judged_ok(engine: Path, small_target, tmp_path) -> dict:
     config_path, weight_dir = small_target
     verdict = judge(engine, config_path, weight_dir, "cpu", timeout=300, scratch=str(tmp_path / "scratch"),
-                    env=CPU_THREADS, derived=True, bench="none")
+                    threads=1, level="full", bench="none")
     assert verdict["status"] == "ok", verdict
     return verdict
 
@@ -87,7 +86,8 @@ def test_sigterm_mid_run_leaves_a_correct_engine_and_a_resumable_run(small_targe
         proc.kill()
     assert proc.returncode == 143, out
     assert "resume with" in out
-    assert not leaked_judgements(tmp_path), "a judgement outlived the run"
+    time.sleep(1.0)  # runners die with their judge (PDEATHSIG): give the kernel a moment
+    assert not leaked_judgements(proc.pid), "a judge or runner outlived the run"
     judged_ok(tmp_path / "ws" / "engine.py", small_target, tmp_path)
     warnings = []
     frame = history.read(history_path, warn=warnings.append)
@@ -110,16 +110,25 @@ def test_sigterm_mid_run_leaves_a_correct_engine_and_a_resumable_run(small_targe
     judged_ok(tmp_path / "ws" / "engine.py", small_target, tmp_path)
 
 
-def leaked_judgements(tmp_path) -> list:
-    """Judgement processes still running on a spec that names tmp_path."""
+def leaked_judgements(run_pid: int) -> list:
+    """Judge or runner processes of the run `run_pid` still alive (the judges are its
+    children; the runners, the judges' children)."""
+    def parent_of(pid):
+        try:
+            return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+
     leaked = []
     for entry in Path("/proc").iterdir():
         try:
-            args = (entry / "cmdline").read_bytes().split(b"\0")
-            if b"fitness.judgement" in args and str(tmp_path) in Path(args[args.index(b"fitness.judgement") + 1].decode()).read_text():
-                leaked.append(entry.name)
-        except (OSError, ValueError, IndexError):
+            args = (entry / "cmdline").read_bytes()
+        except OSError:
             continue
+        if b"fitness.worker" in args or b"fitness.runner" in args:
+            parent = parent_of(entry.name)
+            if parent == run_pid or parent_of(parent) == run_pid or parent == 1:
+                leaked.append(entry.name)
     return leaked
 
 

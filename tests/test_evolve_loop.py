@@ -18,7 +18,7 @@ STAND_INS = {"mutate_fn": random_mutation, "mate_fn": crossover, "judge_fn": fak
 
 def make_config(small_target, tmp_path, **changes):
     config_path, weight_dir = small_target
-    settings = dict(model_config=config_path, weight_dir=weight_dir, population=4, generations=2,
+    settings = dict(model_config=config_path, weight_dir=weight_dir, population=4, generations=2, workers=1,
                     runs_dir=tmp_path / "runs", workspace=tmp_path / "ws", history=tmp_path / "history.csv",
                     rng_seed=7, final_top=2)
     return RunConfig.build("cpu", **{**settings, **changes})
@@ -37,8 +37,10 @@ def test_two_generations_write_history_workspace_and_checkpoint(small_target, tm
     assert set(frame["generation"]) >= {0, 1, 2}
     judged = history.judged_rows(history.read(config.history))
     assert not judged["candidate_id"].duplicated().any(), "a source was judged twice"
-    assert (frame["operator"] == "retime").sum() == 2  # the elite, in generations 1 and 2
-    assert (frame["operator"] == "final").sum() >= 2
+    confirmed = frame[frame["operator"] == "confirm"]
+    assert len(confirmed) >= 1 and (confirmed["level"] == "full").all()
+    final = frame[frame["operator"] == "final"]
+    assert 1 <= len(final) <= 2 and (final["baseline_id"] == frame["candidate_id"].iloc[0]).all()
     assert frame.loc[frame["status"] == "incorrect", "fitness"].eq(0).all()
     run_dir = only_run_dir(config)
     for path in frame.loc[frame["candidate_id"].notna(), "source_path"]:
@@ -208,31 +210,42 @@ def test_judgements_that_would_start_after_the_budget_are_skipped(small_target, 
 
 def test_one_worker_per_visible_gpu_pinned_by_cuda_visible_devices(small_target, tmp_path, monkeypatch):
     import evolve.config
+    import evolve.judging
     from evolve.judging import make_workers
 
-    monkeypatch.setattr(evolve.config, "visible_gpus", lambda: ["2", "5"])
+    monkeypatch.setattr(evolve.config, "visible_gpus", lambda: ["2", "5"])  # the worker count
+    monkeypatch.setattr(evolve.judging, "visible_gpus", lambda: ["2", "5"])  # the pinning
     config_path, weight_dir = small_target
     config = RunConfig.build("cuda", model_config=config_path, weight_dir=weight_dir)
     assert config.workers == 2 and config.bench == "all"
     assert [w.env["CUDA_VISIBLE_DEVICES"] for w in make_workers(config)] == ["2", "5"]
     assert make_workers(config)[1].device_name("cuda") == "cuda:5"
     cpu = make_config(small_target, tmp_path, workers=2)
-    assert all(w.env["OMP_NUM_THREADS"] == "1" for w in make_workers(cpu))
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    workers = make_workers(cpu)
+    assert [w.cpus for w in workers] == [[0, 1], [2, 3]]  # cores of their own, none shared
+    assert all(w.env["OMP_NUM_THREADS"] == "1" for w in workers)  # CPU judges: one thread each
 
 
-def test_final_choice_interleaves_the_seed_and_retimes_without_derived(small_target, tmp_path):
+def test_children_are_screened_beside_a_parent_and_the_final_is_fresh_beside_the_seed(small_target, tmp_path):
     calls = []
 
     def recording_judge(path, *args, **kwargs):
-        calls.append((Path(path).stem, kwargs["derived"]))
+        calls.append((Path(path).stem, kwargs["level"], kwargs["baseline"] and Path(kwargs["baseline"]).stem,
+                      kwargs["seed"]))
         return fake_judge(path, *args, **kwargs)
 
     config = make_config(small_target, tmp_path, final_top=2)
     run(config, **{**STAND_INS, "judge_fn": recording_judge})
     frame = history.read(config.history)
-    final = frame[frame["operator"] == "final"]["candidate_id"].tolist()
     seed_id = frame["candidate_id"].iloc[0]
-    assert len(final) == 4 and final[0] == final[2] == seed_id and seed_id not in (final[1], final[3])
-    num_retimes = (frame["operator"] == "retime").sum()
-    assert num_retimes == 2 and sum(not derived for _, derived in calls) == num_retimes
-    assert calls[0] == (seed_id, True) and all(derived for _, derived in calls[-4:])
+    assert calls[0] == (seed_id, "full", None, calls[0][3])  # the seed: in full, alone
+    gate_seed = calls[0][3]
+    first = history.judged_rows(frame).iloc[1:]
+    for row in first.itertuples():  # every child screened beside its first parent
+        assert row.level == "screen" and row.baseline_id == row.parent_ids.split(";")[0]
+    final = [c for c in calls if c[3] != gate_seed]  # fresh gate traces: the final only
+    assert final and all(level == "full" and baseline == seed_id for _, level, baseline, _ in final)
+    assert len(final) == (frame["operator"] == "final").sum()
+    log = (config.workspace / "results.log").read_text()
+    assert "interleaved rounds" in log and "confident it is faster" in log and "CV of its fitness" in log

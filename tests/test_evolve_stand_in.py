@@ -31,13 +31,24 @@ def crossover(a: str, b: str, rng: random.Random):
     return Applied(a + f"stand_in_crossed_with = {tag!r}\n", "stand_in_crossover", {"with": tag})
 
 
-def fake_judge(path, config_path, weight_dir, device, timeout=None, env=None, **options):
-    """A verdict shaped like fitness.sandbox.judge's, without running anything."""
+def stand_in_speed(path) -> float:
+    digest = int(hashlib.sha256(open(path).read().encode()).hexdigest()[:8], 16)
+    return 1000.0 + digest % 997
+
+
+def fake_judge(path, config_path, weight_dir, device, timeout=None, baseline=None, level="full", **options):
+    """A verdict shaped like fitness.sandbox.judge's, without running anything: tokens/s
+    drawn from the source's hash, and beside a baseline its ratio with a 2% interval."""
     source = open(path).read()
-    digest = int(hashlib.sha256(source.encode()).hexdigest()[:8], 16)
+    speed = stand_in_speed(path)
     verdict = {"status": "ok", "stage": "", "error": "", "worst_ratio": 0.01, "seconds": 0.01,
-               "device": device, "path": str(path), "peak_memory_mb": float(digest % 100),
-               "tokens_per_second": {c: 1000.0 + digest % 997 for c in ("prefill", "decode", "mixed")}}
+               "device": device, "path": str(path), "peak_memory_mb": speed % 100, "level": level,
+               "tokens_per_second": {c: speed for c in ("prefill", "decode", "mixed")}, "rounds": 3,
+               "fitness_cv": 0.01}
+    if baseline:
+        ratio = speed / stand_in_speed(baseline)
+        verdict.update(ratio=ratio, ratio_low=ratio / 1.02, ratio_high=ratio * 1.02,
+                       baseline_tokens_per_second={c: stand_in_speed(baseline) for c in ("prefill", "decode", "mixed")})
     if "stand_in_break" in source:
         verdict.update(status="incorrect", stage="target", error="logits off\nby a factor 2",
                        tokens_per_second={}, peak_memory_mb=None)

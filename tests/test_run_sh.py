@@ -4,7 +4,6 @@ import subprocess
 import time
 from pathlib import Path
 
-from evolve.judging import CPU_THREADS
 from fitness.sandbox import judge
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,5 +26,5 @@ def test_run_sh_with_a_short_budget_leaves_a_correct_engine(small_target, tmp_pa
     assert "winner" in log and "lineage:" in log
     assert elapsed < 240, f"run.sh took {elapsed:.0f} s on a 1m budget"
     verdict = judge(tmp_path / "ws" / "engine.py", config_path, weight_dir, "cpu", timeout=300,
-                    scratch=str(tmp_path / "scratch"), env=CPU_THREADS, derived=True, bench="none")
+                    scratch=str(tmp_path / "scratch"), threads=1, level="full", bench="none")
     assert verdict["status"] == "ok", verdict

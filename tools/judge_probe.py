@@ -4,8 +4,9 @@
 
 With one judge kept warm (as a search keeps it), times: every engine judged at the
 "full" level alone, `--repeats` times (seconds each, fitness and its spread across the
-judgements: the CV of one program judged repeatedly); the others judged at the "screen"
-and "full" levels beside the first (the seed), paired, with the ratio and its interval.
+judgements: the CV of one program judged repeatedly); `--aa` judgements of the seed beside
+itself (the ratio's interval should hold 1); the others judged at the "screen" and "full"
+levels beside the first (the seed), paired, with the ratio and its interval.
 """
 import argparse
 import json
@@ -33,6 +34,8 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--bench", default="public")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--aa", type=int, default=0, help="judgements of the seed beside itself: does "
+                        "the ratio's interval hold 1 as often as it should?")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
@@ -60,6 +63,10 @@ def main(argv=None) -> int:
         if len(fits) > 1 and min(fits) > 0:
             print(f"{engine}: fitness over {len(fits)} judgements: mean {statistics.fmean(fits):,.0f}, "
                   f"CV {statistics.stdev(fits) / statistics.fmean(fits):.1%}", flush=True)
+    for i in range(args.aa):
+        started = time.monotonic()
+        verdict = judge.judge(args.engines[0], seed=seed, level="screen", baseline=args.engines[0], **target)
+        record(f"A/A #{i}", args.engines[0], verdict, time.monotonic() - started)
     for engine in args.engines[1:]:
         for level in ("screen", "full"):
             started = time.monotonic()
