@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from fitness.loader import source_hash
 
 MERGE = "merge"  # the key under which a merge of (a, b, base) is spent
+MERGE_DECLINED = "merge declined"  # ... and (a, b) when it declined: b had nothing for a
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,11 @@ class Memo:
 
     def spend(self, operator: str, parent_ids: tuple) -> None:
         self.spent.add((operator, tuple(parent_ids)))
+
+    def merge_declined(self, a_id: str, b_id: str) -> bool:
+        """Whether merging b into a or into an ancestor of a declined: what b brings, a has
+        (or cannot take)."""
+        return any(self.is_spent(MERGE_DECLINED, (pid, b_id)) for pid in self.ancestors(a_id))
 
     def admit(self, child, deterministic: bool = False):
         """`child`, now seen; or Known when its application was tried before or its code is

@@ -118,7 +118,8 @@ def sweep_size(time_left_s: float, judge_s: float, workers: int, population: int
 def gain_pairs(programs: list, scores, memo, seed, limit: int) -> list:
     """Up to `limit` (a, b, base) to merge, best first: a and b correct, both faster than
     `base` (their nearest common ancestor, or the seed) by IMPROVEMENT, b made by an
-    operator a's lineage lacks since then, and not merged before; a is the faster one."""
+    operator a's lineage lacks since then, not merged before, nor declined into an
+    ancestor of a; a is the faster one."""
     correct = {p.id: p for p in programs if scores.is_ok(p.id)}
     pool = sorted(correct.values(), key=lambda p: (-scores.values(p.id, False)[0], p.id))[:MERGE_POOL]
     found = []
@@ -127,7 +128,8 @@ def gain_pairs(programs: list, scores, memo, seed, limit: int) -> list:
             base = memo.program(memo.common_ancestor(a.id, b.id)) or seed
             made_b = memo.operators_since(b.id, base.id)  # empty when b's lineage is unknown
             if base.id in (a.id, b.id) or memo.is_spent(MERGE, (a.id, b.id, base.id)) \
-                    or (made_b and made_b <= memo.operators_since(a.id, base.id)):
+                    or (made_b and made_b <= memo.operators_since(a.id, base.id)) \
+                    or memo.merge_declined(a.id, b.id):
                 continue
             gains = gain(scores, a.id, base.id), gain(scores, b.id, base.id)
             if all(g is not None and g > 1.0 + IMPROVEMENT for g in gains):

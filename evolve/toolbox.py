@@ -14,7 +14,7 @@ import random
 from deap import base, creator, tools
 
 import mutations
-from evolve.memo import MERGE, Known, Memo
+from evolve.memo import MERGE, MERGE_DECLINED, Known, Memo
 from evolve.operators import DECLINED, FAILED, OperatorSelector, Vocabulary, gain_pairs, outcome
 from fitness.loader import source_hash
 
@@ -101,8 +101,10 @@ def mate(a: Program, b: Program, make, mate_fn, memo: Memo, rng: random.Random):
 def merge(a: Program, b: Program, base: Program, make, vocabulary: Vocabulary, memo: Memo, rng: random.Random):
     """`a` with the genes `b` changed since `base`; Declined, or Known. Tried once per trio."""
     memo.spend(MERGE, (a.id, b.id, base.id))
-    return admitted(vocabulary.merge_gains(a.source, b.source, base.source, rng), (a.id, b.id), make, memo,
-                    {"base": base.id})
+    result = vocabulary.merge_gains(a.source, b.source, base.source, rng)
+    if not hasattr(result, "source"):
+        memo.spend(MERGE_DECLINED, (a.id, b.id))  # nor into a's descendants
+    return admitted(result, (a.id, b.id), make, memo, {"base": base.id})
 
 
 def admitted(result, parent_ids: tuple, make, memo: Memo, extra_args=None):

@@ -13,7 +13,7 @@ import pytest
 
 import mutations
 from evolve import checkpoint, history
-from evolve.memo import Known, Memo, normalized_id
+from evolve.memo import MERGE, MERGE_DECLINED, Known, Memo, normalized_id
 from evolve.operators import (DECLINED, FAILED, IMPROVED, NEUTRAL, OperatorSelector, gain, gain_pairs, outcome,
                               sweep_size)
 from evolve.scores import Scores
@@ -154,8 +154,15 @@ def test_gain_pairs_merge_programs_that_improved_apart_over_their_common_ancesto
     memo.see([seed, a, b, flat])
     assert memo.common_ancestor(a.id, b.id) == seed.id
     assert gain_pairs([seed, a, b, flat], scores, memo, seed, limit=3) == [(a, b, seed)]
-    memo.spend("merge", (a.id, b.id, seed.id))
+    memo.spend(MERGE, (a.id, b.id, seed.id))
     assert gain_pairs([seed, a, b, flat], scores, memo, seed, limit=3) == []
+    # Declined into a (b had nothing for it): not tried into a's descendants either.
+    a2 = Program(swapped(a.source, "allele.KVCache.slab"), (a.id,), "allele.KVCache.slab")
+    scores.add(a2.id, "ok", 160.0, 1.0, 1.0)
+    memo.see([a2])
+    assert gain_pairs([seed, a2, b], scores, memo, seed, limit=3) == [(a2, b, seed)]
+    memo.spend(MERGE_DECLINED, (a.id, b.id))
+    assert gain_pairs([seed, a2, b], scores, memo, seed, limit=3) == []
 
 
 # --- duplicates ----------------------------------------------------------------------------
