@@ -11,23 +11,26 @@ import math
 
 from evolve.history import REMEASURE_OPERATORS
 from evolve.judging import run_jobs
+from fitness.timing import t95
 
 FINAL = REMEASURE_OPERATORS[1]
-Z = 2.0  # fitness.timing's interval is +-Z standard errors
 
 
 def choose_winner(search):
     """(winner, its ratio to the seed, [(case, winner tok/s, seed tok/s)], how it was chosen)."""
     seed, scores, config = search.seed, search.scores, search.config
     contenders = [p for p in search.hall_of_fame if p.id != seed.id and scores.is_confirmed(p.id)][:config.final_top]
-    if not contenders or not scores.is_confirmed(seed.id) or search.clock.left() < search.estimated_final_s():
-        return unmeasured_choice(search, contenders)
+    if not contenders or not scores.is_confirmed(seed.id):
+        return unmeasured_choice(search, contenders, "no confirmed program to compare with the seed")
+    if search.clock.left() < search.estimated_final_s():
+        return unmeasured_choice(search, contenders, "not compared with the seed again (out of budget)")
     results = run_jobs(search.toolbox, search.generation, [(p, FINAL, "full", seed.id) for p in contenders])
     verdicts = {v["path"]: v for _, v in results if v["status"] == "ok" and v.get("ratio")}
     measured = [(verdicts[str(search.run.candidate_path(p))], p) for p in contenders
                 if str(search.run.candidate_path(p)) in verdicts]
     if not measured:
-        return unmeasured_choice(search, [p for p in contenders if scores.is_ok(p.id)])
+        return unmeasured_choice(search, [p for p in contenders if scores.is_ok(p.id)],
+                                 "no contender passed its fresh judgement beside the seed")
     verdict, winner = max(measured, key=lambda vp: vp[0]["ratio"])
     if verdict["ratio"] <= 1.0:
         return seed, 1.0, table_of(verdict["baseline_tokens_per_second"], verdict["baseline_tokens_per_second"]), \
@@ -42,18 +45,22 @@ def describe(verdict: dict) -> str:
     cv = verdict.get("fitness_cv")
     cv_text = f"{cv:.1%}" if cv is not None else "n/a (one round)"
     return (f"{ratio:.3f}x the seed over {verdict.get('rounds')} interleaved rounds, ~95% interval "
-            f"{low:.3f}-{high:.3f}x, {confidence_faster(ratio, low, high):.1%} confident it is faster; "
+            f"{low:.3f}-{high:.3f}x, {confidence_faster(ratio, low, high, verdict.get('rounds') or 1):.1%} "
+            "confident it is faster; "
             f"CV of its fitness over the rounds {cv_text}")
 
 
-def confidence_faster(ratio: float, low: float, high: float) -> float:
-    """P(true ratio > 1) under the normal approximation of the log ratio."""
-    se = math.log(high / low) / (2 * Z) if high > low else 1e-9
+def confidence_faster(ratio: float, low: float, high: float, rounds: int) -> float:
+    """P(true ratio > 1), the log ratio taken as normal with the standard error behind its
+    interval (fitness.timing: +-t95 standard errors over `rounds`)."""
+    if rounds < 2 or not high > low:
+        return float("nan")
+    se = math.log(high / low) / (2 * t95(int(rounds) - 1))
     return 0.5 * (1.0 + math.erf(math.log(ratio) / se / math.sqrt(2.0)))
 
 
-def unmeasured_choice(search, contenders):
-    """No fresh comparison (no budget left, or nothing to compare): the best fitted speed."""
+def unmeasured_choice(search, contenders, why: str):
+    """No fresh comparison (`why`): the best fitted speed."""
     seed, scores = search.seed, search.scores
     candidates = [p for p in contenders + [seed] if scores.is_ok(p.id)]
     if not candidates:
@@ -61,7 +68,7 @@ def unmeasured_choice(search, contenders):
     winner = max(candidates, key=lambda p: scores.speed(p.id))
     ratio = scores.gain(winner.id, seed.id) if scores.is_ok(seed.id) else float("nan")
     how = "the only correct program" if len(candidates) == 1 else \
-        "not compared with the seed again (out of budget): best fitted speed from the search's comparisons"
+        f"{why}: best fitted speed from the search's comparisons"
     return winner, ratio, table_of(scores.mean_tps(winner.id), scores.mean_tps(seed.id)), how
 
 

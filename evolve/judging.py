@@ -149,13 +149,15 @@ class Evaluator:
                         verdict["seconds"], path, verdict.get("tokens_per_second"), level)
         if baseline_id and verdict["status"] == "ok":
             self.scores.compare(program.id, baseline_id, verdict.get("ratio"), verdict.get("ratio_low"),
-                                verdict.get("ratio_high"))
+                                verdict.get("ratio_high"), verdict.get("rounds"))
         self.history.append({
             **self.run.row_base(generation), "candidate_id": program.id,
             "parent_ids": program.parent_ids, "operator": label or program.operator,
             "operator_args": program.operator_args if label is None else {},
             "source_path": str(path.resolve()), **history.verdict_row(verdict, fitness),
-            "baseline_id": baseline_id or "", "device": worker.device_name(self.config.device)})
+            # The level the search asked for: "full" confirms a program even where the run
+            # has no derived configs to judge (--no-derived).
+            "level": level, "baseline_id": baseline_id or "", "device": worker.device_name(self.config.device)})
         return fitness, verdict
 
 
@@ -168,13 +170,15 @@ def judge_generation(search, generation: int, programs: list) -> list:
     then confirm those that could enter the hall of fame. Returns the (fitness, verdict)
     pairs of the new sources' first judgements."""
     toolbox, scores = search.toolbox, search.scores
-    todo = list({p.id: p for p in programs if p.id not in scores}.values())
+    unique = list({p.id: p for p in programs}.values())
+    todo = [p for p in unique if p.id not in scores]
     parents = [first_judged_parent(p, scores) for p in todo]
     first = run_jobs(toolbox, generation, [(p, None, "screen" if parent else "full", parent)
                                           for p, parent in zip(todo, parents)])
     search.update_best(todo)
     champion = search.hall_of_fame[0].id if len(search.hall_of_fame) else None
-    confirm = [p for p in worth_confirming(search, todo) if p.id != champion]
+    # Screened earlier but never confirmed (a run stopped in between) counts too.
+    confirm = [p for p in worth_confirming(search, unique) if p.id != champion]
     run_jobs(toolbox, generation, [(p, CONFIRM, "full", champion) for p in confirm])
     return first
 

@@ -71,6 +71,8 @@ def breed(search, parents: list, num_children: int) -> Brood:
             brood.add(result, (best.id,))
         if brood.children:
             return brood
+    best = search.hall_of_fame[0] if len(search.hall_of_fame) else search.seed
+    brood.add(toolbox.merge_every_gain(best, search.scores), (best.id,))
     num_merges = num_children // 3  # a merge can decline (b's gains in a already): twice as many trios
     for a, b, base in toolbox.pairs_to_merge(search.scores, search.seed, 2 * num_merges):
         if len(brood.children) < num_merges:

@@ -22,12 +22,12 @@ from pathlib import Path
 import numpy as np
 
 from evolve import history
+from fitness.timing import t95
 
 FAILED_FITNESS = 0.0  # below every correct program: tokens/s are positive
 FAILED_MEMORY_MB = 1e9  # the second objective's worst, finite so crowding distances stay numbers
 ABSOLUTE_SD = 0.15  # log-spread of one judgement's own tokens/s between judgements (GPU, eager engines)
 MIN_PAIRED_SD = 0.01  # a paired ratio is never trusted to better than 1%
-Z = 2.0  # fitness.timing's interval is +-Z standard errors
 
 
 def geometric_mean_tps(verdict: dict) -> float:
@@ -84,10 +84,12 @@ class Comparison:
     sd: float
 
     @classmethod
-    def of(cls, a: str, b: str, ratio: float, low: float, high: float) -> "Comparison | None":
-        if not all(isinstance(v, (int, float)) and v > 0 and math.isfinite(v) for v in (ratio, low, high)):
+    def of(cls, a: str, b: str, ratio: float, low: float, high: float, rounds) -> "Comparison | None":
+        """From a judgement's ratio and its ~95% interval over `rounds` (Student's t)."""
+        values = (ratio, low, high, rounds)
+        if not all(isinstance(v, (int, float)) and v > 0 and math.isfinite(v) for v in values) or rounds < 2:
             return None
-        return cls(a, b, math.log(ratio), max(MIN_PAIRED_SD, math.log(high / low) / (2 * Z)))
+        return cls(a, b, math.log(ratio), max(MIN_PAIRED_SD, math.log(high / low) / (2 * t95(int(rounds) - 1))))
 
 
 class Scores:
@@ -105,9 +107,10 @@ class Scores:
         score.add(status == "ok", fitness, memory_mb, seconds, tps, level)
         self.fitted = None
 
-    def compare(self, a: str, b: str, ratio, low, high) -> None:
-        """Record a paired measurement: a ran `ratio` times as fast as b (interval low..high)."""
-        comparison = Comparison.of(a, b, ratio, low, high)
+    def compare(self, a: str, b: str, ratio, low, high, rounds) -> None:
+        """Record a paired measurement: a ran `ratio` times as fast as b (interval low..high
+        over `rounds` interleaved rounds)."""
+        comparison = Comparison.of(a, b, ratio, low, high, rounds)
         if comparison is not None:
             self.comparisons.append(comparison)
             self.fitted = None
@@ -191,5 +194,5 @@ class Scores:
                        row["judge_seconds"], row["source_path"], tps, row.get("level") or "full")
             if row.get("baseline_id"):
                 scores.compare(row["candidate_id"], row["baseline_id"], row.get("ratio"), row.get("ratio_low"),
-                               row.get("ratio_high"))
+                               row.get("ratio_high"), row.get("rounds"))
         return scores

@@ -131,7 +131,8 @@ class Search:
             "population": [p.to_dict() for p in self.population],
             "hall_of_fame": [p.to_dict() for p in self.hall_of_fame],
             "logbook": [dict(r) for r in self.logbook], "best_id": self.best_id,
-            "rng_state": self.rng.getstate(), "random_state": random.getstate()})
+            "rng_state": self.rng.getstate(), "random_state": random.getstate(),
+            "operator_selector": self.toolbox.selector.to_dict()})
 
     def bank_spent_time(self) -> None:
         """The last checkpoint (the start of this generation), with the time spent until now,
@@ -145,6 +146,7 @@ class Search:
         self.population = [make(**p) for p in state["population"]]
         self.generation, self.best_id = state["generation"], state["best_id"]
         self.rng.setstate(state["rng_state"])
+        self.toolbox.selector.load(state.get("operator_selector"))  # what the bandit learnt
         random.setstate(state["random_state"])
         for record in state["logbook"]:
             self.logbook.record(**record)

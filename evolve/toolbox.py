@@ -15,8 +15,11 @@ from deap import base, creator, tools
 
 import mutations
 from evolve.memo import MERGE, MERGE_DECLINED, Known, Memo
-from evolve.operators import DECLINED, FAILED, OperatorSelector, Vocabulary, gain_pairs, outcome
+from evolve.operators import (DECLINED, FAILED, IMPROVEMENT, OperatorSelector, Vocabulary, gain, gain_pairs,
+                              outcome)
 from fitness.loader import source_hash
+
+MERGE_EVERY_GAIN = "merge_every_gain"
 
 if not hasattr(creator, "FitnessSpeed"):
     creator.create("FitnessSpeed", base.Fitness, weights=(1.0,))
@@ -107,6 +110,32 @@ def merge(a: Program, b: Program, base: Program, make, vocabulary: Vocabulary, m
     return admitted(result, (a.id, b.id), make, memo, {"base": base.id})
 
 
+def merge_every_gain(best: Program, scores, make, vocabulary: Vocabulary, memo: Memo, rng: random.Random):
+    """One child: `best` with the gains of every correct program that beat its own parent,
+    merged weakest first (where two changed the same gene, the stronger one's stays).
+    Pair merges combine two gains a generation; a sweep finds many at once. Declined
+    when nothing new comes of it, or Known."""
+    if vocabulary.merge_gains is None:
+        return mutations.Declined(MERGE_EVERY_GAIN, "the operators cannot merge")
+    gains = []
+    for program in memo.programs.values():
+        parent = memo.program(program.parent_ids[0]) if len(program.parent_ids) == 1 else None
+        ratio = gain(scores, program.id, parent.id) if parent is not None else None
+        if ratio is not None and ratio > 1.0 + IMPROVEMENT and program.id != best.id:
+            gains.append((ratio, program, parent))
+    source, merged = best.source, []
+    for _, program, parent in sorted(gains, key=lambda g: (g[0], g[1].id)):
+        if source == parent.source:  # nothing added to the base yet: the gain is the program
+            source, merged = program.source, merged + [program.id]
+            continue
+        result = vocabulary.merge_gains(source, program.source, parent.source, rng)
+        if hasattr(result, "source"):
+            source, merged = result.source, merged + [program.id]
+    if not merged:
+        return mutations.Declined(MERGE_EVERY_GAIN, f"no gain that {best.id} lacks")
+    return admitted(mutations.Applied(source, MERGE_EVERY_GAIN, {"merged": merged}), (best.id, merged[-1]), make, memo)
+
+
 def admitted(result, parent_ids: tuple, make, memo: Memo, extra_args=None):
     """The operator's child, unless the memo knows it; its Declined as it is."""
     if not hasattr(result, "source"):
@@ -161,6 +190,8 @@ def make_toolbox(config, hall_of_fame, evaluate, map_fn, rng: random.Random,
     toolbox.register("sweep", sweep, **breeding, selector=toolbox.selector, device=config.device)
     toolbox.register("mate", mate, make=toolbox.individual, mate_fn=mate_fn, memo=toolbox.memo, rng=rng)
     toolbox.register("merge", merge, **breeding)
+    toolbox.register("merge_every_gain", merge_every_gain, make=breeding["make"], vocabulary=breeding["vocabulary"],
+                     memo=toolbox.memo, rng=rng)
     toolbox.register("pairs_to_merge", pairs_to_merge, vocabulary=vocabulary, memo=toolbox.memo)
     toolbox.register("learn", learn, selector=toolbox.selector, memo=toolbox.memo)
     toolbox.register("select_parents", tools.selTournament, tournsize=config.tournament_size)

@@ -89,7 +89,7 @@ class Judge:
     def __init__(self, device: str, env: dict | None = None, scratch=None, threads: int | None = None):
         self.device, self.threads = device, threads
         self.references = References(device)
-        self.spares = Spares(device, env)
+        self.spares = Spares(device, {**(env or {}), "OMP_NUM_THREADS": "1"} if is_cuda(device) else env)
         self.scratch = Path(scratch or tempfile.mkdtemp(prefix="judge_weights_"))
 
     def close(self) -> None:
@@ -153,7 +153,10 @@ class Judge:
         if is_cuda(self.device):  # a host-bound engine on a core of its own: less jitter
             os.sched_setaffinity(process.proc.pid, {max(os.sched_getaffinity(0))})
         driver = RunnerDriver(process, self.device, deadline)
-        process.request("load", driver.left(), path=str(Path(path).resolve()), threads=self.threads)
+        # One thread on a GPU: the runner is pinned to one core, where OpenMP threads
+        # would only wait on each other (seen: 25 s judgements became 185 s).
+        threads = 1 if is_cuda(self.device) else self.threads
+        process.request("load", driver.left(), path=str(Path(path).resolve()), threads=threads)
         return driver
 
     def time(self, verdict, contenders, config, config_path, weight_dir, margin, bench, min_rounds,

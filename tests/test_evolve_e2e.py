@@ -45,7 +45,8 @@ def test_two_generations_with_the_real_operators_and_judge(small_target, tmp_pat
     assert judged["operator"].iloc[0] == "seed" and judged["status"].iloc[0] == "ok"
     import mutations
     from mutations.crossover import MERGE_NAME, NAME as CROSSOVER
-    known = {op.name for op in mutations.all_operators()} | {CROSSOVER, MERGE_NAME}
+    from evolve.toolbox import MERGE_EVERY_GAIN
+    known = {op.name for op in mutations.all_operators()} | {CROSSOVER, MERGE_NAME, MERGE_EVERY_GAIN}
     assert set(judged["operator"].iloc[1:]) <= known  # every child made by a real operator
     assert not judged["candidate_id"].duplicated().any()
     assert frame["tps_prefill"].notna().any()

@@ -165,6 +165,30 @@ def test_gain_pairs_merge_programs_that_improved_apart_over_their_common_ancesto
     assert gain_pairs([seed, a2, b], scores, memo, seed, limit=3) == []
 
 
+def test_merge_every_gain_composes_all_that_beat_their_parent_the_stronger_last():
+    from evolve.toolbox import MERGE_EVERY_GAIN, Vocabulary, merge_every_gain
+
+    scores, memo = Scores(), Memo()
+    seed = Program(SEED)
+    made = {name: Program(swapped(SEED, name), (seed.id,), name) for name in
+            ("allele.load_weights.fused_both", "allele.rope_tables.cached", "allele.attend_prefill.padded_sdpa",
+             "allele.attend_prefill.sdpa_per_request", "allele.mlp.fused")}
+    speeds = {"allele.load_weights.fused_both": 150.0, "allele.rope_tables.cached": 130.0,
+              "allele.attend_prefill.padded_sdpa": 140.0, "allele.attend_prefill.sdpa_per_request": 120.0,
+              "allele.mlp.fused": 101.0}  # the last within the noise: not a gain
+    scores.add(seed.id, "ok", 100.0, 1.0, 1.0)
+    for name, p in made.items():
+        scores.add(p.id, "ok", speeds[name], 1.0, 1.0)
+    memo.see([seed, *made.values()])
+    vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover)
+    child = merge_every_gain(seed, scores, Program, vocabulary, memo, random.Random(0))
+    assert child.operator == MERGE_EVERY_GAIN and len(child.operator_args["merged"]) == 4
+    carried = program.gene_alleles(program.parse(child.source))
+    assert carried["load_weights"] == "fused_both" and carried["rope_tables"] == "cached"
+    assert carried["attend_prefill"] == "padded_sdpa"  # the stronger of the two prefill gains
+    assert carried["mlp"] == "fused"  # brought by fused_both's requirements, not as a gain
+
+
 # --- duplicates ----------------------------------------------------------------------------
 
 def test_a_child_differing_only_in_comments_and_layout_is_known():
