@@ -64,12 +64,24 @@ class Search:
 
     # -- the steps of the generation loop ------------------------------------------------
     def should_continue(self) -> bool:
-        """Generation 0 always runs; later ones while the count and the budget allow."""
+        """Generation 0 always runs; later ones while the count and the budget allow, and
+        only when the seed passed: a seed judged wrong means the judge or the target is
+        broken, and every child would be judged against it in vain."""
         if self.generation == 0:
             return True
+        if self.seed.id in self.scores and not self.scores.is_ok(self.seed.id):
+            line = f"the seed engine failed its judgement ({self.seed_error()}): stopping the search"
+            print(line, flush=True)
+            self.workspace.log(line)
+            return False
         if self.config.generations is not None and self.generation > self.config.generations:
             return False
         return self.clock.left() > self.estimated_generation_s() + self.estimated_final_s()
+
+    def seed_error(self) -> str:
+        rows = history.read(self.config.history)
+        rows = rows[(rows["candidate_id"] == self.seed.id) & (rows["status"] != "ok")]
+        return f"{rows['status'].iloc[-1]}: {rows['error'].iloc[-1]}" if len(rows) else "see history.csv"
 
     def estimated_generation_s(self) -> float:
         rounds = math.ceil(self.config.population / self.config.workers) + 1  # + the confirmations

@@ -90,8 +90,9 @@ class CandidateProcess:
         return time.perf_counter() - started, int(header.get("checksum", -1))
 
     def exit_status(self) -> str:
-        code = self.proc.poll()
-        if code is None:
+        try:
+            code = self.proc.wait(timeout=2.0)  # its pipe closed: it is exiting, or closed it itself
+        except subprocess.TimeoutExpired:
             return "the runner is still alive"
         if code < 0:
             return f"the runner was killed by {signal.Signals(-code).name}"

@@ -90,7 +90,9 @@ class Judge:
         self.device, self.threads = device, threads
         self.references = References(device)
         self.spares = Spares(device, {**(env or {}), "OMP_NUM_THREADS": "1"} if is_cuda(device) else env)
-        self.scratch = Path(scratch or tempfile.mkdtemp(prefix="judge_weights_"))
+        # Absolute: the runner works in a directory of its own (seen: a relative runs/ dir
+        # made every judgement of an H100 search a crash).
+        self.scratch = Path(scratch or tempfile.mkdtemp(prefix="judge_weights_")).resolve()
 
     def close(self) -> None:
         self.spares.close()
@@ -102,6 +104,7 @@ class Judge:
         assert level in LEVELS and bench in BENCH_CHOICES, (level, bench)
         started, deadline = time.monotonic(), time.monotonic() + timeout
         weight_dir = Path(weight_dir).resolve()  # the runner works in a directory of its own
+        baseline = Path(baseline).resolve() if baseline is not None else None
         verdict = new_verdict(path, self.device, seed)
         verdict["level"] = level
         runners, stage = [], "static"

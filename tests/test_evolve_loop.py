@@ -249,3 +249,17 @@ def test_children_are_screened_beside_a_parent_and_the_final_is_fresh_beside_the
     assert len(final) == (frame["operator"] == "final").sum()
     log = (config.workspace / "results.log").read_text()
     assert "interleaved rounds" in log and "confident it is faster" in log and "CV of its fitness" in log
+
+
+def test_a_seed_judged_wrong_stops_the_search_with_its_reason(small_target, tmp_path):
+    def everything_wrong(path, *args, **kwargs):
+        verdict = fake_judge(path, *args, **kwargs)
+        verdict.update(status="crash", stage="target", error="FileNotFoundError: no such weights")
+        return verdict
+
+    config = make_config(small_target, tmp_path, generations=3)
+    assert run(config, **{**STAND_INS, "judge_fn": everything_wrong}) == 0
+    frame = history.read(config.history)
+    assert len(history.judged_rows(frame)) == 1  # the seed alone: no child judged against it
+    log = (config.workspace / "results.log").read_text()
+    assert "the seed engine failed its judgement (crash: FileNotFoundError: no such weights)" in log

@@ -19,6 +19,17 @@ def test_seed_engine_is_ok_with_its_evidence(small_target, scratch):
     assert len(verdict["source_hash"]) == 16
 
 
+def test_relative_paths_are_the_callers_not_the_runners(small_target, tmp_path, monkeypatch):
+    """The runner works in a directory of its own: every path the judge hands it is
+    absolute (a relative runs/ scratch once made every judgement of a search a crash)."""
+    monkeypatch.chdir(tmp_path)
+    config_path, weight_dir = small_target
+    verdict = judge(SEED_ENGINE, config_path, weight_dir, "cpu", scratch="relative/scratch", seed=5,
+                    timeout=120, bench="none", level="screen")
+    assert verdict["status"] == "ok", verdict["error"]
+    assert (tmp_path / "relative" / "scratch").is_dir()
+
+
 def test_planted_fault_is_incorrect_with_stage_and_case(small_target, scratch, tmp_path):
     verdict = run_judge(planted.write_faulty("rows_reversed", tmp_path), small_target, scratch, timeout=120)
     assert verdict["status"] == "incorrect"

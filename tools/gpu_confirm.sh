@@ -4,12 +4,7 @@
 #   bash tools/gpu_confirm.sh OUT WINNER.py [RUN_SH_BUDGET]
 set -uo pipefail
 out=$1 winner=$2; mkdir -p "$out"
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site
-nvidia-smi --query-gpu=name --format=csv,noheader
-python3 -m target.toy_weights
-T="--model-config target/model_config.json --weight-dir target/weights --device cuda"
+source tools/gpu_env.sh
 for s in 11 22 33; do
   python3 -m fitness check --engine "$winner" $T --seed $s --scratch /tmp/w > "$out/check_winner_$s.json"
   python3 -c "import json; r=json.load(open('$out/check_winner_$s.json')); print('check winner seed $s', r['status'], r.get('worst_error_ratio'), r.get('configs', r.get('errors')))"

@@ -5,11 +5,7 @@
 #                                                   # each benched in a fresh process, interleaved
 set -uo pipefail
 mode=$1 out=$2; mkdir -p "$out"
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site
-nvidia-smi --query-gpu=name --format=csv,noheader
-python3 -m target.toy_weights > /dev/null
+source tools/gpu_env.sh
 case $mode in
 search)
   start=$(date +%s)
@@ -30,7 +26,7 @@ PY
   ;;
 compare)
   python3 -m mutations recipe mutations/recipes/fastest.txt -o /tmp/fastest.py
-  T="--model-config target/model_config.json --weight-dir target/weights --device cuda --cases public"
+  T="$T --cases public"
   for round in $(seq 1 "${3:-3}"); do
     for engine in workspace/engine.py /tmp/fastest.py seed_engine/engine.py; do
       python3 -m fitness bench --engine $engine $T | python3 -c "import json,sys; print('$round', '$engine', ' '.join(f\"{r['case_name']}={r['tokens_per_second']:.0f}\" for r in json.load(sys.stdin)))"

@@ -6,10 +6,7 @@
 set -uo pipefail
 mode=$1 out=${2:-gpu_out}; mkdir -p "$out"
 keep=/root/search_run; mkdir -p "$keep"
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site
-T="--model-config target/model_config.json --weight-dir target/weights --device cuda"
+source tools/gpu_env.sh
 running() { pgrep -f "evolve run" > /dev/null; }
 case $mode in
 start)

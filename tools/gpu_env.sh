@@ -1,0 +1,9 @@
+# Sourced by the GPU scripts, from the repository root on the device machine: unbuffered
+# output, the carried wheels (deap, libcst: README of the device tool), the GPU's name, the
+# toy weights, and $T, the target arguments every fitness command takes.
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+python3 -m target.toy_weights > /dev/null
+T="--model-config target/model_config.json --weight-dir target/weights --device cuda"
