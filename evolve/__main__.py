@@ -3,7 +3,7 @@
     python -m evolve run --model-config C --weight-dir W [--budget 10m] [--population N]
         [--generations N] [--workers N] [--device auto|cpu|cuda] [--seed-from PATH ...]
         [--resume RUN_DIR] [--nsga2] [--runs-dir runs] [--workspace workspace]
-        [--history history.csv] [--bench public|hidden|all] [--rounds N] [--max-rounds N] [--no-derived]
+        [--history history.csv] [--bench B] [--screen-bench B] [--rounds N] [--max-rounds N] [--no-derived]
         [--timeout 10m] [--final-top N] [--final-rounds N] [--rng-seed N]
     python -m evolve report [history.csv] [--out DIR] [--recipe OUT.txt]
 
@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--runs-dir", type=Path)
     run.add_argument("--workspace", type=Path)
     run.add_argument("--history", type=Path)
-    run.add_argument("--bench", choices=BENCH_CHOICES, help="the throughput cases judged")
+    run.add_argument("--bench", choices=BENCH_CHOICES, help="the throughput cases a full judgement times")
+    run.add_argument("--screen-bench", choices=BENCH_CHOICES, help="... and a screen")
     run.add_argument("--rounds", type=int, help="timed rounds at least, each program beside its parent")
     run.add_argument("--max-rounds", type=int, help="timed rounds at most, until the ratio to the parent is clear")
     run.add_argument("--no-derived", action="store_true", help="skip the derived configs (faster)")

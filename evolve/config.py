@@ -19,13 +19,17 @@ SEED_ENGINE = REPO_ROOT / "seed_engine" / "engine.py"
 # between them is clear, at most `max_rounds` (fitness.timing); the final comparison with
 # the seed takes up to `final_rounds`.
 DEVICE_DEFAULTS = {
-    "cpu": {"budget_s": 7 * 60, "population": 4, "workers": None, "bench": "public", "rounds": 2,
-            "max_rounds": 4, "timeout_s": 300.0, "final_top": 1, "final_rounds": 6},
-    "cuda": {"budget_s": 20 * 60, "population": 8, "workers": None, "bench": "all", "rounds": 3,
-             "max_rounds": 8, "timeout_s": 600.0, "final_top": 2, "final_rounds": 12},
+    # The public cases took ~40 s of a CPU judgement's ~70 on 2 cores: a CPU times the small ones.
+    "cpu": {"budget_s": 7 * 60, "population": 4, "workers": None, "bench": "small", "screen_bench": "small",
+            "rounds": 2, "max_rounds": 3, "timeout_s": 300.0, "final_top": 1, "final_rounds": 6},
+    "cuda": {"budget_s": 20 * 60, "population": 8, "workers": None, "bench": "all", "screen_bench": "public",
+             "rounds": 3, "max_rounds": 5, "timeout_s": 600.0, "final_top": 2, "final_rounds": 12},
 }
-BENCH_CHOICES = ("public", "hidden", "all")
+BENCH_CHOICES = ("public", "hidden", "all", "small")
 MAX_CPU_WORKERS = 4
+# A screen's comparison with the parent is clear once known to +-5% (the bandit's
+# threshold for a gain: operators.IMPROVEMENT); a confirmation or the final to +-2%.
+SCREEN_RESOLUTION, FULL_RESOLUTION = 0.05, 0.02
 DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
 
 
@@ -50,7 +54,8 @@ class RunConfig:
     budget_s: float  # wall clock for the whole run, final re-measure included
     population: int
     workers: int  # judgements at once: one per GPU, or CPU processes
-    bench: str  # which throughput cases a full judgement times (a screen times the public ones)
+    bench: str  # which throughput cases a full judgement times
+    screen_bench: str  # ... and a screen
     rounds: int  # timed rounds at least, each program beside its parent
     max_rounds: int  # ... and at most, until the ratio between them is clear
     timeout_s: float  # per judgement
@@ -86,8 +91,9 @@ class RunConfig:
             raise SettingsError(f"budget and timeout must be > 0, got {self.budget_s} and {self.timeout_s}")
         if self.device not in DEVICE_DEFAULTS:
             raise SettingsError(f"device must be one of {sorted(DEVICE_DEFAULTS)}, got {self.device!r}")
-        if self.bench not in BENCH_CHOICES:
-            raise SettingsError(f"bench must be one of {BENCH_CHOICES}, got {self.bench!r}")
+        for name in ("bench", "screen_bench"):
+            if getattr(self, name) not in BENCH_CHOICES:
+                raise SettingsError(f"{name} must be one of {BENCH_CHOICES}, got {getattr(self, name)!r}")
         if not 0.0 <= self.crossover_prob <= 1.0:
             raise SettingsError(f"crossover_prob must be within [0, 1], got {self.crossover_prob}")
 
@@ -117,8 +123,9 @@ class RunConfig:
         """What a judge is told about a judgement of this run at `level` ("screen" or
         "full"); without derived configs, a full judgement is a screen with all the cases."""
         return {"level": level if self.derived else "screen",
-                "bench": self.bench if level == "full" else "public",
-                "min_rounds": self.rounds, "max_rounds": self.final_rounds if final else self.max_rounds}
+                "bench": self.bench if level == "full" else self.screen_bench,
+                "min_rounds": self.rounds, "max_rounds": self.final_rounds if final else self.max_rounds,
+                "resolution": SCREEN_RESOLUTION if level == "screen" else FULL_RESOLUTION}
 
 
 def default_workers(device: str) -> int:

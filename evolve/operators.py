@@ -115,6 +115,21 @@ def sweep_size(time_left_s: float, judge_s: float, workers: int, population: int
     return max(population, min(MAX_SWEEP, fits))
 
 
+# Operators that also run on a CPU (so not marked GPU-only) but pay off on a GPU alone:
+# CUDA-graph decode replays eagerly on a CPU (2.9-3.2x decode on an H100/H200, docs/PERF.md).
+GPU_LEVERS = ("allele.Engine.cuda_graphs",)
+
+
+def sweep_rank(name: str, device: str, devices_of) -> int:
+    """Where an operator goes in a sweep that cannot take them all (random within a rank):
+    on a GPU the GPU-only operators first (kernels and graphs are the large levers there:
+    docs/PERF.md), swaps back to a seed allele last (from the seed they have nothing to do)."""
+    if name.endswith(".seed"):
+        return 2
+    on_gpu = str(device).startswith("cuda")
+    return 0 if on_gpu and (devices_of(name) == "cuda" or name in GPU_LEVERS) else 1
+
+
 def gain_pairs(programs: list, scores, memo, seed, limit: int) -> list:
     """Up to `limit` (a, b, base) to merge, best first: a and b correct, both faster than
     `base` (their nearest common ancestor, or the seed) by IMPROVEMENT, b made by an
@@ -149,4 +164,6 @@ class Vocabulary:
         self.can_choose = callable(applicable) and callable(self.apply)
         self.applicable = lru_cache(maxsize=256)(applicable) if self.can_choose else None
         self.merge_gains = getattr(module, "merge_gains", None)
+        get_operator = getattr(module, "get_operator", None)
+        self.devices_of = (lambda name: get_operator(name).devices) if callable(get_operator) else (lambda name: "any")
         self.is_deterministic = getattr(module, "is_deterministic", lambda name: False)

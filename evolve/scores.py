@@ -42,7 +42,7 @@ def target_key(config) -> str:
     """Judgements are comparable only on the same model, weights, device and cases."""
     raw = json.loads(Path(config.model_config).read_text())
     text = json.dumps([raw, str(Path(config.weight_dir).resolve()), config.device, config.bench,
-                       config.derived], sort_keys=True)
+                       config.screen_bench, config.derived], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 

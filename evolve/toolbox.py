@@ -16,7 +16,7 @@ from deap import base, creator, tools
 import mutations
 from evolve.memo import MERGE, MERGE_DECLINED, Known, Memo
 from evolve.operators import (DECLINED, FAILED, IMPROVEMENT, OperatorSelector, Vocabulary, gain, gain_pairs,
-                              outcome)
+                              outcome, sweep_rank)
 from fitness.loader import source_hash
 
 MERGE_EVERY_GAIN = "merge_every_gain"
@@ -81,8 +81,8 @@ def sweep(parent: Program, limit: int, make, vocabulary: Vocabulary, selector: O
     if not vocabulary.can_choose:
         return []
     names = [n for n in vocabulary.applicable(parent.source, device) if not memo.is_spent(n, (parent.id,))]
-    names = rng.sample(names, limit) if len(names) > limit else names
-    return [apply_named(parent, name, make, vocabulary, selector, memo, rng) for name in names]
+    ranked = sorted(names, key=lambda n: (sweep_rank(n, device, vocabulary.devices_of), rng.random()))
+    return [apply_named(parent, name, make, vocabulary, selector, memo, rng) for name in ranked[:limit]]
 
 
 def apply_named(parent: Program, name: str, make, vocabulary: Vocabulary, selector: OperatorSelector,

@@ -9,6 +9,7 @@ from fitness import bench, gate, roofline
 from fitness.devices import resolve_device
 from fitness.loader import load_engine_module
 from fitness.model_config import ModelConfig
+from fitness.judge import BENCH_CHOICES
 from fitness.sandbox import fresh_seed, judge
 from fitness.verdict import error_text
 from target.toy_weights import HERE as TARGET_DIR, ensure as ensure_toy_weights
@@ -71,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     judge_parser.add_argument("candidate", type=Path)
     add_target_arguments(judge_parser, engine_flag=False)
     judge_parser.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
-    judge_parser.add_argument("--bench", default="public", choices=("none", "public", "hidden", "all"))
+    judge_parser.add_argument("--bench", default="public", choices=BENCH_CHOICES)
     judge_parser.add_argument("--baseline", type=Path, help="a program timed beside it, interleaved")
     judge_parser.add_argument("--rounds", type=int, default=3, help="timed rounds at least (default 3)")
     judge_parser.add_argument("--max-rounds", type=int, default=8,

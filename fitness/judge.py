@@ -21,19 +21,19 @@ import torch
 
 from fitness import gate
 from fitness.candidate import CandidateError, RunnerFailure, Spares
-from fitness.cases import select_cases
+from fitness.cases import CASE_SETS, select_cases
 from fitness.devices import is_cuda, ramp_gpu_clocks
 from fitness.loader import source_hash
 from fitness.model_config import ConfigError, ModelConfig
 from fitness.references import References
-from fitness.timing import CHECKED_ROWS, Contender, TimedOutputCheck, measure
+from fitness.timing import CHECKED_ROWS, RESOLUTION, Contender, TimedOutputCheck, measure
 from fitness.verdict import STATUSES, error_text, new_verdict
 
 LEVELS = ("none",) + gate.LEVELS
 # Before each timed run: the engine was just built on the host with the GPU idle, and an
 # idle H100 drops its clocks within milliseconds; every run starts from the same state.
 CLOCK_BURST_S = 0.02
-BENCH_CHOICES = ("none", "public", "hidden", "all")
+BENCH_CHOICES = ("none",) + CASE_SETS
 
 
 class RunnerDriver:
@@ -99,7 +99,7 @@ class Judge:
 
     def judge(self, path, config_path, weight_dir, seed: int, margin: float = gate.DEFAULT_MARGIN,
               level: str = "full", bench: str = "public", baseline=None, min_rounds: int = 3,
-              max_rounds: int = 8, timeout: float = 600.0) -> dict:
+              max_rounds: int = 8, timeout: float = 600.0, resolution: float = RESOLUTION) -> dict:
         """The verdict on `path`; `baseline` (a program judged before) is timed beside it."""
         assert level in LEVELS and bench in BENCH_CHOICES, (level, bench)
         started, deadline = time.monotonic(), time.monotonic() + timeout
@@ -133,7 +133,7 @@ class Judge:
                     contenders.append(Contender("baseline", self.start(baseline, runners, deadline)))
                 self.spares.settle()
                 self.time(verdict, contenders, config, config_path, weight_dir, margin, bench,
-                          min_rounds, max_rounds, deadline)
+                          min_rounds, max_rounds, deadline, resolution)
             return finish(verdict, started, "ok", "", "")
         except ConfigError as err:
             return finish(verdict, started, "invalid", "config", str(err))
@@ -163,13 +163,13 @@ class Judge:
         return driver
 
     def time(self, verdict, contenders, config, config_path, weight_dir, margin, bench, min_rounds,
-             max_rounds, deadline) -> None:
+             max_rounds, deadline, resolution) -> None:
         raw_config = json.loads(Path(config_path).read_text())  # the engine gets the file as it is
         cases = select_cases(bench)
         check = TimedOutputCheck(self.references, config, weight_dir, margin,
                                  CHECKED_ROWS["cuda" if is_cuda(self.device) else "cpu"])
         outcome = measure(contenders, cases, raw_config, weight_dir, self.device, check, min_rounds,
-                          max_rounds, lambda: deadline - time.monotonic())
+                          max_rounds, lambda: deadline - time.monotonic(), resolution)
         candidate = contenders[0]
         tps = outcome.tokens_per_second(candidate)
         verdict.update(tokens_per_second=tps, rounds=outcome.rounds, fitness_cv=outcome.fitness_cv(candidate),

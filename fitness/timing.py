@@ -24,6 +24,7 @@ from fitness.gate import CorrectnessError, error_ratio, snapshot
 from fitness.traces import count_tokens
 
 RESOLUTION = 0.02  # a ratio is clear when its ~95% interval excludes 1, or is narrower than +-2%
+                  # (a caller may accept a coarser one: a screen only needs to know a 5% gain)
 # Two-sided 95% quantiles of Student's t by degrees of freedom: with few rounds the spread
 # is itself uncertain, and a normal quantile would call differences clear too soon.
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23,
@@ -75,11 +76,11 @@ class Outcome:
         half = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else float("inf")
         return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
-    def is_clear(self) -> bool:
+    def is_clear(self, resolution: float = RESOLUTION) -> bool:
         if len(self.contenders) < 2 or self.rounds < 2:
             return len(self.contenders) < 2
         ratio, low, high = self.ratio()
-        return low > 1.0 or high < 1.0 or (high / low) ** 0.5 < 1.0 + RESOLUTION
+        return low > 1.0 or high < 1.0 or (high / low) ** 0.5 < 1.0 + resolution
 
 
 class TimedOutputCheck:
@@ -112,7 +113,7 @@ def fresh_seed() -> int:
 
 
 def measure(contenders: list, cases: dict, raw_config: dict, weight_dir, device: str, check: TimedOutputCheck,
-            min_rounds: int, max_rounds: int, time_left) -> Outcome:
+            min_rounds: int, max_rounds: int, time_left, resolution: float = RESOLUTION) -> Outcome:
     """Warm up every contender, then interleaved rounds until the comparison is clear."""
     for contender in contenders:
         for j, (name, events) in enumerate(cases.items()):
@@ -135,6 +136,6 @@ def measure(contenders: list, cases: dict, raw_config: dict, weight_dir, device:
                 check(outputs, events, seed, f"{contender.name}/timed/{name}")
         outcome.rounds += 1
         round_seconds = time.monotonic() - started
-        if outcome.rounds >= min_rounds and outcome.is_clear():
+        if outcome.rounds >= min_rounds and outcome.is_clear(resolution):
             break
     return outcome

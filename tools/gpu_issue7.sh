@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Issue 7 on one GPU, in two device calls (one command may run 10 minutes):
+# Issue 7 on one GPU (one device command may run 10 minutes):
 #   bash tools/gpu_issue7.sh search OUT [BUDGET]   # bash run.sh --budget BUDGET (8m), its report
 #   bash tools/gpu_issue7.sh compare OUT [ROUNDS]  # winner, fastest.txt's program and the seed,
 #                                                   # each benched in a fresh process, interleaved
+#   bash tools/gpu_issue7.sh all OUT BUDGET ROUNDS # the two, one after the other
 set -uo pipefail
 mode=$1 out=$2; mkdir -p "$out"
 source tools/gpu_env.sh
-case $mode in
-search)
+search() {
   start=$(date +%s)
-  timeout 580 bash run.sh --budget "${3:-8m}" > "$out/run_sh.log" 2>&1; echo "run.sh exit $? in $(( $(date +%s) - start )) s"
+  timeout 580 bash run.sh --budget "$1" > "$out/run_sh.log" 2>&1; echo "run.sh exit $? in $(( $(date +%s) - start )) s"
   grep -E "^(run |gen |winner)" "$out/run_sh.log"
   cp workspace/results.log history.csv workspace/engine.py "$out"/
   python3 -m evolve report history.csv --out /tmp/report --recipe "$out/winner_recipe.txt" > "$out/report.txt" 2>&1
@@ -23,15 +23,19 @@ print(f"judgements {len(judged)} ({(judged['operator'] == 'confirm').sum()} conf
       f"over {minutes:.1f} min: {len(judged) / minutes:.1f} per minute; mean judge_seconds {judged['judge_seconds'].mean():.1f}")
 print(judged.groupby("level")["judge_seconds"].describe()[["count", "mean", "50%", "max"]].round(1).to_string())
 PY
-  ;;
-compare)
+}
+compare() {
   python3 -m mutations recipe mutations/recipes/fastest.txt -o /tmp/fastest.py
   T="$T --cases public"
-  for round in $(seq 1 "${3:-3}"); do
+  for round in $(seq 1 "$1"); do
     for engine in workspace/engine.py /tmp/fastest.py seed_engine/engine.py; do
       python3 -m fitness bench --engine $engine $T | python3 -c "import json,sys; print('$round', '$engine', ' '.join(f\"{r['case_name']}={r['tokens_per_second']:.0f}\" for r in json.load(sys.stdin)))"
     done
   done | tee "$out/compare.txt"
   python3 -m fitness check --engine workspace/engine.py --model-config target/model_config.json --weight-dir target/weights --device cuda | head -12
-  ;;
+}
+case $mode in
+search) search "${3:-8m}" ;;
+compare) compare "${3:-3}" ;;
+all) search "$3"; compare "$4" ;;
 esac
