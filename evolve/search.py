@@ -76,16 +76,15 @@ class Search:
             return False
         if self.config.generations is not None and self.generation > self.config.generations:
             return False
-        return self.clock.left() > self.estimated_generation_s() + self.estimated_final_s()
+        # One round of judgements must fit: the rest of a generation that does not is skipped
+        # judgement by judgement (judging.Evaluator). Asking for a whole generation stopped an
+        # H100 run after the seed, whose first judgement pays for every reference.
+        return self.clock.left() > self.scores.mean_judge_seconds() + self.estimated_final_s()
 
     def seed_error(self) -> str:
         rows = history.read(self.config.history)
         rows = rows[(rows["candidate_id"] == self.seed.id) & (rows["status"] != "ok")]
         return f"{rows['status'].iloc[-1]}: {rows['error'].iloc[-1]}" if len(rows) else "see history.csv"
-
-    def estimated_generation_s(self) -> float:
-        rounds = math.ceil(self.config.population / self.config.workers) + 1  # + the confirmations
-        return rounds * self.scores.mean_judge_seconds()
 
     def estimated_final_s(self) -> float:
         """The final comparison: full judgements beside the seed, with up to final_rounds."""

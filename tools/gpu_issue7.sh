@@ -18,7 +18,7 @@ import pandas as pd
 h = pd.read_csv("history.csv")
 judged = h[h["status"] != "declined"]
 t = pd.to_datetime(judged["timestamp"])
-minutes = (t.max() - t.min()).total_seconds() / 60
+minutes = max((t.max() - t.min()).total_seconds() / 60, 1e-9)
 print(f"judgements {len(judged)} ({(judged['operator'] == 'confirm').sum()} confirms, {(judged['operator'] == 'final').sum()} final) "
       f"over {minutes:.1f} min: {len(judged) / minutes:.1f} per minute; mean judge_seconds {judged['judge_seconds'].mean():.1f}")
 print(judged.groupby("level")["judge_seconds"].describe()[["count", "mean", "50%", "max"]].round(1).to_string())
