@@ -5,7 +5,7 @@
 #
 # The budget covers the search and the final re-measure. Left out, it is the device's
 # default (evolve/config.py: 20m on a GPU, which keeps all of run.sh under 30 minutes on
-# one H100; 7m on a CPU, which keeps it under 10 minutes on 2 cores). Environment, each optional:
+# one H100; 9m on a CPU, which keeps it under 10 minutes on 2 cores). Environment, each optional:
 #   EVOLVE_BUDGET        the budget when --budget is not given
 #   EVOLVE_MODEL_CONFIG  the model config (default /target/model_config.json when it
 #   EVOLVE_WEIGHT_DIR    exists, else target/model_config.json; weights alike)

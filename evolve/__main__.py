@@ -15,7 +15,14 @@ import importlib
 import sys
 from pathlib import Path
 
-from evolve.config import BENCH_CHOICES, SettingsError, parse_duration
+from evolve import checkpoint
+from evolve.config import BENCH_CHOICES, RunConfig, SettingsError, parse_duration
+from evolve.population import seed_sources
+from evolve.report import report
+from evolve.search import run
+from fitness.devices import resolve_device
+from fitness.model_config import ConfigError, ModelConfig, load_checked_weights
+from target.toy_weights import HERE as TARGET_DIR, ensure
 
 # flag's dest -> (RunConfig field, conversion)
 RENAMED = {"budget": ("budget_s", parse_duration), "timeout": ("timeout_s", parse_duration),
@@ -75,10 +82,6 @@ def given_settings(args) -> dict:
 
 def make_config(args):
     """The run's settings and, on --resume, the checkpoint they continue from."""
-    from evolve import checkpoint
-    from evolve.config import RunConfig
-    from fitness.devices import resolve_device
-
     given, state = given_settings(args), None
     if getattr(args, "resume", None):
         state = checkpoint.load(args.resume)
@@ -92,9 +95,6 @@ def make_config(args):
 
 def check_target(config) -> None:
     """Stop before any work when the config or weights cannot be judged."""
-    from fitness.model_config import ModelConfig, load_checked_weights
-    from target.toy_weights import HERE as TARGET_DIR, ensure
-
     model = ModelConfig.load(config.model_config)
     if Path(config.weight_dir).resolve() == (TARGET_DIR / "weights").resolve():
         ensure(config.model_config, config.weight_dir)  # the repository's own toy weights
@@ -112,10 +112,6 @@ def load_operators(name: str) -> dict:
 
 
 def cmd_run(args) -> int:
-    from evolve.population import seed_sources
-    from evolve.search import run
-    from fitness.model_config import ConfigError
-
     try:
         config, state = make_config(args)
         check_target(config)
@@ -128,8 +124,6 @@ def cmd_run(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from evolve.report import report
-
     if not args.history.is_file():
         print(f"evolve: error: no history at {args.history}", file=sys.stderr)
         return 2

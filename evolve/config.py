@@ -20,7 +20,9 @@ SEED_ENGINE = REPO_ROOT / "seed_engine" / "engine.py"
 # the seed takes up to `final_rounds`.
 DEVICE_DEFAULTS = {
     # The public cases took ~40 s of a CPU judgement's ~70 on 2 cores: a CPU times the small ones.
-    "cpu": {"budget_s": 7 * 60, "population": 4, "workers": None, "bench": "small", "screen_bench": "small",
+    # 9m: the seed, the sweep and two more generations, and the final, on 2 cores (a 7m run
+    # judged 10 programs over generations 0-2); run.sh stays under 10 minutes.
+    "cpu": {"budget_s": 9 * 60, "population": 4, "workers": None, "bench": "small", "screen_bench": "small",
             "rounds": 2, "max_rounds": 3, "timeout_s": 300.0, "final_top": 1, "final_rounds": 6},
     "cuda": {"budget_s": 20 * 60, "population": 8, "workers": None, "bench": "all", "screen_bench": "public",
              "rounds": 3, "max_rounds": 5, "timeout_s": 600.0, "final_top": 2, "final_rounds": 12},

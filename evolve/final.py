@@ -12,7 +12,7 @@ from pathlib import Path
 
 from evolve.history import REMEASURE_OPERATORS
 from evolve.judging import run_jobs
-from fitness.timing import t95
+from fitness.timing import t95, t_cdf
 
 FINAL = REMEASURE_OPERATORS[1]
 
@@ -52,12 +52,13 @@ def describe(verdict: dict) -> str:
 
 
 def confidence_faster(ratio: float, low: float, high: float, rounds: int) -> float:
-    """P(true ratio > 1), the log ratio taken as normal with the standard error behind its
-    interval (fitness.timing: +-t95 standard errors over `rounds`)."""
+    """One-sided confidence that the true ratio exceeds 1: Student's t with the standard
+    error behind the interval (fitness.timing: +-t95 standard errors over `rounds`)."""
     if rounds < 2 or not high > low:
         return float("nan")
-    se = math.log(high / low) / (2 * t95(int(rounds) - 1))
-    return 0.5 * (1.0 + math.erf(math.log(ratio) / se / math.sqrt(2.0)))
+    dof = int(rounds) - 1
+    se = math.log(high / low) / (2 * t95(dof))
+    return t_cdf(math.log(ratio) / se, dof)
 
 
 def unmeasured_choice(search, contenders, why: str):

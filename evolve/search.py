@@ -14,7 +14,7 @@ from pathlib import Path
 from deap import tools
 
 from evolve import checkpoint, history
-from evolve.checkpoint import RunDir
+from evolve.checkpoint import RunDir, new_run_id
 from evolve.final import choose_winner, table_of
 from evolve.judging import Evaluator, WorkerPool, make_workers
 from evolve.loop import evolve
@@ -224,8 +224,6 @@ def raise_interrupted(signum, frame):
 
 def run(config, state: dict | None = None, run_id: str = "", **fns) -> int:
     """A whole run (or the rest of one); the exit status."""
-    from evolve.checkpoint import new_run_id
-
     run_dir = RunDir(config.runs_dir, run_id or new_run_id(), target_key(config))
     search = Search(config, run_dir, state, **fns)
     search.workspace.log_start(run_dir.run_id, config.to_dict(), state and state["generation"])

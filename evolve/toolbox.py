@@ -11,6 +11,7 @@ and sources are immutable. Which operator `mutate` applies is the bandit's choic
 import importlib
 import random
 
+import numpy as np
 from deap import base, creator, tools
 
 import mutations
@@ -211,8 +212,6 @@ def make_hall_of_fame(config) -> tools.HallOfFame:
 
 
 def make_statistics() -> tools.Statistics:
-    import numpy as np
-
     stats = tools.Statistics(key=lambda ind: ind.fitness.values[0])
     stats.register("best", np.max)
     stats.register("median", np.median)

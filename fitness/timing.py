@@ -33,6 +33,16 @@ T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 
 
 def t95(dof: int) -> float:
     return T95[max(d for d in T95 if d <= dof)] if dof >= 1 else float("inf")
+
+
+def t_cdf(x: float, dof: int, steps: int = 2000) -> float:
+    """P(T <= x) for Student's t with `dof` degrees of freedom (Simpson's rule on its
+    density: the standard library has no t distribution)."""
+    norm = math.exp(math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2)) / math.sqrt(dof * math.pi)
+    density = lambda u: norm * (1 + u * u / dof) ** (-(dof + 1) / 2)  # noqa: E731
+    h = abs(x) / steps
+    area = h / 3 * sum((1 if i in (0, steps) else 4 if i % 2 else 2) * density(i * h) for i in range(steps + 1))
+    return 0.5 + math.copysign(area, x)
 CHECKED_ROWS = {"cuda": 3, "cpu": 1}  # rows of each timed run compared with the reference
 
 

@@ -16,6 +16,8 @@ import sys
 
 import torch
 
+from fitness.judge import Judge
+
 
 def parse_cpus(text: str) -> set:
     """"0-3,8" -> {0, 1, 2, 3, 8}."""
@@ -40,8 +42,6 @@ def main(argv=None) -> int:
         threads = 1  # OpenMP threads waiting on each other on a busy CPU: a gate 50x slower
     if threads:
         torch.set_num_threads(threads)
-    from fitness.judge import Judge
-
     judge = Judge(args.device, scratch=args.scratch, threads=threads)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # runs `finally`: runners are killed
     out = sys.stdout
