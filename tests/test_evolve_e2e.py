@@ -49,7 +49,7 @@ def test_two_generations_with_the_real_operators_and_judge(small_target, tmp_pat
     known = {op.name for op in mutations.all_operators()} | {CROSSOVER, MERGE_NAME, MERGE_EVERY_GAIN}
     assert set(judged["operator"].iloc[1:]) <= known  # every child made by a real operator
     assert not judged["candidate_id"].duplicated().any()
-    assert frame["tps_prefill"].notna().any()
+    assert frame["tps_prefill_4x32"].notna().any()  # a CPU run times the small cases
     log = (config.workspace / "results.log").read_text()
     assert "winner" in log and "lineage:" in log and "roofline" in log
     judged_ok(config.workspace / "engine.py", small_target, tmp_path)
