@@ -12,7 +12,6 @@ across judgements: timings taken side by side must stay as precise as timings ta
 """
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -24,11 +23,7 @@ from evolve.config import visible_gpus
 from evolve.judging import core_shares
 from fitness.devices import resolve_device
 from fitness.sandbox import JudgeProcess
-
-
-def geometric_mean(values) -> float:
-    values = list(values)
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else 0.0
+from tools.judge_probe import geometric_mean
 
 
 def cv(values) -> float | None:
