@@ -11,7 +11,6 @@ fame are then confirmed (derived configs and churn too, timed beside the best pr
 far). Programs with no judged parent (the seed, --seed-from) are judged in full at once.
 """
 import hashlib
-import math
 import os
 import queue
 import threading
