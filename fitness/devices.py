@@ -1,5 +1,6 @@
 """Device names as the command line takes them and as the contract passes them."""
 import time
+from functools import lru_cache
 
 import torch
 
@@ -23,8 +24,14 @@ def ramp_gpu_clocks(device, seconds: float = 0.3) -> None:
     ~1980 MHz under load (device/KINDS.md): the first case would be timed on a cold chip."""
     if not is_cuda(device):
         return
-    a = torch.randn(4096, 4096, device=device, dtype=torch.float16)
+    a = ramp_matrix(str(device))
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         a @ a
         torch.cuda.synchronize()
+
+
+@lru_cache(maxsize=None)
+def ramp_matrix(device: str) -> torch.Tensor:
+    """The ramp's operand, made once: the judge bursts before every timed run."""
+    return torch.randn(4096, 4096, device=device, dtype=torch.float16)

@@ -17,8 +17,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 from fitness import gate
 from fitness.candidate import CandidateError, RunnerFailure, Spares
 from fitness.cases import CASE_SETS, select_cases
@@ -26,6 +24,7 @@ from fitness.devices import is_cuda, ramp_gpu_clocks
 from fitness.loader import source_hash
 from fitness.model_config import ConfigError, ModelConfig
 from fitness.references import References
+from fitness.runner import output_checksum
 from fitness.timing import CHECKED_ROWS, RESOLUTION, Contender, TimedOutputCheck, measure
 from fitness.verdict import STATUSES, error_text, new_verdict
 
@@ -61,7 +60,7 @@ class RunnerDriver:
         _, outputs = self.process.request("fetch", self.left())
         if len(outputs) != len(events):
             raise gate.CorrectnessError(f"{len(outputs)} outputs for {len(events)} calls")
-        if checksum != received_checksum(outputs):
+        if checksum != output_checksum(outputs):  # the runner's sum, recomputed on what it sent
             raise gate.CorrectnessError("the outputs fetched are not those the timed run answered for")
         return [None if e.kind == "remove" else out for e, out in zip(events, outputs)]
 
@@ -77,12 +76,6 @@ class RunnerDriver:
 def event_fields(event) -> dict:
     return {"kind": event.kind, "request_ids": list(event.request_ids), "lengths": list(event.lengths),
             "ids_as_tensor": event.ids_as_tensor, "name": event.name}
-
-
-def received_checksum(outputs) -> int:
-    """fitness.runner.output_checksum of the outputs as received: the sum of their bytes."""
-    return sum(int(out.contiguous().view(torch.uint8).sum(dtype=torch.int64))
-               for out in outputs if torch.is_tensor(out) and out.numel())
 
 
 class Judge:
