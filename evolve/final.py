@@ -8,7 +8,6 @@ confidence that it is faster at all, and the coefficient of variation of its fit
 over the rounds (how much one program's own measurements spread).
 """
 import math
-from pathlib import Path
 
 from evolve.history import REMEASURE_OPERATORS
 from evolve.judging import run_jobs
@@ -26,9 +25,7 @@ def choose_winner(search):
     if search.clock.left() < search.estimated_final_s():
         return unmeasured_choice(search, contenders, "not compared with the seed again (out of budget)")
     results = run_jobs(search.toolbox, search.generation, [(p, FINAL, "full", seed.id) for p in contenders])
-    verdicts = {Path(v["path"]).resolve(): v for _, v in results if v["status"] == "ok" and v.get("ratio")}
-    paths = {p.id: search.run.candidate_path(p).resolve() for p in contenders}
-    measured = [(verdicts[paths[p.id]], p) for p in contenders if paths[p.id] in verdicts]
+    measured = [(verdict, p) for p, _, verdict in results if verdict["status"] == "ok" and verdict.get("ratio")]
     if not measured:
         return unmeasured_choice(search, [p for p in contenders if scores.is_ok(p.id)],
                                  "no contender passed its fresh judgement beside the seed")

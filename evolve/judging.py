@@ -179,16 +179,18 @@ def judge_generation(search, generation: int, programs: list) -> list:
     # Screened earlier but never confirmed (a run stopped in between) counts too.
     confirm = [p for p in worth_confirming(search, unique) if p.id != champion]
     run_jobs(toolbox, generation, [(p, CONFIRM, "full", champion) for p in confirm])
-    return first
+    return [(fitness, verdict) for _, fitness, verdict in first]
 
 
 def run_jobs(toolbox, generation: int, jobs: list) -> list:
-    """(program, label, level, baseline id) jobs in one parallel map; their (fitness, verdict)."""
+    """(program, label, level, baseline id) jobs in one parallel map; (program, fitness,
+    verdict) of each that was judged."""
     if not jobs:
         return []
     programs, labels, levels, baselines = zip(*jobs)
     results = toolbox.map(toolbox.evaluate, programs, [generation] * len(jobs), labels, levels, baselines)
-    return [r for r in results if r is not None and r[1] is not None]  # None: stopping, or out of time
+    return [(p, *r) for p, r in zip(programs, results)
+            if r is not None and r[1] is not None]  # None: stopping, or out of time
 
 
 def first_judged_parent(program, scores) -> str | None:
