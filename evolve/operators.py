@@ -88,23 +88,13 @@ class OperatorSelector:
             vars(self).update(vars(self.from_dict(state)))
 
 
-def gain(scores, child_id: str, parent_id: str) -> float | None:
-    """The child's speed over its parent's; None unless both were judged correct.
-    `Scores.gain` (a paired estimate) when the scores have it, else the ratio of fitnesses."""
-    if hasattr(scores, "gain"):
-        return scores.gain(child_id, parent_id)
-    if not (scores.is_ok(child_id) and scores.is_ok(parent_id)):
-        return None
-    return scores.values(child_id, False)[0] / scores.values(parent_id, False)[0]
-
-
 def outcome(scores, child_id: str, parent_id: str) -> str | None:
     """What a judged child says about the operator that made it; None when not judged."""
     if child_id not in scores:
         return None
     if not scores.is_ok(child_id):
         return FAILED
-    ratio = gain(scores, child_id, parent_id)
+    ratio = scores.gain(child_id, parent_id)
     return IMPROVED if ratio is not None and ratio > 1.0 + IMPROVEMENT else NEUTRAL
 
 
@@ -146,7 +136,7 @@ def gain_pairs(programs: list, scores, memo, seed, limit: int) -> list:
                     or (made_b and made_b <= memo.operators_since(a.id, base.id)) \
                     or memo.merge_declined(a.id, b.id):
                 continue
-            gains = gain(scores, a.id, base.id), gain(scores, b.id, base.id)
+            gains = scores.gain(a.id, base.id), scores.gain(b.id, base.id)
             if all(g is not None and g > 1.0 + IMPROVEMENT for g in gains):
                 found.append((gains[0] * gains[1], a, b, base))
     found.sort(key=lambda f: -f[0])

@@ -16,7 +16,7 @@ from deap import base, creator, tools
 
 import mutations
 from evolve.memo import MERGE, MERGE_DECLINED, Known, Memo
-from evolve.operators import (DECLINED, FAILED, IMPROVEMENT, OperatorSelector, Vocabulary, gain, gain_pairs,
+from evolve.operators import (DECLINED, FAILED, IMPROVEMENT, OperatorSelector, Vocabulary, gain_pairs,
                               outcome, sweep_rank)
 from fitness.loader import source_hash
 
@@ -121,7 +121,7 @@ def merge_every_gain(best: Program, scores, make, vocabulary: Vocabulary, memo: 
     gains = []
     for program in memo.programs.values():
         parent = memo.program(program.parent_ids[0]) if len(program.parent_ids) == 1 else None
-        ratio = gain(scores, program.id, parent.id) if parent is not None else None
+        ratio = scores.gain(program.id, parent.id) if parent is not None else None
         if ratio is not None and ratio > 1.0 + IMPROVEMENT and program.id != best.id:
             gains.append((ratio, program, parent))
     source, merged = best.source, []

@@ -14,7 +14,7 @@ import pytest
 import mutations
 from evolve import checkpoint, history
 from evolve.memo import MERGE, MERGE_DECLINED, Known, Memo, normalized_id
-from evolve.operators import (DECLINED, FAILED, IMPROVED, NEUTRAL, OperatorSelector, gain, gain_pairs, outcome,
+from evolve.operators import (DECLINED, FAILED, IMPROVED, NEUTRAL, OperatorSelector, gain_pairs, outcome,
                               sweep_size)
 from evolve.scores import Scores
 from evolve.search import run
@@ -87,22 +87,12 @@ def test_selector_state_round_trips_as_plain_data():
 
 # --- outcomes ------------------------------------------------------------------------------
 
-class ScoresWithGain(Scores):
-    """The judge's coming `Scores.gain` (a paired estimate), stood in by the fitness ratio."""
-
-    def gain(self, child_id, parent_id):
-        if not (self.is_ok(child_id) and self.is_ok(parent_id)):
-            return None
-        return self.values(child_id, False)[0] / self.values(parent_id, False)[0]
-
-
-@pytest.mark.parametrize("scores_type", [Scores, ScoresWithGain])
-def test_outcome_of_a_child_against_its_parent(scores_type):
-    scores = scores_type()
+def test_outcome_of_a_child_against_its_parent():
+    scores = Scores()
     for cid, status, fitness in (("p", "ok", 100.0), ("fast", "ok", 120.0), ("same", "ok", 103.0),
                                  ("bad", "incorrect", 0.0)):
         scores.add(cid, status, fitness, 1.0, 1.0)
-    assert gain(scores, "fast", "p") == pytest.approx(1.2) and gain(scores, "bad", "p") is None
+    assert scores.gain("fast", "p") == pytest.approx(1.2) and scores.gain("bad", "p") is None
     assert [outcome(scores, c, "p") for c in ("fast", "same", "bad", "unjudged")] == \
         [IMPROVED, NEUTRAL, FAILED, None]
 
