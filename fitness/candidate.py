@@ -6,6 +6,7 @@ crash) and the tail of its stderr. The process runs in a session of its own, so 
 it takes the candidate's own children too. `Spares` keeps one runner started ahead (its
 interpreter, torch and CUDA context ready), so a judgement does not wait for them.
 """
+import collections
 import ctypes
 import os
 import resource
@@ -54,22 +55,29 @@ class CandidateProcess:
         os.close(from_runner)
         self.channel = Channel(self.read_fd, self.write_fd)
         self.closed = self.is_ready = False
+        self.spent = collections.Counter()  # seconds per request kind, on the judge's clock
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         """Until the runner has imported torch (and made its CUDA context)."""
         if not self.is_ready:
-            self.answer("start", time.monotonic() + timeout, timeout)
+            started = time.monotonic()
+            self.answer("start", started + timeout, timeout)
             self.is_ready = True
+            self.spent["start"] += time.monotonic() - started
 
     def request(self, op: str, timeout: float, **fields) -> tuple[dict, list]:
         """Send one request and wait for its answer; CandidateError if the candidate raised."""
-        deadline = time.monotonic() + max(timeout, 0.0)
         self.wait_ready(timeout)
+        started = time.monotonic()
+        deadline = started + max(timeout, 0.0)
         try:
             self.channel.send({"op": op, **fields})
         except OSError as err:
             raise RunnerFailure("crash", f"{op}: {err}; {self.exit_status()}{self.tail()}") from None
-        return self.answer(op, deadline, timeout)
+        try:
+            return self.answer(op, deadline, timeout)
+        finally:
+            self.spent[op] += time.monotonic() - started
 
     def answer(self, op: str, deadline: float, timeout: float) -> tuple[dict, list]:
         try:

@@ -101,6 +101,8 @@ class Judge:
         verdict = new_verdict(path, self.device, seed)
         verdict["level"] = level
         runners, stage = [], "static"
+        marks = [("setup", time.monotonic())]  # (stage, when it began): where the seconds went
+        spent = {}  # and inside the timing stage
         try:
             source = Path(path).read_text()
             verdict["source_hash"] = source_hash(source)
@@ -110,9 +112,11 @@ class Judge:
             config = ModelConfig.load(config_path)
             self.references.model(config, weight_dir)  # missing or misshapen weights: invalid
             stage = "import"
+            marks.append(("import", time.monotonic()))
             candidate = self.start(path, runners, deadline)
             if level != "none":
                 stage = "target"
+                marks.append(("gate", time.monotonic()))
                 result = gate.run_gate(candidate, self.references, config, weight_dir, seed, self.scratch,
                                        margin, level)
                 verdict.update(worst_ratio=result.worst_ratio, worst_case=result.worst_case)
@@ -121,12 +125,13 @@ class Judge:
                     return finish(verdict, started, "incorrect", result.stage, result.error)
             if bench != "none":
                 stage = "timed"
+                marks.append(("timing", time.monotonic()))
                 contenders = [Contender("candidate", candidate)]
                 if baseline is not None:
                     contenders.append(Contender("baseline", self.start(baseline, runners, deadline)))
                 self.spares.settle()
                 self.time(verdict, contenders, config, config_path, weight_dir, margin, bench,
-                          min_rounds, max_rounds, deadline, resolution)
+                          min_rounds, max_rounds, deadline, resolution, spent)
             return finish(verdict, started, "ok", "", "")
         except ConfigError as err:
             return finish(verdict, started, "invalid", "config", str(err))
@@ -141,6 +146,7 @@ class Judge:
         finally:
             for runner in runners:
                 runner.close()
+            verdict["phases"] = {**phases(marks, runners), **spent}
 
     def start(self, path, runners: list, deadline: float) -> RunnerDriver:
         """A fresh runner with `path` imported."""
@@ -156,13 +162,14 @@ class Judge:
         return driver
 
     def time(self, verdict, contenders, config, config_path, weight_dir, margin, bench, min_rounds,
-             max_rounds, deadline, resolution) -> None:
+             max_rounds, deadline, resolution, spent: dict) -> None:
         raw_config = json.loads(Path(config_path).read_text())  # the engine gets the file as it is
         cases = select_cases(bench)
         check = TimedOutputCheck(self.references, config, weight_dir, margin,
                                  CHECKED_ROWS["cuda" if is_cuda(self.device) else "cpu"])
         outcome = measure(contenders, cases, raw_config, weight_dir, self.device, check, min_rounds,
                           max_rounds, lambda: deadline - time.monotonic(), resolution)
+        spent.update(warmup=round(outcome.warmup_seconds, 3), timed_check=round(check.seconds, 3))
         candidate = contenders[0]
         tps = outcome.tokens_per_second(candidate)
         verdict.update(tokens_per_second=tps, rounds=outcome.rounds, fitness_cv=outcome.fitness_cv(candidate),
@@ -173,6 +180,17 @@ class Judge:
             verdict.update(baseline_tokens_per_second=outcome.tokens_per_second(contenders[1]),
                            baseline_timings={name: contenders[1].seconds[name] for name in cases},
                            ratio=ratio, ratio_low=low, ratio_high=high)
+
+
+def phases(marks: list, runners: list) -> dict:
+    """Seconds per stage of a judgement, and per request kind summed over its runners
+    (prepare: making engines; go: the calls; fetch: the outputs' transfer)."""
+    ends = [when for _, when in marks[1:]] + [time.monotonic()]
+    spent = {stage: round(end - began, 3) for (stage, began), end in zip(marks, ends)}
+    for runner in runners:
+        for op, seconds in runner.spent.items():
+            spent[f"runner_{op}"] = round(spent.get(f"runner_{op}", 0.0) + seconds, 3)
+    return spent
 
 
 def finish(verdict: dict, started: float, status: str, stage: str, error: str) -> dict:

@@ -64,6 +64,7 @@ class Outcome:
     contenders: list
     cases: dict
     rounds: int = 0
+    warmup_seconds: float = 0.0
 
     def tokens_per_second(self, contender: Contender) -> dict:
         return {name: sum(count_tokens(events)) / statistics.median(contender.seconds[name])
@@ -100,9 +101,17 @@ class TimedOutputCheck:
         self.references, self.config, self.weight_dir = references, config, weight_dir
         self.margin, self.rows_per_run = margin, rows_per_run
         self.pick = random.SystemRandom()  # nothing the candidate can seed or predict
+        self.seconds = 0.0  # spent here, for the judgement's account of its time
 
     def __call__(self, outputs: list, events, seed: int, label: str) -> float:
         """The worst error of the picked rows; CorrectnessError past the margin."""
+        started = time.monotonic()
+        try:
+            return self.check(outputs, events, seed, label)
+        finally:
+            self.seconds += time.monotonic() - started
+
+    def check(self, outputs: list, events, seed: int, label: str) -> float:
         rows = [(i, r) for i, ev in enumerate(events) if ev.kind != "remove" for r in range(len(ev.request_ids))]
         picks = self.pick.sample(rows, min(self.rows_per_run, len(rows)))
         expected = self.references.rows(self.config, self.weight_dir, events, seed, picks)
@@ -125,13 +134,14 @@ def fresh_seed() -> int:
 def measure(contenders: list, cases: dict, raw_config: dict, weight_dir, device: str, check: TimedOutputCheck,
             min_rounds: int, max_rounds: int, time_left, resolution: float = RESOLUTION) -> Outcome:
     """Warm up every contender, then interleaved rounds until the comparison is clear."""
+    started = time.monotonic()
     for contender in contenders:
         for j, (name, events) in enumerate(cases.items()):
             seed = fresh_seed()
             outputs = contender.driver.run_trace(raw_config, weight_dir, events, seed, new_engine=j == 0)
             check(outputs, events, seed, f"{contender.name}/warmup/{name}")
     ramp_gpu_clocks(device)
-    outcome = Outcome(contenders, cases)
+    outcome = Outcome(contenders, cases, warmup_seconds=time.monotonic() - started)
     round_seconds = 0.0
     while outcome.rounds < max_rounds and (outcome.rounds == 0 or time_left() > 2 * round_seconds):
         started = time.monotonic()

@@ -49,10 +49,11 @@ def main(argv=None) -> int:
                "seconds": round(seconds, 2), "fitness": round(fitness), "rounds": verdict.get("rounds"),
                "round_cv": verdict.get("fitness_cv"), "ratio": verdict.get("ratio"),
                "ratio_low": verdict.get("ratio_low"), "ratio_high": verdict.get("ratio_high"),
-               "tps": verdict.get("tokens_per_second"), "error": verdict.get("error", "")[-400:]}
+               "tps": verdict.get("tokens_per_second"), "error": verdict.get("error", "")[-400:],
+               "phases": verdict.get("phases")}
         rows.append(row)
         print(json.dumps({k: row[k] for k in ("label", "engine", "status", "seconds", "fitness", "rounds", "ratio",
-                                               "ratio_low", "ratio_high", "round_cv")}), flush=True)
+                                               "ratio_low", "ratio_high", "round_cv", "phases")}), flush=True)
 
     for engine in args.engines:
         for i in range(args.repeats):
