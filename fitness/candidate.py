@@ -67,6 +67,11 @@ class CandidateProcess:
 
     def request(self, op: str, timeout: float, **fields) -> tuple[dict, list]:
         """Send one request and wait for its answer; CandidateError if the candidate raised."""
+        return self.send(op, timeout, **fields)()
+
+    def send(self, op: str, timeout: float, **fields):
+        """Send one request; returns the wait for its answer, so that several runners can
+        work at once (on what is not timed) while the judge waits on each in turn."""
         self.wait_ready(timeout)
         started = time.monotonic()
         deadline = started + max(timeout, 0.0)
@@ -74,10 +79,27 @@ class CandidateProcess:
             self.channel.send({"op": op, **fields})
         except OSError as err:
             raise RunnerFailure("crash", f"{op}: {err}; {self.exit_status()}{self.tail()}") from None
+
+        def wait() -> tuple[dict, list]:
+            try:
+                return self.answer(op, deadline, timeout)
+            finally:
+                self.spent[op] += time.monotonic() - started
+        return wait
+
+    def pause(self) -> None:
+        """Stop the runner's whole session (SIGSTOP) while another program is timed: a
+        neighbour cannot slow it down by working behind its back."""
+        self.signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.signal(signal.SIGCONT)
+
+    def signal(self, sig) -> None:
         try:
-            return self.answer(op, deadline, timeout)
-        finally:
-            self.spent[op] += time.monotonic() - started
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:  # it died; the next request says how
+            pass
 
     def answer(self, op: str, deadline: float, timeout: float) -> tuple[dict, list]:
         try:

@@ -10,7 +10,8 @@ requests, so the candidate cannot tell a checked call from a timed one:
 
     prepare  draw the trace's tokens from the judge's seed, make a fresh engine (untimed)
     go       run every call, keep a copy of each output, synchronise, answer a checksum
-    fetch    send the outputs (the judge checks them against the go's checksum)
+    fetch    send the outputs (the judge checks them against the go's checksum) and
+             the peak memory since prepare
 
 `memory` reports peak and retained bytes, `drop` lets the engines go, `exit` ends it.
 """
@@ -75,12 +76,12 @@ class Runner:
     def prepare(self, config: dict, weight_dir: str, device: str, events: list, seed: int,
                 keep_warm: bool = False, new_engine: bool = True) -> dict:
         """Draw the trace's inputs and, unless told to keep it, make a fresh engine. With
-        `keep_warm`, the engine so far stays alive beside the new one (the contract's
-        warm-up engine lives through the timed runs)."""
+        `keep_warm`, the engine so far stays alive beside the new one, if none is kept yet
+        (the contract's warm-up engine lives through the timed runs)."""
         self.calls = materialize([Event(**e) for e in events], config["vocab_size"], seed, device)
         self.outputs = []
         if new_engine or self.engine is None:
-            if keep_warm:
+            if keep_warm and self.warm is None:  # a runner kept for the next judgement has one
                 self.warm = self.engine
             self.engine = None  # as the evaluator does: the old engine is dropped first
             with torch.no_grad():
@@ -109,7 +110,8 @@ class Runner:
 
     def fetch(self) -> tuple[dict, list]:
         kinds = [call.event.kind for call in self.calls]
-        return {"kinds": kinds}, self.outputs
+        peak = torch.cuda.max_memory_allocated() if is_cuda(getattr(self, "device", "cpu")) else 0
+        return {"kinds": kinds, "peak_bytes": peak}, self.outputs
 
     def memory(self) -> dict:
         cuda = is_cuda(getattr(self, "device", "cpu"))

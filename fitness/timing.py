@@ -64,7 +64,6 @@ class Outcome:
     contenders: list
     cases: dict
     rounds: int = 0
-    warmup_seconds: float = 0.0
 
     def tokens_per_second(self, contender: Contender) -> dict:
         return {name: sum(count_tokens(events)) / statistics.median(contender.seconds[name])
@@ -131,28 +130,51 @@ def fresh_seed() -> int:
     return random.SystemRandom().getrandbits(31)
 
 
+def warm_up(driver, cases: dict, raw_config: dict, weight_dir) -> list:
+    """The contract's warm-up: one engine runs every case once (untimed; it stays alive
+    through the timed runs). (case, events, seed, outputs) of each, for check_warm_up."""
+    runs = []
+    for j, (name, events) in enumerate(cases.items()):
+        seed = fresh_seed()
+        runs.append((name, events, seed, driver.run_trace(raw_config, weight_dir, events, seed, new_engine=j == 0)))
+    return runs
+
+
+def check_warm_up(check: TimedOutputCheck, label: str, runs: list) -> None:
+    for name, events, seed, outputs in runs:
+        check(outputs, events, seed, f"{label}/warmup/{name}")
+
+
 def measure(contenders: list, cases: dict, raw_config: dict, weight_dir, device: str, check: TimedOutputCheck,
             min_rounds: int, max_rounds: int, time_left, resolution: float = RESOLUTION) -> Outcome:
-    """Warm up every contender, then interleaved rounds until the comparison is clear."""
-    started = time.monotonic()
-    for contender in contenders:
-        for j, (name, events) in enumerate(cases.items()):
-            seed = fresh_seed()
-            outputs = contender.driver.run_trace(raw_config, weight_dir, events, seed, new_engine=j == 0)
-            check(outputs, events, seed, f"{contender.name}/warmup/{name}")
+    """Interleaved rounds of warmed-up contenders until the comparison is clear. In each
+    case of a round the contenders make their engines at once (untimed), then each runs
+    in turn, alone: the others are stopped (SIGSTOP) while it is timed."""
     ramp_gpu_clocks(device)
-    outcome = Outcome(contenders, cases, warmup_seconds=time.monotonic() - started)
+    outcome = Outcome(contenders, cases)
     round_seconds = 0.0
     while outcome.rounds < max_rounds and (outcome.rounds == 0 or time_left() > 2 * round_seconds):
         started = time.monotonic()
         order = contenders if outcome.rounds % 2 == 0 else contenders[::-1]
         for name, events in cases.items():
             seed = fresh_seed()  # the same tokens for every contender in this round
+            # The first timed engine keeps the warm-up engine alive beside it, as the contract's does.
+            keep_warm = outcome.rounds == 0 and name == next(iter(cases))
+            waits = [c.driver.prepare(raw_config, weight_dir, events, seed, keep_warm=keep_warm) for c in order]
+            for wait in waits:
+                wait()
             for contender in order:
-                outputs = contender.driver.run_trace(raw_config, weight_dir, events, seed, timed=True,
-                                                     keep_warm=outcome.rounds == 0 and name == next(iter(cases)))
-                contender.seconds.setdefault(name, []).append(contender.driver.last_seconds)
-                contender.peak_bytes = max(contender.peak_bytes, contender.driver.peak_bytes())
+                others = [c.driver.process for c in order if c is not contender]
+                for process in others:
+                    process.pause()
+                try:
+                    contender.seconds.setdefault(name, []).append(contender.driver.go(timed=True))
+                finally:
+                    for process in others:
+                        process.resume()
+            for contender in order:
+                outputs = contender.driver.fetch(events)
+                contender.peak_bytes = max(contender.peak_bytes, contender.driver.last_peak_bytes)
                 check(outputs, events, seed, f"{contender.name}/timed/{name}")
         outcome.rounds += 1
         round_seconds = time.monotonic() - started
