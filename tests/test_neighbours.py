@@ -1,0 +1,104 @@
+"""Two programs timed side by side cannot reach each other's measurement: while one is
+timed the other's runner is stopped, and a baseline's runner kept across judgements stays
+warm without ever running beside a timed call."""
+import time
+
+from fitness.candidate import CandidateProcess
+from fitness.judge import Judge
+from fitness.timing import Contender, Outcome, measure
+from tests.cheats import at_import
+from tests.conftest import SEED_ENGINE
+
+def heartbeat(path) -> str:
+    """Module-level code: a thread that writes the time to `path` every millisecond."""
+    return f'''import threading as _threading
+import time as _time
+
+
+def _beat():
+    with open({str(path)!r}, "a") as out:
+        while True:
+            out.write(f"{{_time.monotonic()}}\\n")
+            out.flush()
+            _time.sleep(0.001)
+
+
+_threading.Thread(target=_beat, daemon=True).start()'''
+
+
+def test_a_paused_runner_runs_nothing_until_resumed(tmp_path):
+    """A busy thread of the candidate's own stops with its runner (SIGSTOP to its session)."""
+    beats = tmp_path / "beats.txt"
+    path = tmp_path / "heartbeat.py"
+    path.write_text(at_import(SEED_ENGINE.read_text(), heartbeat(beats)))
+    runner = CandidateProcess("cpu")
+    try:
+        runner.request("load", 60, path=str(path), threads=1)
+        time.sleep(0.2)
+        runner.pause()
+        time.sleep(0.5)
+        runner.resume()
+        time.sleep(0.2)
+    finally:
+        runner.close()
+    times = [float(line) for line in beats.read_text().split()]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert max(gaps) >= 0.45, max(gaps)  # nothing ran while it was stopped
+    assert sum(g < 0.05 for g in gaps) > 50  # and it ran before and after
+
+
+class Stub:
+    """A runner seen from `measure`: records whether every other runner was paused
+    whenever one was timed."""
+
+    def __init__(self, name, everyone, seconds):
+        self.name, self.everyone, self.seconds = name, everyone, seconds
+        self.paused, self.last_peak_bytes, self.process = False, 0, self
+
+    def pause(self):
+        self.paused = True
+
+    def resume(self):
+        self.paused = False
+
+    def prepare(self, *args, **kwargs):
+        assert not any(s.paused for s in self.everyone), "an engine is made while a runner is stopped"
+        return lambda: None
+
+    def go(self, timed=False):
+        others = [s for s in self.everyone if s is not self]
+        assert timed and all(s.paused for s in others) and not self.paused
+        return self.seconds
+
+    def fetch(self, events):
+        return [None for _ in events]
+
+
+def test_measure_times_each_contender_with_every_other_stopped():
+    everyone = []
+    everyone += [Stub("a", everyone, 0.01), Stub("b", everyone, 0.03)]
+    contenders = [Contender(s.name, s) for s in everyone]
+    cases = {"one": [], "two": []}
+    outcome = measure(contenders, cases, {}, None, "cpu", lambda *a: 0.0, 2, 2, lambda: 60.0)
+    assert isinstance(outcome, Outcome) and outcome.rounds == 2
+    assert contenders[1].seconds == {"one": [0.03, 0.03], "two": [0.03, 0.03]}
+    assert not any(s.paused for s in everyone)
+
+
+def test_a_baseline_runner_is_kept_warm_for_the_next_judgement_beside_it(small_target, scratch, tmp_path):
+    config_path, weight_dir = small_target
+    other = tmp_path / "other.py"
+    other.write_text(SEED_ENGINE.read_text() + "\n# another program\n")
+    judge = Judge("cpu", scratch=scratch, threads=1)
+    options = dict(seed=3, level="none", bench="small", min_rounds=2, max_rounds=2, timeout=120)
+    try:
+        pids = []
+        for baseline in (SEED_ENGINE, SEED_ENGINE, other):
+            verdict = judge.judge(SEED_ENGINE, config_path, weight_dir, baseline=baseline, **options)
+            assert verdict["status"] == "ok", verdict["error"]
+            assert 0.5 < verdict["ratio"] < 2.0
+            pids.append(judge.kept.driver.process.proc.pid)
+        assert pids[0] == pids[1] != pids[2]
+        assert judge.kept.uses == 1 and judge.kept.warm
+    finally:
+        judge.close()
