@@ -152,20 +152,25 @@ class CandidateProcess:
 
 
 class Spares:
-    """One runner started ahead of need; `take` hands it over and starts the next."""
+    """One runner started ahead of need; `take_many` hands it over and starts the next."""
 
     def __init__(self, device: str, env: dict | None = None):
         self.device, self.env = device, env
         self.ready = None
 
-    def take(self) -> CandidateProcess:
-        runner = self.ready if self.ready is not None and self.ready.proc.poll() is None else None
-        if runner is None:
-            if self.ready is not None:
+    def take_many(self, count: int) -> list:
+        """`count` runners: the one started ahead, and the others started now (at once);
+        then the next spare."""
+        runners = []
+        if count and self.ready is not None:
+            if self.ready.proc.poll() is None:
+                runners.append(self.ready)
+            else:
                 self.ready.close()
-            runner = CandidateProcess(self.device, self.env)
+            self.ready = None
+        runners += [CandidateProcess(self.device, self.env) for _ in range(count - len(runners))]
         self.ready = CandidateProcess(self.device, self.env)
-        return runner
+        return runners
 
     def settle(self) -> None:
         """Wait until the spare has started: a process importing torch beside a timed run

@@ -22,6 +22,7 @@ import hashlib
 import json
 import random
 import sys
+import threading
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -198,12 +199,16 @@ def check_churn(driver, references: References, config: ModelConfig, weight_dir,
                                    "remove does not free state")
 
 
+WRITING_WEIGHTS = threading.Lock()
+
+
 def generated_weights(config: ModelConfig, scratch, std="unit", seed: int = DERIVED_WEIGHT_SEED) -> Path:
     """A weight dir for `config` (`std` as target.toy_weights takes it), made once per scratch dir."""
     digest = hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
     weight_dir = Path(scratch) / f"{digest}_{std}_{seed}"
-    if not (weight_dir / "model.pt").exists():
-        write_weights(config.to_dict(), weight_dir / "model.pt", seed, std)
+    with WRITING_WEIGHTS:  # a group's gates run in threads: one writes, the others find it written
+        if not (weight_dir / "model.pt").exists():
+            write_weights(config.to_dict(), weight_dir / "model.pt", seed, std)
     return weight_dir
 
 

@@ -11,6 +11,7 @@ runner is killed after every judgement and never reused.
 Levels: "screen" (target traces, unit-scaled weights, timing), "full" (adds the churn
 check and the derived configs), "none" (timing only, for programs judged before).
 """
+import contextlib
 import json
 import os
 import tempfile
@@ -116,9 +117,10 @@ class Judge:
         # made every judgement of an H100 search a crash).
         self.scratch = Path(scratch or tempfile.mkdtemp(prefix="judge_weights_")).resolve()
         self.kept = None  # the last baseline's runner, warm, for the next judgement beside it
-        self.background = ThreadPoolExecutor(1, thread_name_prefix="warm-up")
+        # Threads that only wait on runners: the untimed work of a group runs at once.
+        self.helpers = ThreadPoolExecutor(MAX_GROUP + 1, thread_name_prefix="untimed")
         # On a GPU: every timed run on one core (the last), each runner's untimed work on
-        # a core of its own, so two runners can prepare engines at once.
+        # a core of its own, so runners can make engines and pass gates at once.
         cores = sorted(os.sched_getaffinity(0))
         self.timing_cpu = cores[-1] if is_cuda(device) else None
         self.home_cpus = (cores[:-1] or cores) if is_cuda(device) else [None]
@@ -126,101 +128,127 @@ class Judge:
     def close(self) -> None:
         self.drop_kept()
         self.spares.close()
-        self.background.shutdown()
+        self.helpers.shutdown()
 
-    def judge(self, path, config_path, weight_dir, seed: int, margin: float = gate.DEFAULT_MARGIN,
-              level: str = "full", bench: str = "public", baseline=None, min_rounds: int = 3,
-              max_rounds: int = 8, timeout: float = 600.0, resolution: float = RESOLUTION) -> dict:
-        """The verdict on `path`; `baseline` (a program judged before) is timed beside it."""
-        assert level in LEVELS and bench in BENCH_CHOICES, (level, bench)
+    def judge(self, path, config_path, weight_dir, seed: int, **options) -> dict:
+        """The verdict on `path`; options as judge_group's."""
+        return self.judge_group([path], config_path, weight_dir, seed, **options)[0]
+
+    def judge_group(self, paths, config_path, weight_dir, seed: int, margin: float = gate.DEFAULT_MARGIN,
+                    level: str = "full", bench: str = "public", baseline=None, min_rounds: int = 3,
+                    max_rounds: int = 8, timeout: float = 600.0, resolution: float = RESOLUTION) -> list:
+        """A verdict on each of `paths` (at most MAX_GROUP), each timed beside `baseline` (a
+        program judged before) in the same interleaved rounds: the baseline's runs serve
+        every candidate's comparison. What is not timed (imports, gates, warm-ups) runs for
+        all at once; each timed run is alone."""
+        assert level in LEVELS and bench in BENCH_CHOICES and 0 < len(paths) <= MAX_GROUP, (level, bench, paths)
         started, deadline = time.monotonic(), time.monotonic() + timeout
         weight_dir = Path(weight_dir).resolve()  # the runner works in a directory of its own
         baseline = Path(baseline).resolve() if baseline is not None and bench != "none" else None
-        verdict = new_verdict(path, self.device, seed)
-        verdict["level"] = level
-        runners, stage, warming, base = [], "static", None, None
+        entries = [Entry(i, Path(path), new_verdict(path, self.device, seed)) for i, path in enumerate(paths)]
         marks = [("setup", time.monotonic())]  # (stage, when it began): where the seconds went
-        spent = {}  # and inside the timing stage
+        warming, base, check = None, None, None
         try:
-            source = Path(path).read_text()
-            verdict["source_hash"] = source_hash(source)
-            problems = gate.static_problems(source)
-            if problems:
-                return finish(verdict, started, "invalid", stage, "; ".join(problems))
+            for entry in entries:
+                entry.verdict.update(level=level, group=len(entries))
+                entry.attempt(self.static_check, entry, stage="static")
             config = ModelConfig.load(config_path)
             self.references.model(config, weight_dir)  # missing or misshapen weights: invalid
             raw_config = json.loads(Path(config_path).read_text())  # the engine gets the file as it is
             cases = select_cases(bench) if bench != "none" else {}
             check = TimedOutputCheck(self.references, config, weight_dir, margin,
                                      CHECKED_ROWS["cuda" if is_cuda(self.device) else "cpu"])
-            stage = "import"
             marks.append(("import", time.monotonic()))
-            candidate = self.start(path, runners, deadline, self.home_cpus[0])
-            if baseline is not None:
-                # The baseline warms up (untimed) while the candidate goes through the gate.
-                base = self.baseline(baseline, deadline)
+            live = [e for e in entries if e.alive]
+            for entry, process in zip(live, self.spares.take_many(len(live))):
+                entry.bind(RunnerDriver(process, self.device, deadline, self.home_cpus[entry.index % len(self.home_cpus)],
+                                        self.timing_cpu))
+                entry.attempt(self.load, entry.driver, entry.path, stage="import")
+            if baseline is not None and any(e.alive for e in entries):
+                with blamed_on_baseline():
+                    base = self.baseline(baseline, deadline)
                 if not base.warm and is_cuda(self.device):  # a CPU has no idle cores to lend it
-                    warming = self.background.submit(warm_up, base.driver, cases, raw_config, weight_dir)
-            if level != "none":
-                stage = "target"
-                marks.append(("gate", time.monotonic()))
-                result = gate.run_gate(candidate, self.references, config, weight_dir, seed, self.scratch,
-                                       margin, level)
-                verdict.update(worst_ratio=result.worst_ratio, worst_case=result.worst_case)
-                if not result.passed:
-                    verdict["case"] = result.case
-                    return finish(verdict, started, "incorrect", result.stage, result.error)
-            if bench != "none":
-                stage = "timed"
+                    warming = self.helpers.submit(warm_up, base.driver, cases, raw_config, weight_dir)
+            marks.append(("gate", time.monotonic()))
+            self.for_each([e for e in entries if e.alive], self.untimed, config, raw_config, weight_dir, seed,
+                          margin, level, cases, check)
+            live = [e for e in entries if e.alive]
+            if bench != "none" and live:
                 marks.append(("timing", time.monotonic()))
-                contenders = [Contender("candidate", candidate)]
-                check_warm_up(check, "candidate", warm_up(candidate, cases, raw_config, weight_dir))
-                if baseline is not None:
-                    if not base.warm:
+                with blamed_on_baseline():
+                    if baseline is not None and not base.warm:
                         runs = warming.result() if warming else warm_up(base.driver, cases, raw_config, weight_dir)
+                        warming = None
                         check_warm_up(check, "baseline", runs)
-                        warming, self.kept.warm = None, True
-                    contenders.append(Contender("baseline", self.kept.driver))
-                self.spares.settle()
-                self.time(verdict, contenders, cases, raw_config, weight_dir, check, min_rounds, max_rounds,
-                          deadline, resolution, spent)
-            return finish(verdict, started, "ok", "", "")
-        except ConfigError as err:
-            return finish(verdict, started, "invalid", "config", str(err))
-        except gate.CorrectnessError as err:
-            return finish(verdict, started, "incorrect", stage, str(err))
-        except RunnerFailure as err:
-            return finish(verdict, started, err.status, stage, str(err))
-        except CandidateError as err:
-            return finish(verdict, started, "crash", stage, str(err))
-        except Exception as err:  # a runner's answer that broke our reading of it
-            return finish(verdict, started, "crash", stage, error_text(err))
+                        base.warm = True
+                    self.spares.settle()
+                    # Only the baseline's failures leave `measure`: a candidate's is its own.
+                    outcome = measure([e.contender for e in live], base.contender() if base else None, cases,
+                                      raw_config, weight_dir, self.device, check, min_rounds, max_rounds,
+                                      lambda: deadline - time.monotonic(), resolution)
+                for entry in live:
+                    entry.record_timing(outcome, cases)
+        except Exception as err:  # the config, the baseline, or our reading of a runner's answer
+            for entry in entries:
+                if entry.alive:
+                    entry.fail(err, entry.stage)
         finally:
             if warming is not None:  # the judgement ended before the baseline's warm-up was checked
                 try:
                     check_warm_up(check, "baseline", warming.result())
-                    self.kept.warm = True
+                    base.warm = True
                 except Exception:
                     self.drop_kept()
-            if verdict.get("status") in ("crash", "timeout") and stage == "timed":
-                self.drop_kept()  # which of the two failed is not known: start the baseline afresh
+            if any(e.verdict["stage"] == "baseline" for e in entries):
+                self.drop_kept()  # it failed: the next judgement starts it afresh
             if self.kept is not None:
                 self.kept.driver.process.pause()  # idle until the next judgement beside it
-            for runner in runners:
-                runner.close()
-            verdict["phases"] = {**phases(marks, runners + ([base.driver.process] if base else [])), **spent}
+            for entry in entries:
+                if entry.driver is not None:
+                    entry.driver.process.close()
+            for entry in entries:
+                if entry.alive:
+                    finish(entry.verdict, started, "ok", "", "")
+                entry.verdict["seconds"] = round(time.monotonic() - started, 3)
+                runners = [entry.driver.process] if entry.driver else []
+                entry.verdict["phases"] = phases(marks, runners + ([base.driver.process] if base else []))
+        return [entry.verdict for entry in entries]
 
-    def start(self, path, runners: list, deadline: float, home_cpu=None) -> RunnerDriver:
-        """A fresh runner with `path` imported."""
-        process = self.spares.take()
-        runners.append(process)
-        driver = RunnerDriver(process, self.device, deadline, home_cpu, self.timing_cpu)
-        driver.place(home_cpu)
+    def static_check(self, entry: "Entry") -> None:
+        source = entry.path.read_text()
+        entry.verdict["source_hash"] = source_hash(source)
+        problems = gate.static_problems(source)
+        if problems:
+            entry.end("invalid", "static", "; ".join(problems))
+
+    def for_each(self, entries: list, fn, *args) -> None:
+        """fn(entry, *args) for every entry at once (each waits on its own runner)."""
+        for future in [self.helpers.submit(fn, entry, *args) for entry in entries]:
+            future.result()
+
+    def untimed(self, entry: "Entry", config, raw_config, weight_dir, seed, margin, level, cases, check) -> None:
+        """The gate's traces, then the warm-up engine's run of every case (when timed)."""
+        if level != "none":
+            result = entry.attempt(gate.run_gate, entry.driver, self.references, config, weight_dir, seed,
+                                   self.scratch, margin, level, stage="target")
+            if result is None:
+                return
+            entry.verdict.update(worst_ratio=result.worst_ratio, worst_case=result.worst_case)
+            if not result.passed:
+                entry.verdict["case"] = result.case
+                return entry.end("incorrect", result.stage, result.error)
+        if cases:
+            runs = entry.attempt(warm_up, entry.driver, cases, raw_config, weight_dir, stage="timed")
+            if runs is not None:
+                entry.attempt(check_warm_up, check, entry.contender.name, runs, stage="timed")
+
+    def load(self, driver: RunnerDriver, path) -> None:
+        """`path` imported in the driver's fresh runner, on its home core."""
+        driver.place(driver.home_cpu)
         # One thread on a GPU: the runner is pinned to one core, where OpenMP threads
         # would only wait on each other (seen: 25 s judgements became 185 s).
         threads = 1 if is_cuda(self.device) else self.threads
-        process.request("load", driver.left(), path=str(Path(path).resolve()), threads=threads)
-        return driver
+        driver.process.request("load", driver.left(), path=str(Path(path).resolve()), threads=threads)
 
     def baseline(self, path: Path, deadline: float) -> "KeptRunner":
         """The baseline's runner: the one kept from the last judgement when it ran the same
@@ -231,7 +259,10 @@ class Judge:
                                  or kept.driver.process.proc.poll() is not None):
             self.drop_kept()
         if self.kept is None:  # it outlives the judgement: not among the runners closed with it
-            self.kept = KeptRunner(key, self.start(path, [], deadline, self.home_cpus[1 % len(self.home_cpus)]))
+            driver = RunnerDriver(self.spares.take_many(1)[0], self.device, deadline, self.home_cpus[-1],
+                                  self.timing_cpu)
+            self.kept = KeptRunner(key, driver)
+            self.load(driver, path)
         self.kept.driver.process.resume()
         self.kept.driver.deadline = deadline
         self.kept.driver.process.spent.clear()  # this judgement's account starts now
@@ -243,21 +274,87 @@ class Judge:
             self.kept.driver.process.close()
             self.kept = None
 
-    def time(self, verdict, contenders, cases, raw_config, weight_dir, check, min_rounds, max_rounds,
-             deadline, resolution, spent: dict) -> None:
-        outcome = measure(contenders, cases, raw_config, weight_dir, self.device, check, min_rounds,
-                          max_rounds, lambda: deadline - time.monotonic(), resolution)
-        spent.update(timed_check=round(check.seconds, 3))
-        candidate = contenders[0]
-        tps = outcome.tokens_per_second(candidate)
-        verdict.update(tokens_per_second=tps, rounds=outcome.rounds, fitness_cv=outcome.fitness_cv(candidate),
-                       peak_memory_mb=candidate.peak_bytes / 2**20,
-                       timings={name: candidate.seconds[name] for name in cases})
-        if len(contenders) > 1:
-            ratio, low, high = outcome.ratio()
-            verdict.update(baseline_tokens_per_second=outcome.tokens_per_second(contenders[1]),
-                           baseline_timings={name: contenders[1].seconds[name] for name in cases},
-                           ratio=ratio, ratio_low=low, ratio_high=high)
+
+class BaselineFailure(Exception):
+    def __init__(self, cause: Exception):
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+@contextlib.contextmanager
+def blamed_on_baseline():
+    """What fails in here is the baseline's (or the judge's), not a candidate's."""
+    try:
+        yield
+    except Exception as err:
+        raise BaselineFailure(err) from err
+
+
+# Candidates judged at once beside one baseline: every untimed step of each on a core
+# of its own, and the baseline's timed runs shared by all.
+MAX_GROUP = 6
+
+
+@dataclass
+class Entry:
+    """One candidate of a group judgement, and its verdict as it forms."""
+    index: int
+    path: Path
+    verdict: dict
+    stage: str = "static"
+    driver: RunnerDriver | None = None
+    contender: Contender | None = None
+
+    @property
+    def alive(self) -> bool:
+        return not self.verdict["status"]
+
+    def bind(self, driver: RunnerDriver) -> None:
+        self.driver, self.contender = driver, Contender(f"candidate{self.index}", driver)
+
+    def attempt(self, fn, *args, stage: str):
+        """fn(*args) at `stage`; None, and the verdict its failure earns, if it raises."""
+        self.stage = stage
+        if not self.alive:
+            return None
+        try:
+            return fn(*args)
+        except Exception as err:
+            self.fail(err, stage)
+            return None
+
+    def fail(self, err: Exception, stage: str) -> None:
+        if isinstance(err, BaselineFailure):  # not the candidate's doing; still no verdict on it
+            status = err.cause.status if isinstance(err.cause, RunnerFailure) else "crash"
+            self.end(status, "baseline", f"the baseline failed: {error_text(err.cause)}")
+        elif isinstance(err, ConfigError):
+            self.end("invalid", "config", str(err))
+        elif isinstance(err, gate.CorrectnessError):
+            self.end("incorrect", stage, str(err))
+        elif isinstance(err, RunnerFailure):
+            self.end(err.status, stage, str(err))
+        elif isinstance(err, CandidateError):
+            self.end("crash", stage, str(err))
+        else:
+            self.end("crash", stage, error_text(err))
+
+    def end(self, status: str, stage: str, error: str) -> None:
+        assert status in STATUSES, status
+        self.verdict.update(status=status, stage=stage, error=error)
+
+    def record_timing(self, outcome, cases: dict) -> None:
+        contender = self.contender
+        if contender.failure is not None:
+            return self.fail(contender.failure, "timed")
+        self.verdict.update(tokens_per_second=contender.tokens_per_second(cases), rounds=contender.rounds,
+                            fitness_cv=contender.fitness_cv(cases), peak_memory_mb=contender.peak_bytes / 2**20,
+                            timings={name: contender.seconds[name] for name in cases})
+        if outcome.baseline is not None:
+            ratio, low, high = outcome.ratio(contender)
+            baseline = outcome.baseline
+            self.verdict.update(baseline_tokens_per_second=baseline.tokens_per_second(cases),
+                                baseline_timings={name: baseline.seconds[name] for name in cases},
+                                ratio=ratio, ratio_low=low, ratio_high=high)
 
 
 @dataclass
@@ -266,6 +363,9 @@ class KeptRunner:
     driver: RunnerDriver
     uses: int = 0  # judgements it served
     warm: bool = False  # its warm-up ran and was checked
+
+    def contender(self) -> Contender:
+        return Contender("baseline", self.driver)
 
 
 def phases(marks: list, runners: list) -> dict:

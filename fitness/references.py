@@ -8,6 +8,7 @@ recomputes each request's whole history at batch size 1, as the contract's does.
 """
 import hashlib
 import json
+import threading
 from collections import OrderedDict
 from pathlib import Path
 
@@ -43,8 +44,15 @@ class References:
     def __init__(self, device: str):
         self.device = device
         self.models, self.traces = OrderedDict(), OrderedDict()
+        # A group's gates run in threads: one computes a reference at a time, and the
+        # others find it made.
+        self.lock = threading.RLock()
 
     def model(self, config: ModelConfig, weight_dir) -> ReferenceModel:
+        with self.lock:
+            return self.locked_model(config, weight_dir)
+
+    def locked_model(self, config: ModelConfig, weight_dir) -> ReferenceModel:
         key = (json.dumps(config.to_dict(), sort_keys=True), str(Path(weight_dir).resolve()))
         if key not in self.models:
             if len(self.models) >= MAX_MODELS:
@@ -55,6 +63,10 @@ class References:
 
     def trace(self, config: ModelConfig, weight_dir, events, seed: int) -> list:
         """Per call, the reference logits [B, vocab] (float32, CPU), None for a remove."""
+        with self.lock:
+            return self.locked_trace(config, weight_dir, events, seed)
+
+    def locked_trace(self, config: ModelConfig, weight_dir, events, seed: int) -> list:
         key = hashlib.sha256(json.dumps([config.to_dict(), str(Path(weight_dir).resolve()),
                                          [e.__dict__ for e in events], seed], sort_keys=True,
                                         default=str).encode()).hexdigest()
@@ -76,7 +88,8 @@ class References:
         calls = materialize(events, config.vocab_size, seed, "cpu")
         held = histories(calls)
         model = self.model(config, weight_dir)
-        return {(i, row): row_logits(model, held[i][calls[i].event.request_ids[row]]) for i, row in picks}
+        with self.lock:
+            return {(i, row): row_logits(model, held[i][calls[i].event.request_ids[row]]) for i, row in picks}
 
 
 def row_logits(model: ReferenceModel, tokens) -> torch.Tensor:

@@ -52,44 +52,52 @@ class Contender:
     driver: object  # fitness.judge.RunnerDriver
     seconds: dict = field(default_factory=dict)  # case -> seconds of each timed run
     peak_bytes: int = 0
+    failure: Exception | None = None  # what ended its timing early (it is out of the comparison)
+
+    @property
+    def rounds(self) -> int:
+        return min((len(times) for times in self.seconds.values()), default=0)
 
     def round_fitness(self, cases: dict, index: int) -> float:
         """Geometric mean tokens/s over the cases in round `index`."""
         logs = [math.log(sum(count_tokens(events)) / self.seconds[name][index]) for name, events in cases.items()]
         return math.exp(sum(logs) / len(logs))
 
+    def tokens_per_second(self, cases: dict) -> dict:
+        return {name: sum(count_tokens(events)) / statistics.median(self.seconds[name][:self.rounds])
+                for name, events in cases.items()}
+
+    def fitness_cv(self, cases: dict) -> float | None:
+        values = [self.round_fitness(cases, i) for i in range(self.rounds)]
+        return statistics.stdev(values) / statistics.fmean(values) if len(values) > 1 else None
+
 
 @dataclass
 class Outcome:
-    contenders: list
+    """Candidates, each timed beside one baseline (or alone, with none) in the same rounds."""
+    candidates: list
+    baseline: Contender | None
     cases: dict
     rounds: int = 0
 
-    def tokens_per_second(self, contender: Contender) -> dict:
-        return {name: sum(count_tokens(events)) / statistics.median(contender.seconds[name])
-                for name, events in self.cases.items()}
+    def log_ratios(self, candidate: Contender) -> list:
+        """Per round the candidate ran, the mean over cases of log(baseline's time / its time)."""
+        return [statistics.fmean(math.log(self.baseline.seconds[c][i] / candidate.seconds[c][i]) for c in self.cases)
+                for i in range(candidate.rounds)]
 
-    def fitness_cv(self, contender: Contender) -> float | None:
-        values = [contender.round_fitness(self.cases, i) for i in range(self.rounds)]
-        return statistics.stdev(values) / statistics.fmean(values) if len(values) > 1 else None
-
-    def log_ratios(self) -> list:
-        """Per round, the mean over cases of log(time of the second / time of the first)."""
-        first, second = self.contenders
-        return [statistics.fmean(math.log(second.seconds[c][i] / first.seconds[c][i]) for c in self.cases)
-                for i in range(self.rounds)]
-
-    def ratio(self) -> tuple:
-        """(speed of the first over the second, low, high) with a ~95% interval."""
-        logs = self.log_ratios()
+    def ratio(self, candidate: Contender) -> tuple:
+        """(its speed over the baseline's, low, high) with a ~95% interval."""
+        logs = self.log_ratios(candidate)
         mean = statistics.fmean(logs)
         half = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else float("inf")
         return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
-    def is_clear(self, resolution: float = RESOLUTION) -> bool:
-        if len(self.contenders) < 2 or self.rounds < 2:
-            return len(self.contenders) < 2
-        ratio, low, high = self.ratio()
+    def is_clear(self, candidate: Contender, resolution: float = RESOLUTION) -> bool:
+        if self.baseline is None:
+            return True
+        if candidate.rounds < 2:
+            return False
+        ratio, low, high = self.ratio(candidate)
         return low > 1.0 or high < 1.0 or (high / low) ** 0.5 < 1.0 + resolution
 
 
@@ -145,39 +153,65 @@ def check_warm_up(check: TimedOutputCheck, label: str, runs: list) -> None:
         check(outputs, events, seed, f"{label}/warmup/{name}")
 
 
-def measure(contenders: list, cases: dict, raw_config: dict, weight_dir, device: str, check: TimedOutputCheck,
-            min_rounds: int, max_rounds: int, time_left, resolution: float = RESOLUTION) -> Outcome:
-    """Interleaved rounds of warmed-up contenders until the comparison is clear. In each
-    case of a round the contenders make their engines at once (untimed), then each runs
-    in turn, alone: the others are stopped (SIGSTOP) while it is timed."""
+def measure(candidates: list, baseline, cases: dict, raw_config: dict, weight_dir, device: str,
+            check: TimedOutputCheck, min_rounds: int, max_rounds: int, time_left,
+            resolution: float = RESOLUTION) -> Outcome:
+    """Interleaved rounds of warmed-up candidates and their baseline. A candidate leaves
+    once its comparison with the baseline is clear (after `min_rounds`), or when it fails
+    (its `failure`); the rounds end when none is left. In each case of a round every
+    runner makes its engine at once (untimed), then each runs in turn, alone: the others
+    are stopped (SIGSTOP) while it is timed. A failure of the baseline ends them all."""
     ramp_gpu_clocks(device)
-    outcome = Outcome(contenders, cases)
+    outcome = Outcome(list(candidates), baseline, cases)
+    active = list(candidates)
     round_seconds = 0.0
-    while outcome.rounds < max_rounds and (outcome.rounds == 0 or time_left() > 2 * round_seconds):
+    while active and outcome.rounds < max_rounds and (outcome.rounds == 0 or time_left() > 2 * round_seconds):
         started = time.monotonic()
-        order = contenders if outcome.rounds % 2 == 0 else contenders[::-1]
+        everyone = active + ([baseline] if baseline else [])
+        shift = outcome.rounds % len(everyone)
+        order = everyone[shift:] + everyone[:shift]  # each takes every place in turn
         for name, events in cases.items():
             seed = fresh_seed()  # the same tokens for every contender in this round
             # The first timed engine keeps the warm-up engine alive beside it, as the contract's does.
             keep_warm = outcome.rounds == 0 and name == next(iter(cases))
-            waits = [c.driver.prepare(raw_config, weight_dir, events, seed, keep_warm=keep_warm) for c in order]
-            for wait in waits:
-                wait()
+            waits = {c.name: attempt(c, baseline, c.driver.prepare, raw_config, weight_dir, events, seed,
+                                     keep_warm=keep_warm) for c in order}
             for contender in order:
+                if waits[contender.name] is not None:
+                    attempt(contender, baseline, waits[contender.name])
+            for contender in [c for c in order if c.failure is None]:
                 others = [c.driver.process for c in order if c is not contender]
                 for process in others:
                     process.pause()
                 try:
-                    contender.seconds.setdefault(name, []).append(contender.driver.go(timed=True))
+                    seconds = attempt(contender, baseline, contender.driver.go, timed=True)
                 finally:
                     for process in others:
                         process.resume()
-            for contender in order:
-                outputs = contender.driver.fetch(events)
-                contender.peak_bytes = max(contender.peak_bytes, contender.driver.last_peak_bytes)
-                check(outputs, events, seed, f"{contender.name}/timed/{name}")
+                if contender.failure is None:
+                    contender.seconds.setdefault(name, []).append(seconds)
+            for contender in [c for c in order if c.failure is None]:
+                outputs = attempt(contender, baseline, contender.driver.fetch, events)
+                if contender.failure is None:
+                    contender.peak_bytes = max(contender.peak_bytes, contender.driver.last_peak_bytes)
+                    attempt(contender, baseline, check, outputs, events, seed, f"{contender.name}/timed/{name}")
+            order = [c for c in order if c.failure is None]
         outcome.rounds += 1
         round_seconds = time.monotonic() - started
-        if outcome.rounds >= min_rounds and outcome.is_clear(resolution):
-            break
+        active = [c for c in active if c.failure is None and
+                  not (outcome.rounds >= min_rounds and outcome.is_clear(c, resolution))]
     return outcome
+
+
+def attempt(contender: Contender, baseline, fn, *args, **kwargs):
+    """fn(...), or None with the exception kept as the contender's `failure`. The
+    baseline's failure is every candidate's: it raises."""
+    if contender.failure is not None:
+        return None
+    try:
+        return fn(*args, **kwargs)
+    except Exception as err:
+        if contender is baseline:
+            raise
+        contender.failure = err
+        return None

@@ -1,11 +1,14 @@
-"""Two programs timed side by side cannot reach each other's measurement: while one is
-timed the other's runner is stopped, and a baseline's runner kept across judgements stays
-warm without ever running beside a timed call."""
+"""Judging several programs at once: a group of candidates shares one baseline's timed
+runs, and none of them can reach another's measurement: while one is timed every other
+runner is stopped. A baseline's runner is kept warm for the next judgement beside it."""
 import time
+
+import pytest
 
 from fitness.candidate import CandidateProcess
 from fitness.judge import Judge
 from fitness.timing import Contender, Outcome, measure
+from tests import cheats, planted
 from tests.cheats import at_import
 from tests.conftest import SEED_ENGINE
 
@@ -76,12 +79,13 @@ class Stub:
 
 def test_measure_times_each_contender_with_every_other_stopped():
     everyone = []
-    everyone += [Stub("a", everyone, 0.01), Stub("b", everyone, 0.03)]
-    contenders = [Contender(s.name, s) for s in everyone]
+    everyone += [Stub("a", everyone, 0.01), Stub("b", everyone, 0.02), Stub("base", everyone, 0.03)]
+    a, b, base = (Contender(s.name, s) for s in everyone)
     cases = {"one": [], "two": []}
-    outcome = measure(contenders, cases, {}, None, "cpu", lambda *a: 0.0, 2, 2, lambda: 60.0)
-    assert isinstance(outcome, Outcome) and outcome.rounds == 2
-    assert contenders[1].seconds == {"one": [0.03, 0.03], "two": [0.03, 0.03]}
+    outcome = measure([a, b], base, cases, {}, None, "cpu", lambda *args: 0.0, 2, 3, lambda: 60.0)
+    assert isinstance(outcome, Outcome) and outcome.rounds == 2  # both clear after two rounds
+    assert b.seconds == {"one": [0.02, 0.02], "two": [0.02, 0.02]}
+    assert outcome.ratio(a)[0] == pytest.approx(3.0) and outcome.ratio(b)[0] == pytest.approx(1.5)
     assert not any(s.paused for s in everyone)
 
 
@@ -102,3 +106,24 @@ def test_a_baseline_runner_is_kept_warm_for_the_next_judgement_beside_it(small_t
         assert judge.kept.uses == 1 and judge.kept.warm
     finally:
         judge.close()
+
+
+def test_a_group_gets_one_verdict_each_as_if_judged_alone(small_target, scratch, tmp_path):
+    """Four candidates beside one baseline: a wrong one, a lazy one (right where the gate
+    looks, wrong when timed), one that crashes, and an honest one; each failure is its
+    own, and the honest one is compared with the baseline."""
+    config_path, weight_dir = small_target
+    paths = [planted.write_faulty("rows_reversed", tmp_path), cheats.write_cheat("lazy_when_timed", tmp_path),
+             planted.write_faulty("crashes_in_prefill", tmp_path), SEED_ENGINE]
+    judge = Judge("cpu", scratch=scratch, threads=1)
+    try:
+        verdicts = judge.judge_group(paths, config_path, weight_dir, seed=3, level="screen", bench="public",
+                                     baseline=SEED_ENGINE, min_rounds=2, max_rounds=3, timeout=240)
+    finally:
+        judge.close()
+    assert [(v["status"], v["stage"]) for v in verdicts] == [
+        ("incorrect", "target"), ("incorrect", "timed"), ("crash", "target"), ("ok", "")], verdicts
+    honest = verdicts[3]
+    assert 0.5 < honest["ratio_low"] <= honest["ratio"] <= honest["ratio_high"] < 2.0
+    assert honest["group"] == 4 and honest["rounds"] >= 2 and set(honest["tokens_per_second"]) == {
+        "prefill", "decode", "mixed"}
