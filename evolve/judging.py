@@ -23,6 +23,7 @@ from evolve import history
 from evolve.config import visible_gpus
 from evolve.scores import geometric_mean_tps
 from evolve.workspace import write_atomically
+from fitness.judge import MAX_GROUP
 from fitness.sandbox import JudgeProcess
 
 # A judgement may run this long past the budget, so one slow candidate cannot sink it.
@@ -106,62 +107,81 @@ class WorkerPool:
                 worker.judge.stop()
 
 
+@dataclass(frozen=True)
+class Batch:
+    """Programs judged together on one worker, each beside the same baseline at the same
+    level (fitness.judge.Judge.judge_group); `label` names a re-judgement (confirm, final)."""
+    programs: tuple
+    label: str | None
+    level: str
+    baseline_id: str | None
+
+
 class Evaluator:
-    """toolbox.evaluate: judge one program on a worker, record the row, keep the score."""
+    """toolbox.evaluate: judge a batch of programs on a worker, record a row for each,
+    keep the scores."""
 
     def __init__(self, config, run, scores, hist: history.History, stopping: threading.Event,
                  time_left, judge_fn=None):
         self.config, self.run, self.scores, self.history = config, run, scores, hist
         self.stopping, self.time_left = stopping, time_left
-        self.judge_fn = judge_fn or default_judge_fn
+        self.judge_fn = judge_fn  # None: the worker's judge; else one path at a time (tests' stand-ins)
         # Gate traces and their reference logits are the same for every judgement of a
         # run (computed once, by each judge); timed runs draw fresh tokens every time.
         self.gate_seed = int(hashlib.sha256(run.run_id.encode()).hexdigest()[:8], 16) & 0x7FFFFFFF
 
-    def timeout(self) -> float:
-        """The configured timeout, cut short near the end of the budget."""
-        return min(self.config.timeout_s, max(MIN_TIMEOUT_S, self.time_left() + MAX_OVERRUN_S))
+    def timeout(self, size: int = 1) -> float:
+        """The configured timeout (half as much again for each program beyond the first of
+        a batch), cut short near the end of the budget."""
+        return min(self.config.timeout_s * (1 + (size - 1) / 2), max(MIN_TIMEOUT_S, self.time_left() + MAX_OVERRUN_S))
 
-    def __call__(self, program, generation: int, label: str | None, level: str, baseline_id: str | None,
-                 worker: Worker) -> tuple:
-        """(fitness of this judgement, verdict); `label` names a judgement of a program
-        judged before (confirm, final: the final one on fresh gate traces). (None, None)
-        when the budget ran out before it started: nothing is recorded, and a resumed
-        run judges it."""
+    def __call__(self, batch: Batch, generation: int, worker: Worker) -> list:
+        """(fitness, verdict) of each program of the batch; (None, None) each when the
+        budget ran out before it started: nothing is recorded, and a resumed run judges
+        them."""
         if self.time_left() <= 0:
-            return None, None
-        path = self.run.candidate_path(program)
-        if not path.exists():  # atomically: a file on disk is always a whole program
-            write_atomically(path, program.source)
-        baseline = self.scores.by_id[baseline_id].source_path if baseline_id else None
+            return [(None, None)] * len(batch.programs)
+        paths = [self.run.candidate_path(program) for program in batch.programs]
+        for program, path in zip(batch.programs, paths):
+            if not path.exists():  # atomically: a file on disk is always a whole program
+                write_atomically(path, program.source)
+        baseline = self.scores.by_id[batch.baseline_id].source_path if batch.baseline_id else None
+        options = dict(timeout=self.timeout(len(paths)), worker=worker, baseline=baseline,
+                       seed=None if batch.label == FINAL else self.gate_seed,
+                       **self.config.judge_options(batch.level, final=batch.label == FINAL))
         started = time.monotonic()
-        verdict = self.judge_fn(path, self.config.model_config, self.config.weight_dir, self.config.device,
-                                timeout=self.timeout(), worker=worker, baseline=baseline,
-                                seed=None if label == FINAL else self.gate_seed,
-                                **self.config.judge_options(level, final=label == FINAL))
+        if self.judge_fn is None:
+            options.pop("worker")
+            verdicts = worker.judge.judge_group(paths, self.config.model_config, self.config.weight_dir, **options)
+        else:  # one by one, each only while the budget lasts
+            verdicts = [self.judge_fn(path, self.config.model_config, self.config.weight_dir, self.config.device,
+                                      **options) if self.time_left() > 0 else None for path in paths]
         if self.stopping.is_set():  # killed by us, not by the candidate: nothing to record
-            return None, verdict
+            return [(None, verdict) for verdict in verdicts]
+        # Wall time, process start included, shared among the batch: what the budget paid
+        # for each judgement.
+        share = round((time.monotonic() - started) / max(1, sum(v is not None for v in verdicts)), 3)
+        return [self.record(program, path, {**verdict, "seconds": share}, generation, batch, worker)
+                if verdict is not None else (None, None)
+                for program, path, verdict in zip(batch.programs, paths, verdicts)]
+
+    def record(self, program, path, verdict: dict, generation: int, batch: Batch, worker: Worker) -> tuple:
         fitness = geometric_mean_tps(verdict)
-        # Wall time, process start included: what the budget pays for a judgement.
-        verdict = {**verdict, "seconds": round(time.monotonic() - started, 3)}
         self.scores.add(program.id, verdict["status"], fitness, verdict.get("peak_memory_mb"),
-                        verdict["seconds"], path, verdict.get("tokens_per_second"), level)
-        if baseline_id and verdict["status"] == "ok":
-            self.scores.compare(program.id, baseline_id, verdict.get("ratio"), verdict.get("ratio_low"),
+                        verdict["seconds"], path, verdict.get("tokens_per_second"), batch.level)
+        if batch.baseline_id and verdict["status"] == "ok":
+            self.scores.compare(program.id, batch.baseline_id, verdict.get("ratio"), verdict.get("ratio_low"),
                                 verdict.get("ratio_high"), verdict.get("rounds"))
         self.history.append({
             **self.run.row_base(generation), "candidate_id": program.id,
-            "parent_ids": program.parent_ids, "operator": label or program.operator,
-            "operator_args": program.operator_args if label is None else {},
+            "parent_ids": program.parent_ids, "operator": batch.label or program.operator,
+            "operator_args": program.operator_args if batch.label is None else {},
             "source_path": str(path.resolve()), **history.verdict_row(verdict, fitness),
             # The level the search asked for: "full" confirms a program even where the run
             # has no derived configs to judge (--no-derived).
-            "level": level, "baseline_id": baseline_id or "", "device": worker.device_name(self.config.device)})
+            "level": batch.level, "baseline_id": batch.baseline_id or "",
+            "device": worker.device_name(self.config.device)})
         return fitness, verdict
-
-
-def default_judge_fn(path, config_path, weight_dir, device, timeout, worker, **options) -> dict:
-    return worker.judge.judge(path, config_path, weight_dir, timeout=timeout, **options)
 
 
 def judge_generation(search, generation: int, programs: list) -> list:
@@ -173,24 +193,40 @@ def judge_generation(search, generation: int, programs: list) -> list:
     todo = [p for p in unique if p.id not in scores]
     parents = [first_judged_parent(p, scores) for p in todo]
     first = run_jobs(toolbox, generation, [(p, None, "screen" if parent else "full", parent)
-                                          for p, parent in zip(todo, parents)])
+                                          for p, parent in zip(todo, parents)], search.config.workers)
     search.update_best(todo)
     champion = search.hall_of_fame[0].id if len(search.hall_of_fame) else None
     # Screened earlier but never confirmed (a run stopped in between) counts too.
     confirm = [p for p in worth_confirming(search, unique) if p.id != champion]
-    run_jobs(toolbox, generation, [(p, CONFIRM, "full", champion) for p in confirm])
+    run_jobs(toolbox, generation, [(p, CONFIRM, "full", champion) for p in confirm], search.config.workers)
     return [(fitness, verdict) for _, fitness, verdict in first]
 
 
-def run_jobs(toolbox, generation: int, jobs: list) -> list:
-    """(program, label, level, baseline id) jobs in one parallel map; (program, fitness,
-    verdict) of each that was judged."""
+def batches(jobs: list, workers: int, max_size: int = MAX_GROUP) -> list:
+    """(program, label, level, baseline id) jobs as batches: those with the same label,
+    level and baseline together, in as many batches as keep every worker busy, none
+    larger than `max_size`. Programs with no baseline are judged one by one."""
+    groups = {}
+    for program, label, level, baseline in jobs:
+        groups.setdefault((label, level, baseline), []).append(program)
+    out = []
+    for (label, level, baseline), programs in groups.items():
+        count = len(programs) if baseline is None else max(-(-len(programs) // max_size), min(workers, len(programs)))
+        size = -(-len(programs) // count)
+        out += [Batch(tuple(programs[i:i + size]), label, level, baseline) for i in range(0, len(programs), size)]
+    return out
+
+
+def run_jobs(toolbox, generation: int, jobs: list, workers: int = 1) -> list:
+    """(program, label, level, baseline id) jobs, batched, in one parallel map; (program,
+    fitness, verdict) of each that was judged."""
     if not jobs:
         return []
-    programs, labels, levels, baselines = zip(*jobs)
-    results = toolbox.map(toolbox.evaluate, programs, [generation] * len(jobs), labels, levels, baselines)
-    return [(p, *r) for p, r in zip(programs, results)
-            if r is not None and r[1] is not None]  # None: stopping, or out of time
+    todo = batches(jobs, workers)
+    results = toolbox.map(toolbox.evaluate, todo, [generation] * len(todo))
+    return [(program, *result) for batch, answers in zip(todo, results) if answers is not None
+            for program, result in zip(batch.programs, answers)
+            if result[1] is not None]  # None: stopping, or out of time
 
 
 def first_judged_parent(program, scores) -> str | None:

@@ -59,23 +59,30 @@ class JudgeProcess:
                                      env=child_env, cwd=REPO_ROOT, start_new_session=True, text=True)
 
     def judge(self, path, config_path, weight_dir, timeout: float = DEFAULT_TIMEOUT_S, **options) -> dict:
+        return self.judge_group([path], config_path, weight_dir, timeout, **options)[0]
+
+    def judge_group(self, paths, config_path, weight_dir, timeout: float = DEFAULT_TIMEOUT_S, **options) -> list:
+        """A verdict on each path, judged together (fitness.judge.Judge.judge_group)."""
         if self.proc is None or self.proc.poll() is not None:
             self.start()
         options["seed"] = fresh_seed() if options.get("seed") is None else options["seed"]
-        request = {"path": str(Path(path).resolve()), "config_path": str(Path(config_path).resolve()),
+        request = {"paths": [str(Path(p).resolve()) for p in paths], "config_path": str(Path(config_path).resolve()),
                    "weight_dir": str(Path(weight_dir).resolve()), "timeout": timeout, **options}
         started = time.monotonic()
         try:
             self.proc.stdin.write(json.dumps(request, default=str) + "\n")
             self.proc.stdin.flush()
-            line = self.read_line(timeout + ANSWER_GRACE_S)
-            return json.loads(line)
+            verdicts = json.loads(self.read_line(timeout + ANSWER_GRACE_S))
+            if not isinstance(verdicts, list) or len(verdicts) != len(paths):
+                raise ValueError(f"{len(paths)} paths judged, answered with {str(verdicts)[:200]}")
+            return verdicts
         except (OSError, ValueError, TimeoutError) as err:
-            verdict = new_verdict(path, self.device, options["seed"])
-            verdict.update(status="crash", stage="judge", seconds=round(time.monotonic() - started, 3),
-                           error=f"the judge process failed ({err}); {self.stderr_tail()}")
+            error = f"the judge process failed ({err}); {self.stderr_tail()}"
             self.stop()  # the next judgement gets a fresh judge
-            return verdict
+            verdicts = [new_verdict(path, self.device, options["seed"]) for path in paths]
+            for verdict in verdicts:
+                verdict.update(status="crash", stage="judge", seconds=round(time.monotonic() - started, 3), error=error)
+            return verdicts
 
     def read_line(self, timeout: float) -> str:
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)

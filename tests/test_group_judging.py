@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+from evolve.judging import batches
 from fitness.candidate import CandidateProcess
 from fitness.judge import Judge
 from fitness.timing import Contender, Outcome, measure
@@ -127,3 +128,13 @@ def test_a_group_gets_one_verdict_each_as_if_judged_alone(small_target, scratch,
     assert 0.5 < honest["ratio_low"] <= honest["ratio"] <= honest["ratio_high"] < 2.0
     assert honest["group"] == 4 and honest["rounds"] >= 2 and set(honest["tokens_per_second"]) == {
         "prefill", "decode", "mixed"}
+
+
+def test_jobs_are_batched_by_baseline_keeping_every_worker_busy():
+    jobs = [(f"child{i}", None, "screen", "seed") for i in range(9)]
+    jobs += [("other", None, "screen", "parent2"), ("seed", None, "full", None), ("first", None, "full", None)]
+    one_gpu = batches(jobs, workers=1, max_size=4)
+    assert [len(b.programs) for b in one_gpu] == [3, 3, 3, 1, 1, 1]  # no batch above 4, sizes even
+    assert all(b.baseline_id == "seed" for b in one_gpu[:3]) and one_gpu[-1].programs == ("first",)
+    two_cpus = batches(jobs[:3], workers=2, max_size=4)
+    assert [len(b.programs) for b in two_cpus] == [2, 1]  # two workers: two batches
