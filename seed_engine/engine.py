@@ -35,7 +35,9 @@ def compute_dtype(model_config, device):
 
 def load_weights(model_config, weight_dir, device, dtype):
     """The checkpoint on the device in the compute dtype, one dict per layer."""
-    raw = torch.load(os.path.join(weight_dir, "model.pt"), map_location="cpu", weights_only=True)
+    # mmap: tensors read straight from the page cache as they go to the device (no
+    # copy of the whole checkpoint first; half of making an engine was that copy)
+    raw = torch.load(os.path.join(weight_dir, "model.pt"), map_location="cpu", weights_only=True, mmap=True)
 
     def get(name):
         return raw[name].to(device=device, dtype=dtype)

@@ -49,7 +49,9 @@ def per_request_attention(q, k, v, num_new):
 def read_checkpoint(model_config, weight_dir, device, dtype):
     """The checkpoint on the device in the compute dtype, in the seed's layout (one dict
     per layer: "q", "k", "v", "o", "gate", "up", "down" and the two norms)."""
-    raw = torch.load(os.path.join(weight_dir, "model.pt"), map_location="cpu", weights_only=True)
+    # mmap: tensors read straight from the page cache as they go to the device (no
+    # copy of the whole checkpoint first; half of making an engine was that copy)
+    raw = torch.load(os.path.join(weight_dir, "model.pt"), map_location="cpu", weights_only=True, mmap=True)
 
     def get(name):
         return raw[name].to(device=device, dtype=dtype)
