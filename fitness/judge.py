@@ -6,7 +6,11 @@ file: static checks here, then the candidate is imported in a fresh runner, driv
 through the gate's traces (outputs compared here), then timed from here, against a
 baseline program in a second runner when one is given (fitness.timing). Whatever the
 candidate does (raise, hang, die, corrupt its CUDA context, lie) ends as a verdict; its
-runner is killed after every judgement and never reused.
+runner is killed after every judgement and never reused. The baseline's runner (a
+program judged before) is kept, stopped, for the next judgement beside it.
+
+A group of files (`judge_group`) is judged at once: their untimed steps run side by side,
+each on a core of its own, and they are timed in the same rounds beside the baseline.
 
 Levels: "screen" (target traces, unit-scaled weights, timing), "full" (adds the churn
 check and the derived configs), "none" (timing only, for programs judged before).

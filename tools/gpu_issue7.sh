@@ -4,6 +4,9 @@
 #   bash tools/gpu_issue7.sh compare OUT [ROUNDS]  # winner, fastest.txt's program and the seed,
 #                                                   # each benched in a fresh process, interleaved
 #   bash tools/gpu_issue7.sh all OUT BUDGET ROUNDS # the two, one after the other
+#   bash tools/gpu_issue7.sh judge OUT [WORKERS..]  # engine creation; the seed judged 5 times
+#                                                   # (its CV); judgements a minute, one by one
+#                                                   # and in groups of 4, with each worker count
 set -uo pipefail
 mode=$1 out=$2; mkdir -p "$out"
 source tools/gpu_env.sh
@@ -34,8 +37,17 @@ compare() {
   done | tee "$out/compare.txt"
   python3 -m fitness check --engine workspace/engine.py --model-config target/model_config.json --weight-dir target/weights --device cuda | head -12
 }
+judge() {
+  python3 -m mutations recipe mutations/recipes/fastest.txt -o /tmp/fastest.py > /dev/null
+  python3 -m tools.create_probe --engines seed_engine/engine.py /tmp/fastest.py | tee "$out/create.txt"
+  python3 -m tools.judge_probe --engines seed_engine/engine.py --repeats 5 | tee "$out/seed_cv.txt"
+  for group in 1 4; do
+    python3 -m tools.judge_throughput --engine /tmp/fastest.py --judgements 8 --group $group --workers "$@"
+  done | tee "$out/throughput.txt"
+}
 case $mode in
 search) search "${3:-8m}" ;;
 compare) compare "${3:-3}" ;;
 all) search "$3"; compare "$4" ;;
+judge) shift 2; judge "${@:-1}" ;;
 esac

@@ -1,12 +1,14 @@
 """Judgements per minute with 1..N warm judges side by side, and how precise they stay.
 
     python -m tools.judge_throughput --engine FAST.py --baseline seed_engine/engine.py \
-        --judgements 8 --workers 1 2 [--level screen] [--json OUT]
+        --judgements 8 --workers 1 2 [--group 4] [--level screen] [--json OUT]
 
 For each worker count: that many judge processes (fitness.sandbox.JudgeProcess), each on
 its own GPU (round robin over the visible ones) and its own cores, as evolve/judging.py
 starts them; `--judgements` judgements of the engine beside the baseline, spread over
-them, the first per judge left out (it pays for references and weights once). Prints
+them, the first per judge left out (it pays for references and weights once); with
+`--group N`, N copies of the engine per request, judged together (Judge.judge_group) as
+the search batches a generation's children. Prints
 judgements per minute and the CV of the engine's fitness and of its ratio to the baseline
 across judgements: timings taken side by side must stay as precise as timings taken alone.
 """
@@ -38,20 +40,22 @@ def run(num_workers: int, args, device: str) -> dict:
               for i, cpus in enumerate(shares)]
     options = dict(config_path=args.model_config, weight_dir=args.weight_dir, level=args.level, bench=args.bench,
                    baseline=args.baseline, seed=1234, timeout=600)
+    group = [args.engine] * args.group
     with ThreadPoolExecutor(num_workers) as pool:  # warm every judge: references, weights, runners
-        list(pool.map(lambda j: j.judge(args.engine, **options), judges))
+        list(pool.map(lambda j: j.judge_group(group, **options), judges))
         started = time.monotonic()
-        verdicts = list(pool.map(lambda i: judges[i % num_workers].judge(args.engine, **options),
-                                 range(args.judgements)))
+        requests = -(-args.judgements // args.group)
+        answers = list(pool.map(lambda i: judges[i % num_workers].judge_group(group, **options), range(requests)))
+        verdicts = [v for answer in answers for v in answer]
         seconds = time.monotonic() - started
     for judge in judges:
         judge.stop()
     ok = [v for v in verdicts if v["status"] == "ok"]
     fitness = [geometric_mean(v["tokens_per_second"].values()) for v in ok]
     ratios = [v["ratio"] for v in ok if v.get("ratio")]
-    return {"workers": num_workers, "judgements": len(verdicts), "ok": len(ok), "seconds": round(seconds, 1),
+    return {"workers": num_workers, "group": args.group, "judgements": len(verdicts), "ok": len(ok), "seconds": round(seconds, 1),
             "per_minute": round(60 * len(verdicts) / seconds, 2),
-            "mean_judgement_s": round(statistics.fmean(v["seconds"] for v in verdicts), 1),
+            "mean_request_s": round(statistics.fmean(v["seconds"] for v in verdicts), 1),
             "fitness_mean": round(statistics.fmean(fitness)) if fitness else None, "fitness_cv": cv(fitness),
             "ratio_mean": statistics.fmean(ratios) if ratios else None, "ratio_cv": cv(ratios),
             "errors": [v["error"][-300:] for v in verdicts if v["status"] != "ok"]}
@@ -68,6 +72,7 @@ def main(argv=None) -> int:
     parser.add_argument("--bench", default="public")
     parser.add_argument("--judgements", type=int, default=8)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--group", type=int, default=1, help="engines judged together per request")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
