@@ -25,7 +25,7 @@ def choose_winner(search):
     if search.clock.left() < search.estimated_final_s():
         return unmeasured_choice(search, contenders, "not compared with the seed again (out of budget)")
     results = run_jobs(search.toolbox, search.generation, [(p, FINAL, "full", seed.id) for p in contenders],
-                       search.config.workers)
+                       search.config.workers, scores)
     measured = [(verdict, p) for p, _, verdict in results if verdict["status"] == "ok" and verdict.get("ratio")]
     if not measured:
         return unmeasured_choice(search, [p for p in contenders if scores.is_ok(p.id)],

@@ -10,9 +10,11 @@ A generation is judged in two steps (`judge_generation`): every new program is s
 fame are then confirmed (derived configs and churn too, timed beside the best program so
 far). Programs with no judged parent (the seed, --seed-from) are judged in full at once.
 """
+import functools
 import hashlib
 import os
 import queue
+import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +31,7 @@ from fitness.sandbox import JudgeProcess
 # A judgement may run this long past the budget, so one slow candidate cannot sink it.
 MAX_OVERRUN_S = 120.0
 MIN_TIMEOUT_S = 60.0
+RETRIED_ALONE = ("crash", "timeout")  # a batch's verdicts judged again alone before they count
 FINAL, CONFIRM = history.REMEASURE_OPERATORS[1:3]
 
 
@@ -161,9 +164,18 @@ class Evaluator:
         # Wall time, process start included, shared among the batch: what the budget paid
         # for each judgement.
         share = round((time.monotonic() - started) / max(1, sum(v is not None for v in verdicts)), 3)
-        return [self.record(program, path, {**verdict, "seconds": share}, generation, batch, worker)
-                if verdict is not None else (None, None)
-                for program, path, verdict in zip(batch.programs, paths, verdicts)]
+        results = []
+        for program, path, verdict in zip(batch.programs, paths, verdicts):
+            if verdict is None:
+                results.append((None, None))
+            elif len(paths) > 1 and verdict["status"] in RETRIED_ALONE:
+                # Crowded out, maybe: programs side by side share the GPU's memory (seen: seven
+                # runners of 7 GB K/V slabs, and the baseline out of memory). Alone, it is its own.
+                results.append(self(Batch((program,), batch.label, batch.level, batch.baseline_id),
+                                    generation, worker)[0])
+            else:
+                results.append(self.record(program, path, {**verdict, "seconds": share}, generation, batch, worker))
+        return results
 
     def record(self, program, path, verdict: dict, generation: int, batch: Batch, worker: Worker) -> tuple:
         fitness = geometric_mean_tps(verdict)
@@ -193,36 +205,65 @@ def judge_generation(search, generation: int, programs: list) -> list:
     todo = [p for p in unique if p.id not in scores]
     parents = [first_judged_parent(p, scores) for p in todo]
     first = run_jobs(toolbox, generation, [(p, None, "screen" if parent else "full", parent)
-                                          for p, parent in zip(todo, parents)], search.config.workers)
+                                          for p, parent in zip(todo, parents)], search.config.workers, scores)
     search.update_best(todo)
     champion = search.hall_of_fame[0].id if len(search.hall_of_fame) else None
     # Screened earlier but never confirmed (a run stopped in between) counts too.
     confirm = [p for p in worth_confirming(search, unique) if p.id != champion]
-    run_jobs(toolbox, generation, [(p, CONFIRM, "full", champion) for p in confirm], search.config.workers)
+    run_jobs(toolbox, generation, [(p, CONFIRM, "full", champion) for p in confirm], search.config.workers, scores)
     return [(fitness, verdict) for _, fitness, verdict in first]
 
 
-def batches(jobs: list, workers: int, max_size: int = MAX_GROUP) -> list:
+def batches(jobs: list, workers: int, max_size=MAX_GROUP) -> list:
     """(program, label, level, baseline id) jobs as batches: those with the same label,
     level and baseline together, in as many batches as keep every worker busy, none
-    larger than `max_size`. Programs with no baseline are judged one by one."""
+    larger than `max_size` (a number, or a function of the baseline id). Programs with no
+    baseline are judged one by one."""
     groups = {}
     for program, label, level, baseline in jobs:
         groups.setdefault((label, level, baseline), []).append(program)
     out = []
     for (label, level, baseline), programs in groups.items():
-        count = len(programs) if baseline is None else max(-(-len(programs) // max_size), min(workers, len(programs)))
+        size_limit = max_size(baseline) if callable(max_size) else max_size
+        count = len(programs) if baseline is None else max(-(-len(programs) // size_limit), min(workers, len(programs)))
         size = -(-len(programs) // count)
         out += [Batch(tuple(programs[i:i + size]), label, level, baseline) for i in range(0, len(programs), size)]
     return out
 
 
-def run_jobs(toolbox, generation: int, jobs: list, workers: int = 1) -> list:
+def group_size(peak_mb: float, device_mb: float | None) -> int:
+    """Programs to judge side by side beside a baseline whose runner peaked at `peak_mb`
+    (its warm-up engine and a timed one): each runner may hold as much, and with the
+    baseline's they must fit in 70% of the card."""
+    if not peak_mb or not device_mb:
+        return MAX_GROUP
+    return max(1, min(MAX_GROUP, int(0.7 * device_mb / peak_mb) - 1))
+
+
+@functools.cache
+def gpu_memory_mb() -> float | None:
+    """The first visible GPU's memory, from nvidia-smi (no CUDA context in this process)."""
+    gpus = visible_gpus()
+    if not gpus:
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits",
+                              "-i", gpus[0]], capture_output=True, text=True, timeout=30).stdout
+        return float(out.split()[0])
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return None
+
+
+def run_jobs(toolbox, generation: int, jobs: list, workers: int = 1, scores=None) -> list:
     """(program, label, level, baseline id) jobs, batched, in one parallel map; (program,
     fitness, verdict) of each that was judged."""
     if not jobs:
         return []
-    todo = batches(jobs, workers)
+
+    def max_size(baseline_id):
+        peaks = scores.by_id[baseline_id].memory_mb if scores is not None and baseline_id in scores.by_id else []
+        return group_size(max(peaks, default=0.0), gpu_memory_mb())
+    todo = batches(jobs, workers, max_size)
     results = toolbox.map(toolbox.evaluate, todo, [generation] * len(todo))
     return [(program, *result) for batch, answers in zip(todo, results) if answers is not None
             for program, result in zip(batch.programs, answers)

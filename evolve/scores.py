@@ -53,6 +53,7 @@ class Score:
     memory_mb: list = field(default_factory=list)
     source_path: str = ""
     judge_seconds: list = field(default_factory=list)
+    judge_levels: list = field(default_factory=list)  # the level of each of judge_seconds
     tps: list = field(default_factory=list)  # {case: tokens/s} of each ok judgement
     is_confirmed: bool = False  # passed a "full" judgement: derived configs and churn too
 
@@ -65,6 +66,7 @@ class Score:
             self.tps.append(dict(tps or {}))
         if seconds is not None and math.isfinite(seconds):
             self.judge_seconds.append(float(seconds))
+            self.judge_levels.append(level)
 
 
 def finite_or_zero(value) -> float:
@@ -173,8 +175,10 @@ class Scores:
         cases = [c for c in (runs[0] if runs else {}) if all(c in r for r in runs)]
         return {c: sum(r[c] for r in runs) / len(runs) for c in cases}
 
-    def mean_judge_seconds(self, ok_only: bool = False, default: float = 30.0) -> float:
-        times = [t for s in self.by_id.values() if s.is_ok or not ok_only for t in s.judge_seconds]
+    def mean_judge_seconds(self, ok_only: bool = False, default: float = 30.0, level: str | None = None) -> float:
+        """Mean seconds a judgement cost (its share of its batch), of one level or all."""
+        times = [t for s in self.by_id.values() if s.is_ok or not ok_only
+                 for t, lv in zip(s.judge_seconds, s.judge_levels) if level in (None, lv)]
         return sum(times) / len(times) if times else default
 
     @classmethod

@@ -16,7 +16,7 @@ from deap import tools
 from evolve import checkpoint, history
 from evolve.checkpoint import RunDir, new_run_id
 from evolve.final import choose_winner, table_of
-from evolve.judging import Evaluator, WorkerPool, make_workers
+from evolve.judging import MAX_GROUP, Evaluator, WorkerPool, make_workers
 from evolve.loop import evolve
 from evolve.population import initial_population
 from evolve.scores import Scores, target_key
@@ -76,10 +76,17 @@ class Search:
             return False
         if self.config.generations is not None and self.generation > self.config.generations:
             return False
-        # One round of judgements must fit: the rest of a generation that does not is skipped
-        # judgement by judgement (judging.Evaluator). Asking for a whole generation stopped an
-        # H100 run after the seed, whose first judgement pays for every reference.
-        return self.clock.left() > self.scores.mean_judge_seconds() + self.estimated_final_s()
+        # One batch of screens and one confirmation must fit, and the final after them: the
+        # rest of a generation that does not is skipped batch by batch (judging.Evaluator).
+        # Asking for a whole generation stopped an H100 run after the seed, whose first
+        # judgement pays for every reference; asking for one judgement's share of a batch
+        # left no time for the final (an H100 run of 8m, docs/PERF.md).
+        return self.clock.left() > self.estimated_round_s() + self.estimated_final_s()
+
+    def estimated_round_s(self) -> float:
+        batch = min(MAX_GROUP, max(1, self.config.population // self.config.workers))
+        screen = self.scores.mean_judge_seconds(level="screen", default=self.scores.mean_judge_seconds())
+        return batch * screen + self.scores.mean_judge_seconds(ok_only=True, level="full")
 
     def seed_error(self) -> str:
         rows = history.read(self.config.history)
@@ -89,9 +96,10 @@ class Search:
     def estimated_final_s(self) -> float:
         """The final comparison: full judgements beside the seed, with up to final_rounds."""
         contenders = sum(1 for p in self.hall_of_fame if p.id != self.seed.id)
-        batches = math.ceil(min(self.config.final_top, contenders) / self.config.workers)
+        # One batch per worker: its untimed steps side by side, its rounds one runner more each.
+        together = math.ceil(min(self.config.final_top, contenders) / self.config.workers)
         longer = self.config.final_rounds / self.config.max_rounds
-        return batches * longer * self.scores.mean_judge_seconds(ok_only=True)
+        return (1 + (together - 1) / 2) * longer * self.scores.mean_judge_seconds(ok_only=True, level="full")
 
     def assign_fitness(self, programs) -> None:
         for program in programs:

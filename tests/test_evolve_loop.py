@@ -263,3 +263,23 @@ def test_a_seed_judged_wrong_stops_the_search_with_its_reason(small_target, tmp_
     assert len(history.judged_rows(frame)) == 1  # the seed alone: no child judged against it
     log = (config.workspace / "results.log").read_text()
     assert "the seed engine failed its judgement (crash: FileNotFoundError: no such weights)" in log
+
+
+def test_a_program_that_fails_beside_others_is_judged_again_alone(small_target, tmp_path):
+    """A crash in a batch may be a neighbour's doing (they share the GPU's memory): only
+    the verdict of a judgement alone is recorded."""
+    calls = {}
+
+    def crowded_judge(path, *args, **kwargs):
+        calls[path] = calls.get(path, 0) + 1
+        verdict = fake_judge(path, *args, **kwargs)
+        if kwargs.get("baseline") and calls[path] == 1:
+            verdict.update(status="crash", stage="target", error="CUDA out of memory", tokens_per_second={})
+        return verdict
+
+    config = make_config(small_target, tmp_path, generations=1)
+    assert run(config, **{**STAND_INS, "judge_fn": crowded_judge}) == 0
+    judged = history.judged_rows(history.read(config.history))
+    assert len(judged) > 2 and "crash" not in set(judged["status"])
+    screened = judged[judged["level"] == "screen"]
+    assert all(calls[Path(p)] >= 2 for p in screened["source_path"])  # once in its batch, once alone

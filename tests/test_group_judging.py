@@ -5,13 +5,14 @@ import time
 
 import pytest
 
-from evolve.judging import batches
+from evolve.judging import batches, group_size
 from fitness.candidate import CandidateProcess
-from fitness.judge import Judge
+from fitness.judge import MAX_GROUP, Judge
 from fitness.timing import Contender, Outcome, measure
 from tests import cheats, planted
 from tests.cheats import at_import
 from tests.conftest import SEED_ENGINE
+
 
 def heartbeat(path) -> str:
     """Module-level code: a thread that writes the time to `path` every millisecond."""
@@ -138,3 +139,10 @@ def test_jobs_are_batched_by_baseline_keeping_every_worker_busy():
     assert all(b.baseline_id == "seed" for b in one_gpu[:3]) and one_gpu[-1].programs == ("first",)
     two_cpus = batches(jobs[:3], workers=2, max_size=4)
     assert [len(b.programs) for b in two_cpus] == [2, 1]  # two workers: two batches
+
+
+def test_a_batch_is_as_large_as_the_cards_memory_allows():
+    assert group_size(0.0, 80_000) == MAX_GROUP and group_size(500.0, None) == MAX_GROUP
+    assert group_size(1_200.0, 80_000) == MAX_GROUP
+    assert group_size(14_500.0, 80_000) == 2  # three runners with two 7 GB K/V slabs each
+    assert group_size(60_000.0, 80_000) == 1
