@@ -129,6 +129,7 @@ class Evaluator:
         self.config, self.run, self.scores, self.history = config, run, scores, hist
         self.stopping, self.time_left = stopping, time_left
         self.judge_fn = judge_fn  # None: the worker's judge; else one path at a time (tests' stand-ins)
+        self.batch_seconds = {}  # level -> wall seconds of each batch judged (the budget's estimates)
         # Gate traces and their reference logits are the same for every judgement of a
         # run (computed once, by each judge); timed runs draw fresh tokens every time.
         self.gate_seed = int(hashlib.sha256(run.run_id.encode()).hexdigest()[:8], 16) & 0x7FFFFFFF
@@ -163,7 +164,9 @@ class Evaluator:
             return [(None, verdict) for verdict in verdicts]
         # Wall time, process start included, shared among the batch: what the budget paid
         # for each judgement.
-        share = round((time.monotonic() - started) / max(1, sum(v is not None for v in verdicts)), 3)
+        wall = time.monotonic() - started
+        self.batch_seconds.setdefault(batch.level, []).append(wall)
+        share = round(wall / max(1, sum(v is not None for v in verdicts)), 3)
         results = []
         for program, path, verdict in zip(batch.programs, paths, verdicts):
             if verdict is None:
@@ -171,6 +174,8 @@ class Evaluator:
             elif len(paths) > 1 and verdict["status"] in RETRIED_ALONE:
                 # Crowded out, maybe: programs side by side share the GPU's memory (seen: seven
                 # runners of 7 GB K/V slabs, and the baseline out of memory). Alone, it is its own.
+                print(f"  {program.id} judged again alone: {verdict['status']} in a batch of {len(paths)} "
+                      f"({last_line(verdict.get('error', ''))})", flush=True)
                 results.append(self(Batch((program,), batch.label, batch.level, batch.baseline_id),
                                     generation, worker)[0])
             else:
@@ -233,11 +238,18 @@ def batches(jobs: list, workers: int, max_size=MAX_GROUP) -> list:
 
 def group_size(peak_mb: float, device_mb: float | None) -> int:
     """Programs to judge side by side beside a baseline whose runner peaked at `peak_mb`
-    (its warm-up engine and a timed one): each runner may hold as much, and with the
-    baseline's they must fit in 70% of the card."""
+    (its warm-up engine and a timed one): each runner may hold twice as much (what its
+    allocator keeps, graph pools), and with the baseline's they must fit in 70% of the
+    card. Seen on an H100: runners of 7 GB K/V slabs failed even two beside one."""
     if not peak_mb or not device_mb:
         return MAX_GROUP
-    return max(1, min(MAX_GROUP, int(0.7 * device_mb / peak_mb) - 1))
+    return max(1, min(MAX_GROUP, int(0.7 * device_mb / (2 * peak_mb)) - 1))
+
+
+def last_line(text: str, limit: int = 160) -> str:
+    """The last line of an error (a traceback ends with the exception), for the console."""
+    lines = [line for line in str(text).splitlines() if line.strip()]
+    return (lines[-1] if lines else "")[:limit]
 
 
 @functools.cache

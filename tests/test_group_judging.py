@@ -144,5 +144,5 @@ def test_jobs_are_batched_by_baseline_keeping_every_worker_busy():
 def test_a_batch_is_as_large_as_the_cards_memory_allows():
     assert group_size(0.0, 80_000) == MAX_GROUP and group_size(500.0, None) == MAX_GROUP
     assert group_size(1_200.0, 80_000) == MAX_GROUP
-    assert group_size(14_500.0, 80_000) == 2  # three runners with two 7 GB K/V slabs each
-    assert group_size(60_000.0, 80_000) == 1
+    assert group_size(5_000.0, 80_000) == 4
+    assert group_size(14_500.0, 80_000) == 1  # two 7 GB K/V slabs a runner: alone

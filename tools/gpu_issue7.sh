@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 7 on one GPU (one device command may run 10 minutes):
 #   bash tools/gpu_issue7.sh search OUT [BUDGET]   # bash run.sh --budget BUDGET (8m), its report
-#   bash tools/gpu_issue7.sh compare OUT [ROUNDS]  # winner, fastest.txt's program and the seed,
-#                                                   # each benched in a fresh process, interleaved
+#   bash tools/gpu_issue7.sh compare OUT [ROUNDS]  # winner (or $ENGINES), fastest.txt's program
+#                                                   # and the seed, each benched in a fresh
+#                                                   # process, interleaved
 #   bash tools/gpu_issue7.sh all OUT BUDGET ROUNDS # the two, one after the other
 #   bash tools/gpu_issue7.sh judge OUT [WORKERS..]  # engine creation; the seed judged 5 times
 #                                                   # (its CV); judgements a minute, one by one
@@ -28,14 +29,15 @@ print(judged.groupby("level")["judge_seconds"].describe()[["count", "mean", "50%
 PY
 }
 compare() {
+  ENGINES=${ENGINES:-workspace/engine.py}
   python3 -m mutations recipe mutations/recipes/fastest.txt -o /tmp/fastest.py
   T="$T --cases public"
   for round in $(seq 1 "$1"); do
-    for engine in workspace/engine.py /tmp/fastest.py seed_engine/engine.py; do
+    for engine in $ENGINES /tmp/fastest.py seed_engine/engine.py; do
       python3 -m fitness bench --engine $engine $T | python3 -c "import json,sys; print('$round', '$engine', ' '.join(f\"{r['case_name']}={r['tokens_per_second']:.0f}\" for r in json.load(sys.stdin)))"
     done
   done | tee "$out/compare.txt"
-  python3 -m fitness check --engine workspace/engine.py --model-config target/model_config.json --weight-dir target/weights --device cuda | head -12
+  python3 -m fitness check --engine ${ENGINES%% *} --model-config target/model_config.json --weight-dir target/weights --device cuda | head -12
 }
 judge() {
   python3 -m mutations recipe mutations/recipes/fastest.txt -o /tmp/fastest.py > /dev/null
