@@ -6,8 +6,7 @@ around the runner's `go` (fitness.candidate.CandidateProcess.timed_go). Two prog
 timed in rounds, interleaved: in each round every case runs once for each program, on the
 same freshly drawn tokens, in alternating order, so drift, clocks and host noise fall on
 both. Rounds go on until the ratio between them is clear (its ~95% interval excludes 1,
-or is narrower than +-RESOLUTION), or `max_rounds`. A program timed alone gets rounds
-until its mean log fitness is known to +-RESOLUTION (one standard error).
+or is narrower than +-RESOLUTION), or `max_rounds`.
 
 Every timed run draws fresh tokens, and rows of its outputs, picked at random after the
 run, are compared with the reference here: a program that answers timed calls wrongly
@@ -94,14 +93,10 @@ class Outcome:
         return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
     def is_clear(self, candidate: Contender, resolution: float = RESOLUTION) -> bool:
-        """Beside a baseline: the ratio's interval excludes 1 or is within +-resolution.
-        Alone: the standard error of its mean log fitness is within resolution (one
-        program's absolute speed, judged repeatedly, should not wander more than that)."""
+        if self.baseline is None:
+            return True
         if candidate.rounds < 2:
             return False
-        if self.baseline is None:
-            logs = [math.log(candidate.round_fitness(self.cases, i)) for i in range(candidate.rounds)]
-            return statistics.stdev(logs) / math.sqrt(len(logs)) <= resolution
         ratio, low, high = self.ratio(candidate)
         return low > 1.0 or high < 1.0 or (high / low) ** 0.5 < 1.0 + resolution
 
