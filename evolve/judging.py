@@ -31,7 +31,9 @@ from fitness.sandbox import JudgeProcess
 # A judgement may run this long past the budget, so one slow candidate cannot sink it.
 MAX_OVERRUN_S = 120.0
 MIN_TIMEOUT_S = 60.0
-RETRIED_ALONE = ("crash", "timeout")  # a batch's verdicts judged again alone before they count
+# A GPU batch's verdicts judged again alone before they count (runners side by side share
+# the card's memory; on a CPU each runner has its own memory limit: a crash is its own).
+RETRIED_ALONE = ("crash", "timeout")
 FINAL, CONFIRM = history.REMEASURE_OPERATORS[1:3]
 
 
@@ -171,7 +173,7 @@ class Evaluator:
         for program, path, verdict in zip(batch.programs, paths, verdicts):
             if verdict is None:
                 results.append((None, None))
-            elif len(paths) > 1 and verdict["status"] in RETRIED_ALONE:
+            elif len(paths) > 1 and verdict["status"] in RETRIED_ALONE and self.config.device == "cuda":
                 # Crowded out, maybe: programs side by side share the GPU's memory (seen: seven
                 # runners of 7 GB K/V slabs, and the baseline out of memory). Alone, it is its own.
                 print(f"  {program.id} judged again alone: {verdict['status']} in a batch of {len(paths)} "

@@ -277,7 +277,9 @@ def test_a_program_that_fails_beside_others_is_judged_again_alone(small_target, 
             verdict.update(status="crash", stage="target", error="CUDA out of memory", tokens_per_second={})
         return verdict
 
-    config = make_config(small_target, tmp_path, generations=1)
+    # On a GPU (runners share the card's memory); the stand-in judge needs none.
+    given = {k: v for k, v in vars(make_config(small_target, tmp_path, generations=1)).items() if k != "device"}
+    config = RunConfig.build("cuda", **given)
     assert run(config, **{**STAND_INS, "judge_fn": crowded_judge}) == 0
     judged = history.judged_rows(history.read(config.history))
     assert len(judged) > 2 and "crash" not in set(judged["status"])
