@@ -212,7 +212,7 @@ class Judge:
                     entry.driver.process.close()
             for entry in entries:
                 if entry.alive:
-                    finish(entry.verdict, started, "ok", "", "")
+                    entry.end("ok", "", "")
                 entry.verdict["seconds"] = round(time.monotonic() - started, 3)
                 runners = [entry.driver.process] if entry.driver else []
                 entry.verdict["phases"] = phases(marks, runners + ([base.driver.process] if base else []))
@@ -381,9 +381,3 @@ def phases(marks: list, runners: list) -> dict:
         for op, seconds in runner.spent.items():
             spent[f"runner_{op}"] = round(spent.get(f"runner_{op}", 0.0) + seconds, 3)
     return spent
-
-
-def finish(verdict: dict, started: float, status: str, stage: str, error: str) -> dict:
-    assert status in STATUSES, status
-    verdict.update(status=status, stage=stage, error=error, seconds=round(time.monotonic() - started, 3))
-    return verdict

@@ -13,7 +13,7 @@ requests, so the candidate cannot tell a checked call from a timed one:
     fetch    send the outputs (the judge checks them against the go's checksum) and
              the peak memory since prepare
 
-`memory` reports peak and retained bytes, `drop` lets the engines go, `exit` ends it.
+`memory` reports the bytes the engine retains, `drop` lets the engines go, `exit` ends it.
 """
 import gc
 import os
@@ -114,9 +114,7 @@ class Runner:
         return {"kinds": kinds, "peak_bytes": peak}, self.outputs
 
     def memory(self) -> dict:
-        cuda = is_cuda(getattr(self, "device", "cpu"))
-        return {"peak_bytes": torch.cuda.max_memory_allocated() if cuda else 0,
-                "retained_bytes": retained_bytes(self.engine) if self.engine is not None else 0}
+        return {"retained_bytes": retained_bytes(self.engine) if self.engine is not None else 0}
 
     def drop(self) -> dict:
         self.engine = self.warm = None

@@ -74,8 +74,7 @@ class Contender:
 
 @dataclass
 class Outcome:
-    """Candidates, each timed beside one baseline (or alone, with none) in the same rounds."""
-    candidates: list
+    """Candidates' comparisons with one baseline (or none: timed alone) over the same rounds."""
     baseline: Contender | None
     cases: dict
     rounds: int = 0
@@ -162,7 +161,7 @@ def measure(candidates: list, baseline, cases: dict, raw_config: dict, weight_di
     runner makes its engine at once (untimed), then each runs in turn, alone: the others
     are stopped (SIGSTOP) while it is timed. A failure of the baseline ends them all."""
     ramp_gpu_clocks(device)
-    outcome = Outcome(list(candidates), baseline, cases)
+    outcome = Outcome(baseline, cases)
     active = list(candidates)
     round_seconds = 0.0
     while active and outcome.rounds < max_rounds and (outcome.rounds == 0 or time_left() > 2 * round_seconds):

@@ -1,8 +1,9 @@
 """A judge kept warm for a whole search: `python -m fitness.worker`, one per device.
 
-Reads one JSON request per line on stdin (the keyword arguments of Judge.judge, or of
-Judge.judge_group) and writes one JSON verdict (or list of verdicts) per line on stdout. Torch is imported, the CUDA context made,
-reference models loaded and reference logits cached once for every judgement it makes.
+Reads one JSON request per line on stdin (the keyword arguments of Judge.judge_group)
+and writes one JSON list of verdicts, one per path, per line on stdout. Torch is
+imported, the CUDA context made, reference models loaded and reference logits cached
+once for every judgement it makes.
 It never imports a candidate: each runs in a runner process of its own (fitness.judge).
 With --cpus it keeps itself and its runners to those cores, so judges on one machine do
 not take each other's cores (a host-bound engine timed beside a busy neighbour is timed
@@ -48,9 +49,7 @@ def main(argv=None) -> int:
     sys.stdout = sys.stderr  # stdout carries verdicts only
     try:
         for line in sys.stdin:
-            request = json.loads(line)  # {"paths": [...]}: a list of verdicts, one per path
-            answer = judge.judge_group(**request) if "paths" in request else judge.judge(**request)
-            out.write(json.dumps(answer, default=str) + "\n")
+            out.write(json.dumps(judge.judge_group(**json.loads(line)), default=str) + "\n")
             out.flush()
     finally:
         judge.close()
