@@ -2,7 +2,7 @@
 hidden evaluation. Data only, so the benchmark and the speed-of-light model share them."""
 from fitness.traces import decode, prefill, remove
 
-CASE_SETS = ("public", "hidden", "all", "small")
+CASE_SETS = ("public", "hidden", "all", "small", "large")
 
 
 def prefill_events(num_requests: int, prompt_length: int) -> list:
@@ -63,14 +63,26 @@ def small_cases() -> dict:
     }
 
 
+def large_cases() -> dict:
+    """Issue 8's cases for a 1B-class model: one request decoding (its time per step), a
+    batch of 64 decoding, and a long packed prefill."""
+    return {
+        "decode_1x128x64": decode_events(1, 128, 64),
+        "decode_64x256x64": decode_events(64, 256, 64),
+        "prefill_16x1024": prefill_events(16, 1024),
+    }
+
+
 def select_cases(which: str) -> dict:
-    """"public", "hidden", "all" (public first) or "small". In "all", a hidden-style case
+    """"public", "hidden", "all" (public first), "small" or "large". In "all", a hidden-style case
     with the same events as a public one is left out: it would cost a second measurement
     of the same thing and count twice in a mean over cases."""
     if which not in CASE_SETS:
         raise ValueError(f"cases must be one of {CASE_SETS}, got {which!r}")
     if which == "small":
         return small_cases()
+    if which == "large":
+        return large_cases()
     cases = {}
     if which in ("public", "all"):
         cases.update(public_cases())

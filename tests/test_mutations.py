@@ -166,7 +166,8 @@ def test_cuda_operators_stay_off_cpu_walks():
         assert mutations.get_operator(result.operator).devices == "any"
     cuda_only = {op.name for op in mutations.all_operators() if op.devices == "cuda"}
     assert cuda_only == {"allele.rms_norm.triton", "allele.add_rms_norm.triton", "allele.attend_prefill.triton_varlen",
-                         "allele.attend_decode.triton_split_kv", "torch_compile"}
+                         "allele.attend_decode.triton_split_kv", "allele.apply_rope.triton",
+                         "allele.Engine.cuda_graphs_prefill", "torch_compile"}
     for name in cuda_only:  # only they may import triton; CPU programs never need it
         assert "import triton" in applied_to_seed(name).source or name == "torch_compile"
     for name in CPU_OPERATORS:

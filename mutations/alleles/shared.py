@@ -5,6 +5,8 @@ import os
 import torch
 import torch.nn.functional as F
 
+MAX_GRAPH_BATCH = 64  # range: 8..256; the largest batch a decode graph is captured for
+
 
 def sdpa(q, k, v, attn_mask=None, is_causal=False):
     """F.scaled_dot_product_attention (GQA allowed), except in bf16.
@@ -80,3 +82,8 @@ def regrown(pools, num_layers, shape, device, dtype):
     for old, grown in zip(pools, new):
         grown[:old.shape[0]] = old
     return new
+
+
+def graph_buckets(largest):
+    """Batch sizes with a decode graph: 1, 2, 4, 8, then every multiple of 16 up to `largest`."""
+    return sorted({b for b in (1, 2, 4, 8) if b <= largest} | set(range(16, largest + 1, 16)) | {largest})

@@ -90,6 +90,34 @@ def check_prefill(head_dim, lengths=(3, 7, 1), num_heads=4, num_kv_heads=2):
         start += t
 
 
+def check_prefill_static(head_dim=24, lengths=(3, 7, 1), prompt_slots=5, rows=16, num_heads=4, num_kv_heads=2):
+    """The captured layout: starts and lengths in padded device buffers (length-0 prompts),
+    rows after the prompts that belong to none; those stay zero."""
+    torch.manual_seed(3)
+    module = load("attend_prefill", "triton_varlen")
+    n = sum(lengths)
+    q, k, v = (torch.randn(rows, h, head_dim) for h in (num_heads, num_kv_heads, num_kv_heads))
+    starts = [sum(lengths[:i]) for i in range(len(lengths))]
+    padding = [0] * (prompt_slots - len(lengths))
+    step = SimpleNamespace(prompt_starts=torch.tensor(starts + padding), prompt_lengths=torch.tensor(list(lengths) + padding))
+    got = module.attend_prefill(q, k, v, None, 0, step)
+    eager = module.attend_prefill(q[:n], k[:n], v[:n], None, 0, SimpleNamespace(num_new=list(lengths)))
+    check(f"varlen static D={head_dim}", got[:n], eager, tol=1e-6)
+    check(f"varlen static D={head_dim} padding rows", got[n:], torch.zeros_like(got[n:]), tol=1e-12)
+
+
+def check_rope(head_dim, num_heads=3, tokens=5):
+    torch.manual_seed(4)
+    module = load("apply_rope", "triton")
+    qkv = torch.randn(tokens, (num_heads + 2) * head_dim)
+    x = qkv[:, :num_heads * head_dim].view(tokens, num_heads, head_dim)  # strided, as after a fused QKV
+    angles = torch.rand(tokens, head_dim // 2) * 6
+    cos, sin = angles.cos(), angles.sin()
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    want = torch.stack((x0 * cos[:, None] - x1 * sin[:, None], x0 * sin[:, None] + x1 * cos[:, None]), -1).flatten(-2)
+    check(f"rope D={head_dim} heads={num_heads}", module.apply_rope(x, cos, sin), want, tol=1e-5)
+
+
 if __name__ == "__main__":
     check_norms()
     check_decode(page_size=4, max_positions=16, head_dim=24)  # paged, head_dim not a power of 2
@@ -98,4 +126,7 @@ if __name__ == "__main__":
     check_decode(page_size=8, max_positions=16, head_dim=256, num_heads=2, num_kv_heads=1)
     check_prefill(head_dim=24)
     check_prefill(head_dim=256, lengths=(5, 2), num_heads=2, num_kv_heads=1)
+    check_prefill_static()
+    check_rope(head_dim=24)
+    check_rope(head_dim=256, num_heads=1)
     sys.exit(0)

@@ -18,13 +18,6 @@ import torch
 REQUIRES = {"KVCache": ("slab", "paged"), "attend_decode": ("table_sdpa", "triton_split_kv")}
 DEVICES = "any"
 
-MAX_GRAPH_BATCH = 64  # range: 8..256; the largest batch a graph is captured for
-
-
-def graph_buckets(largest):
-    """Batch sizes with a graph: 1, 2, 4, 8, then every multiple of 16 up to `largest`."""
-    return sorted({b for b in (1, 2, 4, 8) if b <= largest} | set(range(16, largest + 1, 16)) | {largest})
-
 
 class Engine:
     def __init__(self, model_config, weight_dir, device):

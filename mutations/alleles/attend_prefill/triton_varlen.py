@@ -5,6 +5,9 @@ over its prompt's keys up to the causal limit: scores and the online softmax in 
 probabilities cast to the compute dtype before @ v, as the reference casts them. Prompts
 are addressed by start offset and length in the packed [N, heads, D] tensors; any head_dim
 up to 256 (padded to a power of two, masked), GQA by query head h reading K/V head h // groups.
+A call captured in a CUDA graph passes the starts and lengths as device buffers on the step
+(`prompt_starts`, `prompt_lengths`: the cuda_graphs_prefill engine); the grid then covers
+the whole call for every prompt slot, and blocks past a prompt's end do nothing.
 """
 import math
 
@@ -65,16 +68,22 @@ def attend_prefill(q, k, v, cache, layer, step):
         return per_request_attention(q, k, v, step.num_new)
     num_tokens, num_heads, head_dim = q.shape
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    lengths = step.num_new
-    starts = [0]
-    for n in lengths[:-1]:
-        starts.append(starts[-1] + n)
     block_d = max(16, triton.next_power_of_2(head_dim))  # tl.dot needs 16 or more
     block = 32 if block_d <= 128 else 16  # [BLOCK, BLOCK_D] tiles of q, k, v fit in shared memory
-    out = torch.empty_like(q)
-    grid = (len(lengths), num_heads, triton.cdiv(max(lengths), block))
+    starts, lengths = getattr(step, "prompt_starts", None), getattr(step, "prompt_lengths", None)
+    if starts is None:
+        firsts = [0]
+        for n in step.num_new[:-1]:
+            firsts.append(firsts[-1] + n)
+        starts, lengths = torch.tensor([firsts, step.num_new], device=q.device)
+        longest = max(step.num_new)
+        out = torch.empty_like(q)
+    else:  # a captured call's static buffers: padded prompts of length 0, padding rows after them
+        longest = num_tokens  # the grid cannot depend on the lengths
+        out = torch.zeros_like(q)  # rows of no prompt stay finite: they write the scratch K/V row
+    grid = (starts.shape[0], num_heads, triton.cdiv(longest, block))
     varlen_prefill_kernel[grid](
-        q, k, v, out, torch.tensor(starts, device=q.device), torch.tensor(lengths, device=q.device),
+        q, k, v, out, starts, lengths,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), out.stride(0), out.stride(1),
         1.0 / math.sqrt(head_dim), GROUPS=num_heads // k.shape[1], HEAD_DIM=head_dim,
         BLOCK_M=block, BLOCK_N=block, BLOCK_D=block_d)

@@ -1,0 +1,44 @@
+"""RoPE in one Triton kernel: a program per token rotates every head's interleaved pairs.
+
+The seed's rotation is about eight kernels (two strided slices, four products, a sum, a
+difference, a stack); on a decode step each is a launch of almost no work, twice a layer
+(q and k). Here it is one launch each, reading x through its strides (a slice of a fused
+QKV projection needs no copy first). The products are taken in fp32 and rounded once.
+"""
+import torch
+import triton
+import triton.language as tl
+
+REQUIRES = {}
+DEVICES = "cuda"
+
+
+@triton.jit
+def rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, stride_xt, stride_xh, stride_ct, stride_ot, stride_oh,
+                num_heads, HALF: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_P: tl.constexpr):
+    t = tl.program_id(0)
+    heads = tl.arange(0, BLOCK_H)[:, None]
+    pairs = tl.arange(0, BLOCK_P)[None, :]
+    ok = (heads < num_heads) & (pairs < HALF)
+    src = x_ptr + t.to(tl.int64) * stride_xt + heads * stride_xh + 2 * pairs
+    x0 = tl.load(src, mask=ok, other=0.0).to(tl.float32)
+    x1 = tl.load(src + 1, mask=ok, other=0.0).to(tl.float32)
+    c = tl.load(cos_ptr + t.to(tl.int64) * stride_ct + pairs, mask=pairs < HALF, other=0.0).to(tl.float32)
+    s = tl.load(sin_ptr + t.to(tl.int64) * stride_ct + pairs, mask=pairs < HALF, other=0.0).to(tl.float32)
+    dst = out_ptr + t.to(tl.int64) * stride_ot + heads * stride_oh + 2 * pairs
+    tl.store(dst, (x0 * c - x1 * s).to(out_ptr.dtype.element_ty), mask=ok)
+    tl.store(dst + 1, (x0 * s + x1 * c).to(out_ptr.dtype.element_ty), mask=ok)
+
+
+def apply_rope(x, cos, sin):
+    """Rotate interleaved pairs (x[2i], x[2i+1]) of x [N, heads, head_dim]."""
+    num_tokens, num_heads, head_dim = x.shape
+    out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
+    if num_tokens == 0:
+        return out
+    cos, sin = cos.contiguous(), sin.contiguous()
+    rope_kernel[(num_tokens,)](x, cos, sin, out, x.stride(0), x.stride(1), cos.stride(0), out.stride(0),
+                               out.stride(1), num_heads, HALF=head_dim // 2,
+                               BLOCK_H=triton.next_power_of_2(num_heads),
+                               BLOCK_P=triton.next_power_of_2(head_dim // 2))
+    return out
