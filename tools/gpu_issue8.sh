@@ -5,8 +5,9 @@
 #   bash tools/gpu_issue8.sh check OUT            # fitness check (derived configs) of each
 #   bash tools/gpu_issue8.sh compare OUT [ROUNDS] # each, and the seed, benched on the public
 #                                                 # cases in fresh processes, interleaved
-#   bash tools/gpu_issue8.sh targets OUT [NAMES]  # the 12-layer config's hidden cases and the
-#                                                 # 1B-class config's large cases, with roofline
+#   bash tools/gpu_issue8.sh targets OUT [CONFIG:CASES..]  # default: the 12-layer config's
+#                          # hidden cases and the 1B-class config's large cases, with roofline
+#                          # ($SEED=1: the seed too)
 set -uo pipefail
 mode=$1 out=$2; mkdir -p "$out"
 source tools/gpu_env.sh
@@ -17,7 +18,6 @@ for recipe in $RECIPES; do
   python3 -m mutations recipe "$recipe" -o "/tmp/$name.py" > /dev/null || exit 1
   engines="$engines /tmp/$name.py"
 done
-summary='import json,sys; print(sys.argv[1], " ".join(f"{r[\"case_name\"]}={r[\"tokens_per_second\"]:.0f}" + (f"({r[\"fraction_of_roofline\"]:.2f})" if "fraction_of_roofline" in r else "") + f" {r[\"peak_memory_mb\"]:.0f}MB" for r in json.load(sys.stdin)))'
 case $mode in
 check)
   for engine in $engines; do
@@ -26,17 +26,17 @@ check)
 compare)
   for round in $(seq 1 "${3:-3}"); do
     for engine in $engines seed_engine/engine.py; do
-      python3 -m fitness bench --engine "$engine" $T --cases public --roofline | python3 -c "$summary" "$round $engine"
+      python3 -m fitness bench --engine "$engine" $T --cases public --roofline | python3 -m tools.bench_line "$round $engine"
     done
   done | tee "$out/compare.txt" ;;
 targets)
-  python3 -m tools.target_configs /tmp/configs > /dev/null
-  for target in twelve_layer:hidden one_b:large; do
+  for target in ${3:-twelve_layer:hidden one_b:large}; do
     config=${target%%:*} cases=${target##*:}
+    python3 -m tools.target_configs /tmp/configs --only "$config" > /dev/null
     for engine in $engines ${SEED:+seed_engine/engine.py}; do
       python3 -m fitness bench --engine "$engine" --model-config /tmp/configs/$config/model_config.json \
         --weight-dir /tmp/configs/$config/weights --device cuda --cases "$cases" --roofline \
-        | tee "$out/${config}_$(basename "$engine" .py).json" | python3 -c "$summary" "$config $engine"
+        | tee "$out/${config}_$(basename "$engine" .py).json" | python3 -m tools.bench_line "$config $engine"
     done
   done | tee "$out/targets.txt" ;;
 esac

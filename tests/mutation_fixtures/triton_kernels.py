@@ -106,16 +106,18 @@ def check_prefill_static(head_dim=24, lengths=(3, 7, 1), prompt_slots=5, rows=16
     check(f"varlen static D={head_dim} padding rows", got[n:], torch.zeros_like(got[n:]), tol=1e-12)
 
 
-def check_rope(head_dim, num_heads=3, tokens=5):
+def check_rope(head_dim, num_heads=3, tokens=5, dtype=torch.float32):
+    """Against the seed's rotation. Not in bf16: the interpreter truncates where a GPU rounds
+    to nearest, so its bf16 cannot show the rounding order (the GPU gate's bf16 config does)."""
     torch.manual_seed(4)
     module = load("apply_rope", "triton")
-    qkv = torch.randn(tokens, (num_heads + 2) * head_dim)
+    qkv = torch.randn(tokens, (num_heads + 2) * head_dim).to(dtype)
     x = qkv[:, :num_heads * head_dim].view(tokens, num_heads, head_dim)  # strided, as after a fused QKV
     angles = torch.rand(tokens, head_dim // 2) * 6
-    cos, sin = angles.cos(), angles.sin()
+    cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
     x0, x1 = x[..., 0::2], x[..., 1::2]
     want = torch.stack((x0 * cos[:, None] - x1 * sin[:, None], x0 * sin[:, None] + x1 * cos[:, None]), -1).flatten(-2)
-    check(f"rope D={head_dim} heads={num_heads}", module.apply_rope(x, cos, sin), want, tol=1e-5)
+    check(f"rope D={head_dim} heads={num_heads} {dtype}", module.apply_rope(x, cos, sin), want, tol=1e-12)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,10 @@
 The seed's rotation is about eight kernels (two strided slices, four products, a sum, a
 difference, a stack); on a decode step each is a launch of almost no work, twice a layer
 (q and k). Here it is one launch each, reading x through its strides (a slice of a fused
-QKV projection needs no copy first). The products are taken in fp32 and rounded once.
+QKV projection needs no copy first). Each product is rounded to the compute dtype before
+the sum, as the reference's elementwise ops round. bf16 takes the reference's own ops: the
+kernel missed a bf16 reference by 1.06x the tolerance rounding once, and still by 1.01x
+rounding each product (H100, docs/PERF.md), where the seed's ops match it exactly.
 """
 import torch
 import triton
@@ -25,13 +28,18 @@ def rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, stride_xt, stride_xh, stride_c
     x1 = tl.load(src + 1, mask=ok, other=0.0).to(tl.float32)
     c = tl.load(cos_ptr + t.to(tl.int64) * stride_ct + pairs, mask=pairs < HALF, other=0.0).to(tl.float32)
     s = tl.load(sin_ptr + t.to(tl.int64) * stride_ct + pairs, mask=pairs < HALF, other=0.0).to(tl.float32)
+    dtype = out_ptr.dtype.element_ty
+    x0c, x1s = (x0 * c).to(dtype).to(tl.float32), (x1 * s).to(dtype).to(tl.float32)
+    x0s, x1c = (x0 * s).to(dtype).to(tl.float32), (x1 * c).to(dtype).to(tl.float32)
     dst = out_ptr + t.to(tl.int64) * stride_ot + heads * stride_oh + 2 * pairs
-    tl.store(dst, (x0 * c - x1 * s).to(out_ptr.dtype.element_ty), mask=ok)
-    tl.store(dst + 1, (x0 * s + x1 * c).to(out_ptr.dtype.element_ty), mask=ok)
+    tl.store(dst, (x0c - x1s).to(dtype), mask=ok)
+    tl.store(dst + 1, (x0s + x1c).to(dtype), mask=ok)
 
 
 def apply_rope(x, cos, sin):
     """Rotate interleaved pairs (x[2i], x[2i+1]) of x [N, heads, head_dim]."""
+    if x.dtype == torch.bfloat16:
+        return rotate_pairs(x, cos, sin)
     num_tokens, num_heads, head_dim = x.shape
     out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
     if num_tokens == 0:
@@ -42,3 +50,10 @@ def apply_rope(x, cos, sin):
                                BLOCK_H=triton.next_power_of_2(num_heads),
                                BLOCK_P=triton.next_power_of_2(head_dim // 2))
     return out
+
+
+def rotate_pairs(x, cos, sin):
+    """The reference's rotation, op for op."""
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)

@@ -1,0 +1,20 @@
+"""One line per `python -m fitness bench` result on stdin: tokens/s of each case, its
+fraction of the roofline when there is one, and peak memory (for GPU logs).
+
+    python -m fitness bench ... | python -m tools.bench_line LABEL
+"""
+import json
+import sys
+
+
+def line(label: str, results: list) -> str:
+    parts = []
+    for r in results:
+        roof = f"({r['fraction_of_roofline']:.3f} of {r['roofline_tokens_per_second']:.0f})" \
+            if "fraction_of_roofline" in r else ""
+        parts.append(f"{r['case_name']}={r['tokens_per_second']:.0f}{roof} {r['peak_memory_mb']:.0f}MB")
+    return f"{label} " + " ".join(parts)
+
+
+if __name__ == "__main__":
+    print(line(" ".join(sys.argv[1:]), json.load(sys.stdin)))
