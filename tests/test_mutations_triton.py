@@ -11,7 +11,8 @@ from tests.conftest import REPO
 
 FIXTURES = REPO / "tests" / "mutation_fixtures"
 INTERPRETED = ["allele.rms_norm.triton", "allele.add_rms_norm.triton", "allele.attend_prefill.triton_varlen",
-               "allele.attend_decode.triton_split_kv", "allele.apply_rope.triton", "allele.Engine.cuda_graphs_prefill"]
+               "allele.attend_decode.triton_split_kv", "allele.apply_rope.triton", "allele.Engine.cuda_graphs_prefill",
+               "allele.KVCache.paged_chunks"]
 
 
 def interpreted(*args, timeout):
@@ -30,11 +31,11 @@ def test_triton_kernels_match_torch_on_cpu():
 
 def test_prefill_graph_engine_matches_the_seed_on_cpu(small_target):
     """cuda_graphs_prefill's static path (buckets, padding rows and prompts, last rows,
-    eager fallbacks, decode after it) gives the seed's logits."""
+    eager fallbacks, decode after it) gives the seed's logits, over paged and paged_chunks."""
     config_path, weight_dir = small_target
     done = interpreted(FIXTURES / "prefill_graphs.py", config_path, weight_dir, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("ok ") == 8
+    assert done.stdout.count("ok paged: ") == 8 and done.stdout.count("ok paged_chunks: ") == 8
 
 
 @pytest.mark.skipif(os.environ.get("MUTATIONS_SLOW") != "1", reason="about 40 s per allele; MUTATIONS_SLOW=1 runs it")

@@ -4,7 +4,9 @@ padding, prompt slots, last rows and the eager fallbacks are all exercised.
 
     TRITON_INTERPRET=1 python tests/mutation_fixtures/prefill_graphs.py CONFIG.json WEIGHT_DIR
 
-Prints "ok <what>" per check; exits non-zero on the first mismatch.
+Runs it twice: over `paged`, and over `paged_chunks` with chunks of 2 pages (so the pool
+grows a chunk at a time under it). Prints "ok <what>" per check; exits non-zero on the
+first mismatch.
 """
 import json
 import os
@@ -22,12 +24,12 @@ import torch  # noqa: E402
 import mutations  # noqa: E402
 from fitness.loader import load_engine_module  # noqa: E402
 
-OPERATORS = ("allele.Engine.cuda_graphs_prefill", "allele.KVCache.paged", "allele.apply_rope.triton")
+OPERATORS = ("allele.Engine.cuda_graphs_prefill", "allele.apply_rope.triton")
 
 
-def child_module():
+def child_module(cache):
     source = (REPO / "seed_engine" / "engine.py").read_text()
-    for name in OPERATORS:
+    for name in (*OPERATORS, f"allele.KVCache.{cache}"):
         source = mutations.get_operator(name).apply(source, random.Random(0)).source
     path = Path(tempfile.mkdtemp()) / "child.py"
     path.write_text(source)
@@ -35,9 +37,16 @@ def child_module():
 
 
 def main(config_path, weight_dir) -> int:
-    config = json.loads(Path(config_path).read_text())
+    for cache in ("paged", "paged_chunks"):
+        module = child_module(cache)
+        if cache == "paged_chunks":
+            module.CHUNK_PAGES = 2
+        compare(module, json.loads(Path(config_path).read_text()), weight_dir, cache)
+    return 0
+
+
+def compare(module, config, weight_dir, cache):
     seed = load_engine_module(REPO / "seed_engine" / "engine.py").create_engine(config, weight_dir, "cpu")
-    module = child_module()
     engine = module.create_engine(config, weight_dir, "cpu")
     largest = module.MAX_PREFILL_PROMPTS
     generator = torch.Generator().manual_seed(5)
@@ -48,7 +57,7 @@ def main(config_path, weight_dir) -> int:
     def same(what, a, b):
         err = (a - b).abs().max().item()
         assert a.shape == b.shape and err < 1e-3, f"{what}: shape {tuple(a.shape)} vs {tuple(b.shape)}, error {err}"
-        print(f"ok {what} (max error {err:.1e})", flush=True)
+        print(f"ok {cache}: {what} (max error {err:.1e})", flush=True)
 
     calls = [
         ("prefill of 3 prompts, 13 tokens in the bucket of 16", [0, 1, 2], [5, 7, 1]),
@@ -65,7 +74,6 @@ def main(config_path, weight_dir) -> int:
         tokens = torch.randint(0, config["vocab_size"], (len(live),), generator=generator)
         same(f"decode {step} of {len(live)} requests after the prefills", engine.decode(live, tokens),
              seed.decode(live, tokens))
-    return 0
 
 
 if __name__ == "__main__":

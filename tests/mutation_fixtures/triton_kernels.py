@@ -75,6 +75,51 @@ def check_decode(page_size, max_positions, head_dim, num_heads=4, num_kv_heads=2
               got[b], want.flatten())
 
 
+def check_chunked_cache(head_dim=24, num_heads=4, num_kv_heads=2, lengths=(5, 11, 3)):
+    """paged_chunks with chunks of 2 pages of 4 rows: prompts spread over several chunks are
+    written by its kernel, read back, and attended by the split-KV decode through its table."""
+    torch.manual_seed(5)
+    module = load("KVCache", "paged_chunks")
+    module.PAGE_SIZE, module.CHUNK_PAGES = 4, 2
+    decode = load("attend_decode", "triton_split_kv")
+    config = {"num_hidden_layers": 2, "max_position_embeddings": 32, "num_key_value_heads": num_kv_heads,
+              "head_dim": head_dim}
+    cache = module.KVCache(config, "cpu", torch.float32)
+    ids, n = [7, 3, 9], sum(lengths)
+    prefill = SimpleNamespace(request_ids=ids, num_new=list(lengths), is_decode=False, positions=None)
+    cache.prepare(prefill)
+    keys, values = torch.randn(2, n, num_kv_heads, head_dim), torch.randn(2, n, num_kv_heads, head_dim)
+    for layer in range(2):
+        cache.write(layer, prefill, keys[layer], values[layer])
+    assert len(cache.chunks) >= 3, len(cache.chunks)
+    step = SimpleNamespace(request_ids=ids, num_new=[1] * 3, is_decode=True,
+                           positions=torch.tensor(lengths))  # each request's new token sits at its length
+    cache.prepare(step)
+    new_k, new_v = torch.randn(3, num_kv_heads, head_dim), torch.randn(3, num_kv_heads, head_dim)
+    cache.write(1, step, new_k, new_v)
+    q = torch.randn(3, num_heads, head_dim)
+    got = decode.attend_decode(q, None, None, cache, 1, step)
+    start = 0
+    for b, length in enumerate(lengths):
+        k_all = torch.cat((keys[1, start:start + length], new_k[b:b + 1]))  # [length + 1, kv_heads, D]
+        v_all = torch.cat((values[1, start:start + length], new_v[b:b + 1]))
+        read_k, read_v = cache.read(1, ids[b])
+        check(f"chunked cache read request {b}", torch.cat((read_k, read_v)), torch.cat((k_all, v_all)), tol=1e-12)
+        want = reference_attention(q[b][:, None], k_all.transpose(0, 1), v_all.transpose(0, 1),
+                                   torch.ones(1, length + 1, dtype=torch.bool))
+        check(f"split_kv over chunks request {b}", got[b], want.flatten())
+        start += length
+    # bf16: one pool that moves as it grows (the reference's decode indexes k[layer] itself)
+    cache = module.KVCache(config, "cpu", torch.bfloat16)
+    cache.prepare(prefill)
+    cache.write(0, prefill, keys[0].bfloat16(), values[0].bfloat16())
+    assert len(cache.chunks) == 1 and cache.generation >= 2, (len(cache.chunks), cache.generation)
+    read_k, _ = cache.read(0, ids[1])
+    check("bf16 pool after growth", read_k.float(), keys[0, lengths[0]:lengths[0] + lengths[1]].bfloat16().float(), tol=1e-12)
+    table_k = cache.k[0][cache.pages_of[ids[1]]].flatten(0, 1)[:lengths[1]]
+    check("bf16 pool indexed as k[layer]", table_k.float(), read_k.float(), tol=1e-12)
+
+
 def check_prefill(head_dim, lengths=(3, 7, 1), num_heads=4, num_kv_heads=2):
     torch.manual_seed(2)
     module = load("attend_prefill", "triton_varlen")
@@ -126,6 +171,7 @@ if __name__ == "__main__":
     check_decode(page_size=16, max_positions=16, head_dim=24)  # slab: one page per request
     check_decode(page_size=4, max_positions=16, head_dim=24, split_tokens=4)  # several splits, empty ones
     check_decode(page_size=8, max_positions=16, head_dim=256, num_heads=2, num_kv_heads=1)
+    check_chunked_cache()
     check_prefill(head_dim=24)
     check_prefill(head_dim=256, lengths=(5, 2), num_heads=2, num_kv_heads=1)
     check_prefill_static()

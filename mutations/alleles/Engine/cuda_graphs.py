@@ -15,7 +15,7 @@ its tensors move and the graphs are captured again) and a decode attention of st
 """
 import torch
 
-REQUIRES = {"KVCache": ("slab", "paged"), "attend_decode": ("table_sdpa", "triton_split_kv")}
+REQUIRES = {"KVCache": ("slab", "paged", "paged_chunks"), "attend_decode": ("table_sdpa", "triton_split_kv")}
 DEVICES = "any"
 
 

@@ -16,7 +16,7 @@ largest first. When the cache grows, its tensors move, and every graph is captur
 """
 import torch
 
-REQUIRES = {"KVCache": ("slab", "paged"), "attend_decode": ("table_sdpa", "triton_split_kv"),
+REQUIRES = {"KVCache": ("slab", "paged", "paged_chunks"), "attend_decode": ("table_sdpa", "triton_split_kv"),
             "attend_prefill": ("triton_varlen",)}
 DEVICES = "cuda"
 

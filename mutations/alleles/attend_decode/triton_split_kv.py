@@ -9,24 +9,27 @@ program per (request, head) combines the splits. Any head_dim up to 256 (padded 
 of two and masked), GQA by mapping query head h to K/V head h // groups. The grid depends
 only on the batch and the cache's max_positions, so the call captures in a CUDA graph.
 Works with any cache that exposes k/v as [pages, page_size, kv_heads, head_dim] per layer
-and sets step.block_table (slab: one page per request; paged).
+and sets step.block_table (slab: one page per request; paged). A cache whose pages live in
+chunks (paged_chunks) also has `chunk_offsets`, each chunk's distance in elements from the
+one `k`/`v` view, and `chunk_pages`; any other cache is one chunk.
 """
 import math
+from functools import lru_cache
 
 import torch
 import triton
 import triton.language as tl
 
-REQUIRES = {"KVCache": ("slab", "paged")}
+REQUIRES = {"KVCache": ("slab", "paged", "paged_chunks")}
 DEVICES = "cuda"
 
 DECODE_SPLIT_TOKENS = 256  # range: 64..2048; tokens per split (power of two)
 
 
 @triton.jit
-def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, positions_ptr, part_acc_ptr, part_max_ptr,
-                            part_sum_ptr, stride_qb, stride_qh, stride_kp, stride_kr, stride_kh,
-                            stride_tb, page_size, split_tokens, sm_scale, num_heads, num_splits,
+def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positions_ptr, part_acc_ptr,
+                            part_max_ptr, part_sum_ptr, stride_qb, stride_qh, stride_kp, stride_kr, stride_kh,
+                            stride_tb, page_size, chunk_pages, split_tokens, sm_scale, num_heads, num_splits,
                             GROUPS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                             BLOCK_N: tl.constexpr):
     b = tl.program_id(0)
@@ -45,8 +48,10 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, positions_ptr, part_
     for n0 in range(start, end, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
         n_ok = n < end
-        page = tl.load(table_ptr + b * stride_tb + n // page_size, mask=n_ok, other=0)
-        rows = page.to(tl.int64) * stride_kp + (n % page_size) * stride_kr + kv_head * stride_kh  # [BLOCK_N]
+        page = tl.load(table_ptr + b * stride_tb + n // page_size, mask=n_ok, other=0).to(tl.int64)
+        chunk_base = tl.load(offsets_ptr + page // chunk_pages, mask=n_ok, other=0)
+        rows = chunk_base + (page % chunk_pages) * stride_kp + (n % page_size) * stride_kr \
+            + kv_head * stride_kh  # [BLOCK_N]
         kv_ok = n_ok[:, None] & d_ok[None, :]
         k = tl.load(k_ptr + rows[:, None] + d[None, :], mask=kv_ok, other=0.0).to(tl.float32)
         scores = tl.sum(k * q[None, :], axis=1) * sm_scale  # [BLOCK_N], fp32 as the reference
@@ -97,10 +102,11 @@ def attend_decode(q, k, v, cache, layer, step):
     part_acc = torch.empty(batch, num_heads, num_splits, block_d, device=q.device, dtype=torch.float32)
     part_max = torch.empty(batch, num_heads, num_splits, device=q.device, dtype=torch.float32)
     part_sum = torch.empty_like(part_max)
+    offsets, chunk_pages = chunk_table(cache, q.device)
     split_kv_partial_kernel[(batch, num_heads, num_splits)](
-        q, k_pages, v_pages, table, step.positions, part_acc, part_max, part_sum,
+        q, k_pages, v_pages, table, offsets, step.positions, part_acc, part_max, part_sum,
         q.stride(0), q.stride(1), k_pages.stride(0), k_pages.stride(1), k_pages.stride(2),
-        table.stride(0), cache.page_size, DECODE_SPLIT_TOKENS, 1.0 / math.sqrt(head_dim),
+        table.stride(0), cache.page_size, chunk_pages, DECODE_SPLIT_TOKENS, 1.0 / math.sqrt(head_dim),
         num_heads, num_splits, GROUPS=num_heads // k_pages.shape[2], HEAD_DIM=head_dim,
         BLOCK_D=block_d, BLOCK_N=block_n)
     out = torch.empty(batch, num_heads, head_dim, device=q.device, dtype=q.dtype)
@@ -108,3 +114,15 @@ def attend_decode(q, k, v, cache, layer, step):
         part_acc, part_max, part_sum, out, out.stride(0), out.stride(1), num_heads, num_splits,
         HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_S=triton.next_power_of_2(num_splits))
     return out.flatten(1)
+
+
+def chunk_table(cache, device):
+    """(offsets, pages per chunk) of the cache's pages: a chunked pool's table, or one chunk."""
+    if hasattr(cache, "chunk_offsets"):
+        return cache.chunk_offsets, cache.chunk_pages
+    return one_chunk(str(device)), 2 ** 40
+
+
+@lru_cache(maxsize=None)
+def one_chunk(device):
+    return torch.zeros(1, dtype=torch.long, device=device)
