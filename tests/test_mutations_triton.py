@@ -35,7 +35,7 @@ def test_prefill_graph_engine_matches_the_seed_on_cpu(small_target):
     config_path, weight_dir = small_target
     done = interpreted(FIXTURES / "prefill_graphs.py", config_path, weight_dir, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("ok paged: ") == 8 and done.stdout.count("ok paged_chunks: ") == 8
+    assert done.stdout.count("ok paged: ") == 9 and done.stdout.count("ok paged_chunks: ") == 9
 
 
 @pytest.mark.skipif(os.environ.get("MUTATIONS_SLOW") != "1", reason="about 40 s per allele; MUTATIONS_SLOW=1 runs it")

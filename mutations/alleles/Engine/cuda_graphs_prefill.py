@@ -131,21 +131,23 @@ class Engine:
     def decode(self, request_ids, token_ids):
         ids = as_id_list(request_ids)
         start = [self.cache.length(rid) for rid in ids]
-        positions = torch.tensor(start, device=self.device)
-        tokens = token_ids.reshape(-1).to(self.device, torch.long)
-        step = Step(ids, start, [1] * len(ids), positions, True)
         size = next((b for b in self.buckets["decode"] if b >= len(ids)), None)
-        if size is None:
-            return self.forward(tokens, step)  # eager: more requests than the largest graph
+        if size is None:  # eager: more requests than the largest graph
+            step = Step(ids, start, [1] * len(ids), torch.tensor(start, device=self.device), True)
+            return self.forward(token_ids.reshape(-1).to(self.device, torch.long), step)
+        s, batch = self.static, len(ids)
+        # Few launches: every call is host-bound at this size. Padding rows get position 0,
+        # the scratch row and a block table of scratch pages.
+        s["positions"][:size].copy_(torch.tensor(start + [0] * (size - batch)), non_blocking=True)
+        step = Step(ids, start, [1] * batch, s["positions"][:batch], True)
         self.cache.prepare(step)
-        batch, width = step.block_table.shape
-        s = self.static
-        for name in ("tokens", "positions", "slots", "block_table"):
-            s[name][:size].zero_()  # padding rows -> scratch row 0, position 0
-        s["tokens"][:batch] = tokens
-        s["positions"][:batch] = step.positions
-        s["slots"][:batch] = step.slots
-        s["block_table"][:batch, :width] = step.block_table
+        width = step.block_table.shape[1]
+        s["tokens"][:batch].copy_(token_ids.reshape(-1))
+        s["slots"][:batch].copy_(step.slots)
+        s["block_table"][:batch, :width].copy_(step.block_table)
+        if size > batch:
+            s["slots"][batch:size].zero_()
+            s["block_table"][batch:size].zero_()
         return self.run_static("decode", size, batch)
 
     def remove(self, request_ids):

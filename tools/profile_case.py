@@ -1,0 +1,81 @@
+"""Where one case's time goes, per call: wall time, GPU busy time and kernel count.
+
+    python -m tools.profile_case --engine E --model-config C --weight-dir W --case decode [--cases public]
+
+A warm-up engine runs the case once; a fresh engine then runs it call by call, synchronised
+around each call (wall time), and once more under torch.profiler (GPU time and kernels,
+summed over the case, shown per call kind). A call whose wall time is far above its GPU
+time is host-bound: launches, Python and copies, not the GPU, bound it.
+"""
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from fitness.bench import CASE_SEED
+from fitness.cases import CASE_SETS, select_cases
+from fitness.loader import load_engine_module
+from fitness.traces import materialize, replay
+
+
+def wall_times(engine, calls) -> list:
+    """(kind, seconds) of each call, synchronised on both sides."""
+    times = []
+    with torch.no_grad():
+        for call in calls:
+            torch.cuda.synchronize()
+            started = time.perf_counter()
+            replay(engine, call)
+            torch.cuda.synchronize()
+            times.append((call.event.kind, time.perf_counter() - started))
+    return times
+
+
+def gpu_profile(engine, calls) -> dict:
+    """Kernel count and GPU microseconds over the whole case."""
+    with profile(activities=[ProfilerActivity.CUDA]) as prof, torch.no_grad():
+        for call in calls:
+            replay(engine, call)
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return {"kernels": len(kernels), "gpu_us": sum(e.device_time_total for e in kernels)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", type=Path, required=True)
+    parser.add_argument("--model-config", type=Path, required=True)
+    parser.add_argument("--weight-dir", type=Path, required=True)
+    parser.add_argument("--cases", choices=CASE_SETS, default="public")
+    parser.add_argument("--case", action="append", help="case names (default: every case of the set)")
+    args = parser.parse_args(argv)
+    config = json.loads(args.model_config.read_text())
+    module = load_engine_module(args.engine)
+    cases = select_cases(args.cases)
+    for name in args.case or cases:
+        events = cases[name]
+        warm = module.create_engine(dict(config), str(args.weight_dir), "cuda")
+        wall_times(warm, materialize(events, config["vocab_size"], CASE_SEED, "cuda"))
+        times = wall_times(module.create_engine(dict(config), str(args.weight_dir), "cuda"),
+                           materialize(events, config["vocab_size"], CASE_SEED, "cuda"))
+        gpu = gpu_profile(module.create_engine(dict(config), str(args.weight_dir), "cuda"),
+                          materialize(events, config["vocab_size"], CASE_SEED, "cuda"))
+        by_kind = {}
+        for kind, seconds in times:
+            by_kind.setdefault(kind, []).append(seconds * 1e3)
+        print(json.dumps({
+            "engine": str(args.engine), "case": name, "wall_ms": round(sum(s for _, s in times) * 1e3, 3),
+            "gpu_ms": round(gpu["gpu_us"] / 1e3, 3), "kernels": gpu["kernels"],
+            "calls": {kind: {"count": len(ms), "median_ms": round(statistics.median(ms), 3),
+                             "max_ms": round(max(ms), 3)} for kind, ms in by_kind.items()},
+        }), flush=True)
+        del warm
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
