@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 8 on one GPU (one device command may run 10 minutes). $RECIPES: recipe files to
 # build and measure (default: mutations/recipes/fastest.txt); each program is named after
-# its recipe file.
+# its recipe file. $ENGINES: engine files measured as well (a search's winner).
 #   bash tools/gpu_issue8.sh check OUT            # fitness check (derived configs) of each
 #   bash tools/gpu_issue8.sh compare OUT [ROUNDS] # each, and the seed, benched on the public
 #                                                 # cases in fresh processes, interleaved
@@ -12,7 +12,7 @@ set -uo pipefail
 mode=$1 out=$2; mkdir -p "$out"
 source tools/gpu_env.sh
 RECIPES=${RECIPES:-mutations/recipes/fastest.txt}
-engines=""
+engines="${ENGINES:-}"
 for recipe in $RECIPES; do
   name=$(basename "$recipe" .txt)
   python3 -m mutations recipe "$recipe" -o "/tmp/$name.py" > /dev/null || exit 1

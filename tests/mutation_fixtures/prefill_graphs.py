@@ -4,8 +4,9 @@ padding, prompt slots, last rows and the eager fallbacks are all exercised.
 
     TRITON_INTERPRET=1 python tests/mutation_fixtures/prefill_graphs.py CONFIG.json WEIGHT_DIR
 
-Runs it twice: over `paged`, and over `paged_chunks` with chunks of 2 pages (so the pool
-grows a chunk at a time under it). Prints "ok <what>" per check; exits non-zero on the
+Runs it over `paged`, over `paged_chunks` with chunks of 2 pages (the pool grows a chunk at
+a time under it) and over `slab` with 4 slots at first (it grows, moves, and the engine
+captures again, zeroing its static buffers, as on a GPU). Prints "ok <what>" per check; exits non-zero on the
 first mismatch.
 """
 import json
@@ -29,7 +30,7 @@ OPERATORS = ("allele.Engine.cuda_graphs_prefill", "allele.apply_rope.triton")
 
 def child_module(cache):
     source = (REPO / "seed_engine" / "engine.py").read_text()
-    for name in (*OPERATORS, f"allele.KVCache.{cache}"):
+    for name in (f"allele.KVCache.{cache}", *OPERATORS):
         source = mutations.get_operator(name).apply(source, random.Random(0)).source
     path = Path(tempfile.mkdtemp()) / "child.py"
     path.write_text(source)
@@ -37,10 +38,9 @@ def child_module(cache):
 
 
 def main(config_path, weight_dir) -> int:
-    for cache in ("paged", "paged_chunks"):
+    for cache in ("paged", "paged_chunks", "slab"):
         module = child_module(cache)
-        if cache == "paged_chunks":
-            module.CHUNK_PAGES = 2
+        module.CHUNK_PAGES, module.SLAB_SLOTS = 2, 4  # both grow under the engine
         compare(module, json.loads(Path(config_path).read_text()), weight_dir, cache)
     return 0
 

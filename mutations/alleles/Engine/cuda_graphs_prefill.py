@@ -75,10 +75,10 @@ class Engine:
         on CPU (`run_static` then runs the same static-buffer forward eagerly)."""
         self.graphs, self.graph_logits, self.graph_pool = {}, {}, None
         self.captured_generation = self.cache.generation
+        for buffer in self.static.values():  # on CPU too, so that its tests see what a GPU does
+            buffer.zero_()  # capture computes on padding rows only: it touches scratch alone
         if self.device.type != "cuda":
             return
-        for buffer in self.static.values():
-            buffer.zero_()  # capture computes on padding rows only: it touches scratch alone
         keys = [(kind, size) for kind, sizes in self.buckets.items() for size in sizes]
         for key in sorted(keys, key=lambda k: -k[1]):
             self.graph_logits[key] = self.forward_static(*key)  # warm-up: JIT, lazy state
@@ -89,10 +89,18 @@ class Engine:
             self.graphs[key] = graph
         torch.cuda.synchronize(self.device)
 
+    def prepare_static(self, step, fill):
+        """cache.prepare(step), with `fill()` (the call's host metadata into the static
+        buffers) before it, as a slab's prepare reads the positions, and again after a
+        capture, which zeroes every static buffer."""
+        fill()
+        self.cache.prepare(step)
+        if self.cache.generation != self.captured_generation:
+            self.capture_graphs()  # the cache grew (now or in an eager call): its tensors moved
+            fill()
+
     def run_static(self, kind, size, rows):
         """The first `rows` logits of the graph of (kind, size), over the filled static buffers."""
-        if self.cache.generation != self.captured_generation:
-            self.capture_graphs()  # the cache grew: its tensors moved under the graphs
         if (kind, size) in self.graphs:
             self.graphs[(kind, size)].replay()
             logits = self.graph_logits[(kind, size)]
@@ -117,11 +125,15 @@ class Engine:
         padding = [0] * (MAX_PREFILL_PROMPTS - len(ids))
         rows = self.static["positions"].shape[0]
         prompts = starts + padding, lengths + padding, [a + n - 1 for a, n in zip(starts, lengths)] + padding
-        self.meta[:size].copy_(torch.tensor(positions + [0] * (size - total)), non_blocking=True)
-        self.meta[rows:].copy_(torch.tensor(sum(prompts, [])), non_blocking=True)
+        host = torch.tensor(positions + [0] * (size - total)), torch.tensor(sum(prompts, []))
+
+        def fill():
+            self.meta[:size].copy_(host[0], non_blocking=True)
+            self.meta[rows:].copy_(host[1], non_blocking=True)
+
         s = self.static
         step = Step(ids, [0] * len(ids), lengths, s["positions"][:total], False)
-        self.cache.prepare(step)
+        self.prepare_static(step, fill)
         s["tokens"][:total] = tokens
         s["slots"][:total] = step.slots
         s["slots"][total:size].zero_()  # padding rows write to the scratch row
@@ -138,9 +150,9 @@ class Engine:
         s, batch = self.static, len(ids)
         # Few launches: every call is host-bound at this size. Padding rows get position 0,
         # the scratch row and a block table of scratch pages.
-        s["positions"][:size].copy_(torch.tensor(start + [0] * (size - batch)), non_blocking=True)
+        host = torch.tensor(start + [0] * (size - batch))
         step = Step(ids, start, [1] * batch, s["positions"][:batch], True)
-        self.cache.prepare(step)
+        self.prepare_static(step, lambda: s["positions"][:size].copy_(host, non_blocking=True))
         width = step.block_table.shape[1]
         s["tokens"][:batch].copy_(token_ids.reshape(-1))
         s["slots"][:batch].copy_(step.slots)

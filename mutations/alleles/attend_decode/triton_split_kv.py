@@ -14,7 +14,6 @@ chunks (paged_chunks) also has `chunk_offsets`, each chunk's distance in element
 one `k`/`v` view, and `chunk_pages`; any other cache is one chunk.
 """
 import math
-from functools import lru_cache
 
 import torch
 import triton
@@ -116,13 +115,13 @@ def attend_decode(q, k, v, cache, layer, step):
     return out.flatten(1)
 
 
+ONE_CHUNK = {}  # device -> the offset table of a cache whose pages are all in one tensor
+
+
 def chunk_table(cache, device):
     """(offsets, pages per chunk) of the cache's pages: a chunked pool's table, or one chunk."""
     if hasattr(cache, "chunk_offsets"):
         return cache.chunk_offsets, cache.chunk_pages
-    return one_chunk(str(device)), 2 ** 40
-
-
-@lru_cache(maxsize=None)
-def one_chunk(device):
-    return torch.zeros(1, dtype=torch.long, device=device)
+    if str(device) not in ONE_CHUNK:  # made once, outside any graph: its address stays put
+        ONE_CHUNK[str(device)] = torch.zeros(1, dtype=torch.long, device=device)
+    return ONE_CHUNK[str(device)], 2 ** 40
