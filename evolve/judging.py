@@ -127,9 +127,13 @@ class Evaluator:
     keep the scores."""
 
     def __init__(self, config, run, scores, hist: history.History, stopping: threading.Event,
-                 time_left, judge_fn=None):
+                 time_left, judge_fn=None, final_reserve=lambda: 0.0):
         self.config, self.run, self.scores, self.history = config, run, scores, hist
         self.stopping, self.time_left = stopping, time_left
+        # Seconds kept for the final comparison: no other batch starts inside them (two H200
+        # searches of 8m judged a last generation's batches into the final's time, and
+        # ended without comparing their winner with the seed: docs/PERF.md).
+        self.final_reserve = final_reserve
         self.judge_fn = judge_fn  # None: the worker's judge; else one path at a time (tests' stand-ins)
         self.batch_seconds = {}  # level -> wall seconds of each batch judged (the budget's estimates)
         # Gate traces and their reference logits are the same for every judgement of a
@@ -143,9 +147,9 @@ class Evaluator:
 
     def __call__(self, batch: Batch, generation: int, worker: Worker) -> list:
         """(fitness, verdict) of each program of the batch; (None, None) each when the
-        budget ran out before it started: nothing is recorded, and a resumed run judges
-        them."""
-        if self.time_left() <= 0:
+        budget ran out before it started (for all but the final, the budget less the
+        final's reserve): nothing is recorded, and a resumed run judges them."""
+        if self.time_left() <= (0 if batch.label == FINAL else self.final_reserve()):
             return [(None, None)] * len(batch.programs)
         paths = [self.run.candidate_path(program) for program in batch.programs]
         for program, path in zip(batch.programs, paths):

@@ -50,7 +50,7 @@ class Search:
         self.pool = WorkerPool(make_workers(config))
         self.clock = Clock(config.budget_s, state["spent_s"] if state else 0.0)
         self.evaluator = Evaluator(config, run, self.scores, self.history, self.pool.stopping,
-                                   self.clock.left, judge_fn)
+                                   self.clock.left, judge_fn, final_reserve=self.final_reserve_s)
         self.toolbox = make_toolbox(config, self.hall_of_fame, self.evaluator, self.pool.map, self.rng,
                                     mutate_fn, mate_fn)
         make = self.toolbox.individual
@@ -108,6 +108,10 @@ class Search:
         together = math.ceil(min(self.config.final_top, contenders) / self.config.workers)
         longer = 1 + (self.config.final_rounds / self.config.max_rounds - 1) / 4
         return (1 + (together - 1) / 2) * longer * self.scores.mean_judge_seconds(ok_only=True, level="full")
+
+    def final_reserve_s(self) -> float:
+        """The final's time, kept from other batches once there is a winner to compare."""
+        return self.estimated_final_s() if any(p.id != self.seed.id for p in self.hall_of_fame) else 0.0
 
     def assign_fitness(self, programs) -> None:
         for program in programs:

@@ -208,6 +208,24 @@ def test_judgements_that_would_start_after_the_budget_are_skipped(small_target, 
     assert (config.workspace / "engine.py").exists()
 
 
+def test_no_batch_but_the_final_starts_inside_the_final_s_reserve(small_target, tmp_path):
+    from evolve.checkpoint import RunDir
+    from evolve.judging import FINAL, Batch
+    from evolve.scores import target_key
+    from evolve.search import Search
+
+    config = make_config(small_target, tmp_path, budget_s=60.0)
+    search = Search(config, RunDir(config.runs_dir, "reserve", target_key(config)), **STAND_INS)
+    worker = search.pool.workers[0]
+    search.evaluator.final_reserve = lambda: 120.0  # more than the budget has left
+    assert search.evaluator(Batch((search.seed,), None, "full", None), 1, worker) == [(None, None)]
+    (fitness, verdict), = search.evaluator(Batch((search.seed,), FINAL, "full", None), 1, worker)
+    assert verdict["status"] == "ok" and fitness > 0
+    search.evaluator.final_reserve = lambda: 0.0
+    (fitness, verdict), = search.evaluator(Batch((search.seed,), None, "screen", None), 1, worker)
+    assert verdict["status"] == "ok"
+
+
 def test_one_worker_per_visible_gpu_pinned_by_cuda_visible_devices(small_target, tmp_path, monkeypatch):
     import evolve.config
     import evolve.judging
