@@ -52,7 +52,7 @@ class Engine:
         if self.dtype == torch.bfloat16:
             self.buckets["prefill"] = []  # its attention loops over prompts on the host: not capturable
         rows, prompts = max(MAX_GRAPH_BATCH, MAX_PREFILL_TOKENS), MAX_PREFILL_PROMPTS
-        # A prefill's host-side metadata goes to the device in one copy: positions of every
+        # A prefill's host-side metadata goes to the device in two copies: positions of every
         # row, then each prompt's start, length and last row. Zeros address the cache's
         # scratch row 0 and position 0: harmless padding.
         self.meta = torch.zeros(rows + 3 * prompts, dtype=torch.long, device=self.device)
