@@ -22,8 +22,11 @@ def choose_winner(search):
     contenders = [p for p in search.hall_of_fame if p.id != seed.id and scores.is_confirmed(p.id)][:config.final_top]
     if not contenders or not scores.is_confirmed(seed.id):
         return unmeasured_choice(search, contenders, "no confirmed program to compare with the seed")
-    if search.clock.left() < search.estimated_final_s():
+    # As many contenders as the time left can compare, best first.
+    fitting = [p for i, p in enumerate(contenders) if search.clock.left() >= search.estimated_final_s(i + 1)]
+    if not fitting:
         return unmeasured_choice(search, contenders, "not compared with the seed again (out of budget)")
+    contenders = fitting
     results = run_jobs(search.toolbox, search.generation, [(p, FINAL, "full", seed.id) for p in contenders],
                        search.config.workers, scores)
     measured = [(verdict, p) for p, _, verdict in results if verdict["status"] == "ok" and verdict.get("ratio")]

@@ -101,12 +101,16 @@ class Memo:
                 found.setdefault(parent, depth)
         return found
 
-    def operators_since(self, program_id: str, base_id: str) -> set:
-        """The operators of the mutations in `program_id`'s lineage that are not in `base_id`'s:
-        what was done to make it since the two parted."""
+    def mutations_since(self, program_id: str, base_id: str) -> list:
+        """(mutant, its parent or None if unseen) of each mutation in `program_id`'s lineage
+        that is not in `base_id`'s: what was done to make it since the two parted."""
         before = self.ancestors(base_id)
         steps = [self.programs.get(pid) for pid in self.ancestors(program_id) if pid not in before]
-        return {p.operator for p in steps if p is not None and len(p.parent_ids) == 1}
+        return [(p, self.programs.get(p.parent_ids[0])) for p in steps if p is not None and len(p.parent_ids) == 1]
+
+    def operators_since(self, program_id: str, base_id: str) -> set:
+        """The operators of those mutations."""
+        return {mutant.operator for mutant, _ in self.mutations_since(program_id, base_id)}
 
     def common_ancestor(self, a_id: str, b_id: str) -> str | None:
         """The nearest program both descend from (fewest generations in all), if seen."""

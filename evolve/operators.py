@@ -44,11 +44,12 @@ class OperatorSelector:
         self.outcomes: list[list] = []  # [name, credit], oldest first, at most `window`
         self.tried: set[str] = set()  # every name ever credited, also after its outcomes slid out
 
-    def choose(self, names: list, rng: random.Random) -> str:
-        """The name with the best score; ties broken by `rng`."""
+    def choose(self, names: list, rng: random.Random, rank=lambda name: 0) -> str:
+        """The name with the best score; ties broken by `rank` (lowest first), then `rng`."""
         assert names, "choose needs at least one operator name"
         order = list(names)
         rng.shuffle(order)
+        order.sort(key=rank)  # stable: random within a rank; max keeps the first of equals
         return max(order, key=self.score)
 
     def reward(self, name: str, result: str) -> None:
@@ -154,6 +155,24 @@ class Vocabulary:
         self.can_choose = callable(applicable) and callable(self.apply)
         self.applicable = lru_cache(maxsize=256)(applicable) if self.can_choose else None
         self.merge_gains = getattr(module, "merge_gains", None)
+        self.intended_genes = getattr(module, "intended_genes", None)
+        self.intents = {}  # (child id, parent id) -> the genes its operator meant to change
         get_operator = getattr(module, "get_operator", None)
         self.devices_of = (lambda name: get_operator(name).devices) if callable(get_operator) else (lambda name: "any")
         self.is_deterministic = getattr(module, "is_deterministic", lambda name: False)
+
+    def intended(self, child, parent) -> set | None:
+        """The genes `child`'s operator meant to change in `parent`; None when the vocabulary
+        cannot say (a merge then takes every gene that differs)."""
+        if self.intended_genes is None:
+            return None
+        key = (child.id, parent.id)
+        if key not in self.intents:
+            self.intents[key] = set(self.intended_genes(child.source, parent.source, child.operator_args))
+        return self.intents[key]
+
+    def merge(self, a: str, b: str, base: str, rng: random.Random, genes: set | None = None):
+        """merge_gains, taking from b only `genes` where the vocabulary can restrict them."""
+        if genes is None or self.intended_genes is None:
+            return self.merge_gains(a, b, base, rng)
+        return self.merge_gains(a, b, base, rng, genes=genes)

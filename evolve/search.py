@@ -91,17 +91,25 @@ class Search:
             batch = sum(walls) / len(walls)
         else:
             size = min(MAX_GROUP, max(1, self.config.population // self.config.workers))
-            batch = size * self.scores.mean_judge_seconds(level="screen", default=self.scores.mean_judge_seconds())
+            batch = size * self.estimated_screen_s()
         return batch + self.scores.mean_judge_seconds(ok_only=True, level="full")
+
+    def estimated_screen_s(self) -> float:
+        """A screen's share of its batch: as measured, or before any, a third of a full
+        judgement (an H100: 7.6-8.8 s in batches beside the seed, 30 s for the seed's own)."""
+        full = self.scores.mean_judge_seconds(level="full", default=self.scores.mean_judge_seconds())
+        return self.scores.mean_judge_seconds(level="screen", default=full / 3)
 
     def seed_error(self) -> str:
         rows = history.read(self.config.history)
         rows = rows[(rows["candidate_id"] == self.seed.id) & (rows["status"] != "ok")]
         return f"{rows['status'].iloc[-1]}: {rows['error'].iloc[-1]}" if len(rows) else "see history.csv"
 
-    def estimated_final_s(self) -> float:
-        """The final comparison: full judgements beside the seed, with up to final_rounds."""
-        contenders = sum(1 for p in self.hall_of_fame if p.id != self.seed.id)
+    def estimated_final_s(self, contenders: int | None = None) -> float:
+        """The final comparison of `contenders` (the hall of fame's, by default): full
+        judgements beside the seed, with up to final_rounds."""
+        if contenders is None:
+            contenders = sum(1 for p in self.hall_of_fame if p.id != self.seed.id)
         # One batch per worker: its untimed steps side by side, its rounds one runner more
         # each, and more rounds allowed (most comparisons with the seed are clear in three:
         # an H100 final of two took 38 s, 1.5x a confirmation).

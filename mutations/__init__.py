@@ -8,7 +8,8 @@
     random_mutation(source, rng, device)   one operator, uniform over the applicable ones;
                                            Declined if none
     crossover(a, b, rng)                   uniform over genes, closed under requirements
-    merge_gains(a, b, base, rng)           a with the genes b changed since base
+    merge_gains(a, b, base, rng, genes)    a with the genes b changed since base (of `genes`)
+    intended_genes(child, parent, args)    the genes an operator meant to change
 
 Allele swaps (`allele.<gene>.<allele>`, one per file under alleles/) and structural
 rewrites (one per file under rewrites/). Every result is `Applied` (source, operator,
@@ -20,7 +21,7 @@ from functools import lru_cache
 
 from mutations.allele_swap import swap_operators
 from mutations.base import Applied, Declined, Operator
-from mutations.crossover import crossover, merge_gains
+from mutations.crossover import crossover, intended_genes, merge_gains
 from mutations.rewrites.fuse_linears import FuseLinearsOperator
 from mutations.rewrites.hoist_tables import HoistTablesOperator
 from mutations.rewrites.last_token_logits import LastTokenLogitsOperator
@@ -28,7 +29,8 @@ from mutations.rewrites.torch_compile import TorchCompileOperator
 from mutations.rewrites.tune_constant import TuneConstantOperator
 
 __all__ = ["Applied", "Declined", "Operator", "all_operators", "get_operator", "applicable_operators",
-           "apply_operator", "is_deterministic", "random_mutation", "crossover", "merge_gains"]
+           "apply_operator", "is_deterministic", "random_mutation", "crossover", "merge_gains",
+           "intended_genes"]
 
 
 @lru_cache(maxsize=None)

@@ -3,9 +3,10 @@
 Two ways to say which parent gives each gene, one way to build the child:
 - `crossover(a, b, rng)`: each gene both parents define comes from a or b with probability
   1/2 (uniform crossover over genes);
-- `merge_gains(a, b, base, rng)`: the child is `a` with every gene in which `b` differs from
-  `base` (their common ancestor) taken from `b`, so two gains made apart are combined; it
-  draws nothing from the rng.
+- `merge_gains(a, b, base, rng, genes)`: the child is `a` with every gene in which `b`
+  differs from `base` (their common ancestor) taken from `b`, or only those of `genes`, so
+  two gains made apart are combined; it draws nothing from the rng. `intended_genes` says
+  which genes an operator meant to change (not those its requirements dragged along).
 
 Requirements are then settled by pulling genes from the parent that has what is needed: for
 a violation (gene G, from parent p, needs gene H in a set of alleles), H is taken from
@@ -37,20 +38,35 @@ def crossover(a: str, b: str, rng: random.Random) -> Applied | Declined:
     return settled_child(NAME, parents, (a, b), origin)
 
 
-def merge_gains(a: str, b: str, base: str, rng: random.Random) -> Applied | Declined:
-    """`a` with the genes `b` changed since `base` taken from `b`; rng unused (deterministic)."""
+def merge_gains(a: str, b: str, base: str, rng: random.Random, genes=None) -> Applied | Declined:
+    """`a` with the genes `b` changed since `base` (those of them in `genes`, if given) taken
+    from `b`; rng unused (deterministic)."""
     try:
         parents = {"a": program.parse(a), "b": program.parse(b)}
         ancestor = program.definitions(program.parse(base))
     except program.ProgramError as err:
         return Declined(MERGE_NAME, str(err))
     defs_b = program.definitions(parents["b"])
-    genes = shared_genes(parents)
-    changed = {g for g in genes if g not in ancestor or gene_key(defs_b[g]) != gene_key(ancestor[g])}
+    shared = shared_genes(parents)
+    changed = {g for g in shared if g not in ancestor or gene_key(defs_b[g]) != gene_key(ancestor[g])}
+    if genes is not None:
+        changed &= set(genes)
     if not changed:
         return Declined(MERGE_NAME, "b carries no gene that differs from the base")
-    origin = {g: "b" if g in changed else "a" for g in genes}
+    origin = {g: "b" if g in changed else "a" for g in shared}
     return settled_child(MERGE_NAME, parents, (a, b), origin)
+
+
+def intended_genes(child: str, parent: str, args: dict) -> set:
+    """The genes an operator meant to change in making `child` from `parent`: those that
+    differ, less the ones its requirements repaired (`args["repairs"]`). A merge of every
+    gain takes only these: a cache a swap dragged along is not a gain of its own."""
+    try:
+        before, after = program.definitions(program.parse(parent)), program.definitions(program.parse(child))
+    except program.ProgramError:
+        return set()
+    differ = {g for g in program.GENES if g in after and (g not in before or gene_key(after[g]) != gene_key(before[g]))}
+    return differ - set((args or {}).get("repairs") or {})
 
 
 def shared_genes(parents: dict) -> list:

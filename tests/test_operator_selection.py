@@ -179,6 +179,36 @@ def test_merge_every_gain_composes_all_that_beat_their_parent_the_stronger_last(
     assert carried["mlp"] == "fused"  # brought by fused_both's requirements, not as a gain
 
 
+def test_merge_every_gain_keeps_the_best_programs_own_gene_over_a_weaker_gain_on_it():
+    """An H100 search: the best (prefill graphs, 5.7x) got the decode-only graphs (2x) on
+    its Engine gene from the fold, and the child ran at 0.53x of it."""
+    from evolve.toolbox import Vocabulary, merge, merge_every_gain
+
+    scores, memo, seed = Scores(), Memo(), Program(SEED)
+    made = {}
+    for name, speed in (("allele.Engine.cuda_graphs_prefill", 570.0), ("allele.Engine.cuda_graphs", 196.0),
+                        ("allele.rms_norm.triton", 118.0), ("allele.apply_rope.triton", 106.0)):
+        result = mutations.apply_operator(name, SEED, random.Random(0))
+        made[name] = Program(result.source, (seed.id,), name, result.args)
+        scores.add(made[name].id, "ok", speed, 1.0, 1.0)
+    scores.add(seed.id, "ok", 100.0, 1.0, 1.0)
+    memo.see([seed, *made.values()])
+    vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover)
+    best = made["allele.Engine.cuda_graphs_prefill"]
+    child = merge_every_gain(best, scores, Program, vocabulary, memo, random.Random(0))
+    carried = program.gene_alleles(program.parse(child.source))
+    assert carried["Engine"] == "cuda_graphs_prefill"
+    assert carried["rms_norm"] == "triton" and carried["apply_rope"] == "triton"
+    assert requirements.first_violation(carried) is None
+    assert best.id not in child.operator_args["merged"]
+    # A pair merge brings what b meant to change, unless a changed it too (a is faster).
+    declined = merge(best, made["allele.Engine.cuda_graphs"], seed, Program, vocabulary, memo, random.Random(0))
+    assert isinstance(declined, mutations.Declined)
+    pair = merge(best, made["allele.rms_norm.triton"], seed, Program, vocabulary, memo, random.Random(0))
+    carried = program.gene_alleles(program.parse(pair.source))
+    assert carried["Engine"] == "cuda_graphs_prefill" and carried["rms_norm"] == "triton"
+
+
 # --- duplicates ----------------------------------------------------------------------------
 
 def test_a_child_differing_only_in_comments_and_layout_is_known():

@@ -16,7 +16,9 @@ largest first. When the cache grows, its tensors move, and every graph is captur
 """
 import torch
 
-REQUIRES = {"KVCache": ("slab", "paged", "paged_chunks"), "attend_decode": ("table_sdpa", "triton_split_kv"),
+# Allowed alleles in order of preference (a swap repairs to the first): the chunked pool and
+# the split-KV kernel were the fastest on an H100/H200 and the chunked pool the smallest.
+REQUIRES = {"KVCache": ("paged_chunks", "paged", "slab"), "attend_decode": ("triton_split_kv", "table_sdpa"),
             "attend_prefill": ("triton_varlen",)}
 DEVICES = "cuda"
 

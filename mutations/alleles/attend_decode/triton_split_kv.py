@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-REQUIRES = {"KVCache": ("slab", "paged", "paged_chunks")}
+REQUIRES = {"KVCache": ("paged_chunks", "paged", "slab")}  # in order of preference (see cuda_graphs_prefill)
 DEVICES = "cuda"
 
 DECODE_SPLIT_TOKENS = 256  # range: 64..2048; tokens per split (power of two)
