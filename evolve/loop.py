@@ -2,10 +2,10 @@
 
 Generation 0 judges the first population (the seed and --seed-from programs). Generation 1
 sweeps: one child of the best program by each operator that applies to it. Every later one
-merges gains made apart (up to a third of its children), gives half the rest to the best
-program (the bandit's first choices among operators not tried on it), then breeds the rest
-by crossover or by the operator the bandit draws, up to as many children as the
-population holds. evolve/README.md ("How the search chooses") says why.
+merges gains made apart (up to a third of its children), gives all but one of the rest to
+the best program (the bandit's first choices among operators not tried on it), then breeds
+the last by crossover or by the operator the bandit draws (more when operators decline or
+repeat), up to as many children as the population holds. evolve/README.md ("How the search chooses") says why.
 """
 import time
 
@@ -78,11 +78,11 @@ def breed(search, parents: list, num_children: int) -> Brood:
     for a, b, base in toolbox.pairs_to_merge(search.scores, search.seed, 2 * num_merges):
         if len(brood.children) < num_merges:
             brood.add(toolbox.merge(a, b, base), (a.id, b.id))
-    # Half the rest go to the best program, by the operators the bandit ranks first among
-    # those not tried on it: gains measured on the seed do not carry over to a program 6x
-    # faster (an H100 search: graphs made the Triton kernels pay, and the sweep had
-    # measured them on an eager seed), so the sweep goes on from the best as it moves.
-    for _ in range((num_children - len(brood.children)) // 2):
+    # All but one of the rest go to the best program, by the operators the bandit ranks
+    # first among those not tried on it: gains measured on the seed do not carry over to a
+    # program 7x faster (on an H100 the Triton norms were noise on the eager seed), so the
+    # sweep goes on from the best as it moves; the other parents are mostly far slower.
+    for _ in range(num_children - len(brood.children) - 1):
         brood.add(toolbox.mutate(best), (best.id,))
     for _ in range(3 * num_children):
         if len(brood.children) >= num_children:

@@ -160,6 +160,7 @@ class Vocabulary:
         get_operator = getattr(module, "get_operator", None)
         self.devices_of = (lambda name: get_operator(name).devices) if callable(get_operator) else (lambda name: "any")
         self.is_deterministic = getattr(module, "is_deterministic", lambda name: False)
+        self.unports = getattr(module, "unports", lambda name, source: False)
 
     def intended(self, child, parent) -> set | None:
         """The genes `child`'s operator meant to change in `parent`; None when the vocabulary

@@ -5,6 +5,7 @@
     applicable_operators(source, device)   names of those that run on `device` and apply
     apply_operator(name, source, rng)      one of them, chosen by the caller (evolve's bandit)
     is_deterministic(name)                 True when it draws nothing from the rng
+    unports(name, source)                  True when it puts portable code where a GPU kernel runs
     random_mutation(source, rng, device)   one operator, uniform over the applicable ones;
                                            Declined if none
     crossover(a, b, rng)                   uniform over genes, closed under requirements
@@ -29,7 +30,7 @@ from mutations.rewrites.torch_compile import TorchCompileOperator
 from mutations.rewrites.tune_constant import TuneConstantOperator
 
 __all__ = ["Applied", "Declined", "Operator", "all_operators", "get_operator", "applicable_operators",
-           "apply_operator", "is_deterministic", "random_mutation", "crossover", "merge_gains",
+           "apply_operator", "is_deterministic", "unports", "random_mutation", "crossover", "merge_gains",
            "intended_genes"]
 
 
@@ -63,6 +64,11 @@ def apply_operator(name: str, source: str, rng: random.Random) -> Applied | Decl
 def is_deterministic(name: str) -> bool:
     """An allele swap draws nothing from its rng: on the same program it makes the same child."""
     return get_operator(name).kind == "allele"
+
+
+def unports(name: str, source: str) -> bool:
+    """Whether operator `name` would put portable code where `source` runs a GPU kernel."""
+    return getattr(get_operator(name), "unports", lambda source: False)(source)
 
 
 def random_mutation(source: str, rng: random.Random, device: str) -> Applied | Declined:

@@ -209,6 +209,16 @@ def test_merge_every_gain_keeps_the_best_programs_own_gene_over_a_weaker_gain_on
     assert carried["Engine"] == "cuda_graphs_prefill" and carried["rms_norm"] == "triton"
 
 
+def test_a_swap_that_puts_portable_code_where_a_gpu_kernel_runs_unports():
+    graphs = swapped(SEED, "allele.Engine.cuda_graphs_prefill")  # brings Triton attention and pages
+    assert mutations.unports("allele.Engine.cuda_graphs", graphs)
+    assert mutations.unports("allele.attend_prefill.padded_sdpa", graphs)
+    assert not mutations.unports("allele.rms_norm.triton", graphs)
+    assert not mutations.unports("allele.load_weights.fused_both", graphs)  # seed -> portable
+    assert not mutations.unports("allele.Engine.cuda_graphs", SEED)
+    assert not mutations.unports("torch_compile", graphs)
+
+
 # --- duplicates ----------------------------------------------------------------------------
 
 def test_a_child_differing_only_in_comments_and_layout_is_known():
