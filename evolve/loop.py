@@ -1,11 +1,12 @@
 """The generation loop: breed, judge, learn, score, select, remember, report, checkpoint.
 
 Generation 0 judges the first population (the seed and --seed-from programs). Generation 1
-sweeps: one child of the best program by each operator that applies to it. Every later one
-merges gains made apart (up to a third of its children), gives all but one of the rest to
-the best program (the bandit's first choices among operators not tried on it), then breeds
-the last by crossover or by the operator the bandit draws (more when operators decline or
-repeat), up to as many children as the population holds. evolve/README.md ("How the search chooses") says why.
+sweeps: one child of the best program by each operator that applies to it (on a GPU, each
+GPU-only one). Every later one merges gains made apart (up to a third of its children),
+sweeps on from the best program with all but one of the rest (operators not tried on it,
+GPU-only first, then as the bandit ranks them), then breeds the last by crossover or by
+the operator the bandit draws (more when operators decline or repeat), up to as many
+children as the population holds. evolve/README.md ("How the search chooses") says why.
 """
 import time
 
@@ -68,7 +69,9 @@ def breed(search, parents: list, num_children: int) -> Brood:
         best = search.hall_of_fame[0] if len(search.hall_of_fame) else search.seed
         limit = sweep_size(search.clock.left() - search.estimated_final_s(), search.estimated_screen_s(),
                            search.config.workers, num_children)
-        for result in toolbox.sweep(best, limit):
+        # On a GPU the GPU-only operators alone (graphs and kernels: docs/PERF.md); the rest
+        # are swept from the best program, which by then is rarely the eager seed.
+        for result in toolbox.sweep(best, limit, levers_only=True):
             brood.add(result, (best.id,))
         if brood.children:
             return brood
@@ -78,12 +81,12 @@ def breed(search, parents: list, num_children: int) -> Brood:
     for a, b, base in toolbox.pairs_to_merge(search.scores, search.seed, 2 * num_merges):
         if len(brood.children) < num_merges:
             brood.add(toolbox.merge(a, b, base), (a.id, b.id))
-    # All but one of the rest go to the best program, by the operators the bandit ranks
-    # first among those not tried on it: gains measured on the seed do not carry over to a
-    # program 7x faster (on an H100 the Triton norms were noise on the eager seed), so the
-    # sweep goes on from the best as it moves; the other parents are mostly far slower.
-    for _ in range(num_children - len(brood.children) - 1):
-        brood.add(toolbox.mutate(best), (best.id,))
+    # All but one of the rest sweep on from the best program, GPU-only operators first,
+    # then as the bandit ranks them: gains measured on the seed do not carry over to a
+    # program 7x faster (on an H100 the Triton norms were noise on the eager seed and
+    # 1.11x on the prefill-graphs program); the other parents are mostly far slower.
+    for result in toolbox.sweep(best, num_children - len(brood.children) - 1):
+        brood.add(result, (best.id,))
     for _ in range(3 * num_children):
         if len(brood.children) >= num_children:
             break

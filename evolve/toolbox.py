@@ -81,14 +81,26 @@ def mutate(parent: Program, make, vocabulary: Vocabulary, selector: OperatorSele
 
 
 def sweep(parent: Program, limit: int, make, vocabulary: Vocabulary, selector: OperatorSelector, memo: Memo,
-          rng: random.Random, device: str) -> list:
-    """A child of `parent` by each operator that applies to it (`limit` of them drawn by
-    `rng` when there are more); [] when the vocabulary cannot name its operators."""
+          rng: random.Random, device: str, levers_only: bool = False) -> list:
+    """A child of `parent` by each of the first `limit` operators that apply to it and are
+    not spent on it, each then spent on it: GPU-only ones first on a GPU (with
+    `levers_only`, only those, if any), then by the bandit's score, then at random; on a
+    GPU, swaps that put portable code where a kernel runs only when nothing else is left.
+    [] when the vocabulary cannot name its operators."""
     if not vocabulary.can_choose:
         return []
     names = [n for n in vocabulary.applicable(parent.source, device) if not memo.is_spent(n, (parent.id,))]
-    ranked = sorted(names, key=lambda n: (sweep_rank(n, device, vocabulary.devices_of), rng.random()))
-    return [apply_named(parent, name, make, vocabulary, selector, memo, rng) for name in ranked[:limit]]
+    if str(device).startswith("cuda"):
+        names = [n for n in names if not vocabulary.unports(n, parent.source)] or names
+    ranks = {n: sweep_rank(n, device, vocabulary.devices_of) for n in names}
+    if levers_only and 0 in ranks.values():
+        names = [n for n in names if ranks[n] == 0]
+    ranked = sorted(names, key=lambda n: (ranks[n], -selector.score(n), rng.random()))[:limit]
+    children = []
+    for name in ranked:
+        children.append(apply_named(parent, name, make, vocabulary, selector, memo, rng))
+        memo.spend(name, (parent.id,))  # once per program: a rewrite's other draws are the bandit's
+    return children
 
 
 def apply_named(parent: Program, name: str, make, vocabulary: Vocabulary, selector: OperatorSelector,
