@@ -57,7 +57,8 @@ def defined_name(stmt) -> str | None:
     return None
 
 
-def is_import(stmt) -> bool:
+@lru_cache(maxsize=8192)  # by node identity, as names_used: missing_names asks it of every
+def is_import(stmt) -> bool:  # statement for every name, most of a swap's time uncached
     return m.matches(stmt, m.SimpleStatementLine(body=[m.OneOf(m.Import(), m.ImportFrom())]))
 
 

@@ -203,3 +203,19 @@ def test_a_crossover_swaps_cannot_make_is_said_so(tmp_path, capsys):
         lineage_recipe(history.read(built.path), source_hash(crossed), built.path)
     assert report(built.path, tmp_path / "plots", tmp_path / "w.txt") == 1
     assert "no recipe for" in capsys.readouterr().out and not (tmp_path / "w.txt").exists()
+
+
+def test_a_merge_that_takes_a_gene_away_and_back_is_written_with_a_round_trip(tmp_path):
+    # merge_every_gain folds another gain's Engine over the best, then the best's own back: the
+    # helpers only the best's Engine names are re-added after the shared ones, where no plain
+    # swap from the best puts them (an H100 search's winner had no recipe).
+    built = HistoryBuilder(tmp_path)
+    best = built.child(SEED, "allele.Engine.cuda_graphs_prefill", 5.0)
+    other = built.child(SEED, "allele.Engine.cuda_graphs", 2.0)
+    away = mutations.merge_gains(best, other, SEED, random.Random(0), {"Engine"})
+    back = mutations.merge_gains(away.source, best, SEED, random.Random(0), {"Engine"})
+    assert program.gene_alleles(program.parse(back.source)) == program.gene_alleles(program.parse(best))
+    merged = built.add(back.source, (best, other), "merge_every_gain", {"merged": [source_hash(other)]}, 6.0)
+    text = lineage_recipe(history.read(built.path), source_hash(merged), built.path)  # replayed, hash checked
+    assert [s.operator for s in recipe.parse(text)] == \
+           ["allele.Engine.cuda_graphs_prefill", "allele.Engine.cuda_graphs", "allele.Engine.cuda_graphs_prefill"]
