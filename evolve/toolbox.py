@@ -151,12 +151,20 @@ def merge_every_gain(best: Program, scores, make, vocabulary: Vocabulary, memo: 
         ratio = scores.gain(program.id, parent.id) if parent is not None else None
         if ratio is not None and ratio > 1.0 + IMPROVEMENT:
             gains.append((ratio, program, parent))
+    gains.sort(key=lambda g: (g[0], g[1].id))
+    # Each gene from the strongest gain that meant to change it; a gene taken and given back
+    # would leave its helpers elsewhere: the same engine under another id, judged again.
+    owner = {gene: program.id for _, program, parent in gains for gene in vocabulary.intended(program, parent) or ()}
     source, merged = best.source, []
-    for _, program, parent in sorted(gains, key=lambda g: (g[0], g[1].id)):
-        if source == parent.source:  # nothing added to the base yet: the gain is the program
+    for _, program, parent in gains:
+        intended = vocabulary.intended(program, parent)
+        genes = {gene for gene in intended if owner[gene] == program.id} if intended else None
+        if intended and not genes:
+            continue  # every gene it meant to change, a stronger gain changes
+        if source == parent.source and not (intended and genes != intended):  # the gain is the program
             source, merged = program.source, merged + [program.id]
             continue
-        result = vocabulary.merge(source, program.source, parent.source, rng, vocabulary.intended(program, parent) or None)
+        result = vocabulary.merge(source, program.source, parent.source, rng, genes)
         if hasattr(result, "source"):
             source, merged = result.source, merged + [program.id]
     merged = [pid for pid in merged if pid != best.id]

@@ -172,7 +172,9 @@ def test_merge_every_gain_composes_all_that_beat_their_parent_the_stronger_last(
     memo.see([seed, *made.values()])
     vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover)
     child = merge_every_gain(seed, scores, Program, vocabulary, memo, random.Random(0))
-    assert child.operator == MERGE_EVERY_GAIN and len(child.operator_args["merged"]) == 4
+    # The weaker of two gains on one gene is not folded at all (taken, then given back).
+    assert child.operator == MERGE_EVERY_GAIN and len(child.operator_args["merged"]) == 3
+    assert made["allele.attend_prefill.sdpa_per_request"].id not in child.operator_args["merged"]
     carried = program.gene_alleles(program.parse(child.source))
     assert carried["load_weights"] == "fused_both" and carried["rope_tables"] == "cached"
     assert carried["attend_prefill"] == "padded_sdpa"  # the stronger of the two prefill gains
@@ -201,6 +203,8 @@ def test_merge_every_gain_keeps_the_best_programs_own_gene_over_a_weaker_gain_on
     assert carried["rms_norm"] == "triton" and carried["apply_rope"] == "triton"
     assert requirements.first_violation(carried) is None
     assert best.id not in child.operator_args["merged"]
+    # The Engine was never taken away and given back: the child is what plain swaps make.
+    assert child.source == swapped(best.source, "allele.apply_rope.triton", "allele.rms_norm.triton")
     # A pair merge brings what b meant to change, unless a changed it too (a is faster).
     declined = merge(best, made["allele.Engine.cuda_graphs"], seed, Program, vocabulary, memo, random.Random(0))
     assert isinstance(declined, mutations.Declined)
