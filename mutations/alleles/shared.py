@@ -87,3 +87,45 @@ def regrown(pools, num_layers, shape, device, dtype):
 def graph_buckets(largest):
     """Batch sizes with a decode graph: 1, 2, 4, 8, then every multiple of 16 up to `largest`."""
     return sorted({b for b in (1, 2, 4, 8) if b <= largest} | set(range(16, largest + 1, 16)) | {largest})
+
+
+def reserve_pages(cache, step):
+    """Give each request of `step` the pages its new tokens need (a prefill first gives back
+    whatever the request had): the bookkeeping of a paged cache, on the host alone."""
+    for rid, n in zip(step.request_ids, step.num_new):
+        if not step.is_decode:
+            cache.free += cache.pages_of.pop(rid, [])
+            cache.lengths[rid] = 0
+        total = cache.lengths[rid] + n
+        if total > cache.max_positions:
+            raise ValueError(f"request {rid} would hold {total} tokens, more than "
+                             f"max_position_embeddings={cache.max_positions}")
+        pages = cache.pages_of.setdefault(rid, [])
+        pages += cache.take_pages(-(-total // cache.page_size) - len(pages))
+        cache.lengths[rid] = total
+
+
+def prepare_pages(cache, step):
+    """A paged cache's prepare: pages reserved, then `step.block_table` [B, width] (page ids,
+    0 = scratch) and `step.slots` [N] (page * page_size + offset of every new token)."""
+    reserve_pages(cache, step)
+    tables = [cache.pages_of[rid] for rid in step.request_ids]
+    width = max(len(t) for t in tables)
+    table = torch.tensor([t + [0] * (width - len(t)) for t in tables])
+    starts = [cache.lengths[rid] - n for rid, n in zip(step.request_ids, step.num_new)]
+    positions = torch.cat([torch.arange(s, s + n) for s, n in zip(starts, step.num_new)])  # [N]
+    owner = torch.arange(len(tables)).repeat_interleave(torch.tensor(step.num_new))  # [N] request index
+    rows = table[owner, positions // cache.page_size] * cache.page_size + positions % cache.page_size
+    step.block_table = table.to(cache.device)
+    step.slots = rows.to(cache.device)
+
+
+def decode_pages(cache, step):
+    """A paged cache's decode_addresses: pages reserved for one new token a request, then
+    (slot of each new token, block table row of each request) as plain lists: a graph
+    engine copies them to the device in one go (torch ops on the host cost ~10 us each)."""
+    reserve_pages(cache, step)
+    size = cache.page_size
+    tables = [cache.pages_of[rid] for rid in step.request_ids]
+    ends = [cache.lengths[rid] - 1 for rid in step.request_ids]
+    return [t[e // size] * size + e % size for t, e in zip(tables, ends)], tables

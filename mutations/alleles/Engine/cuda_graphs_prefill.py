@@ -54,19 +54,19 @@ class Engine:
         if self.dtype == torch.bfloat16:
             self.buckets["prefill"] = []  # its attention loops over prompts on the host: not capturable
         rows, prompts = max(MAX_GRAPH_BATCH, MAX_PREFILL_TOKENS), MAX_PREFILL_PROMPTS
-        # A prefill's host-side metadata goes to the device in two copies: positions of every
-        # row, then each prompt's start, length and last row. Zeros address the cache's
-        # scratch row 0 and position 0: harmless padding.
-        self.meta = torch.zeros(rows + 3 * prompts, dtype=torch.long, device=self.device)
+        # Host metadata goes to the device in few copies: a decode's positions and slots in
+        # one, a prefill's positions, then each prompt's start, length and last row. Zeros
+        # address the cache's scratch row 0 and position 0: harmless padding.
+        self.meta = torch.zeros(2 * rows + 3 * prompts, dtype=torch.long, device=self.device)
         self.static = {
             "tokens": torch.zeros(rows, dtype=torch.long, device=self.device),
             "positions": self.meta[:rows],
-            "slots": torch.zeros(rows, dtype=torch.long, device=self.device),
+            "slots": self.meta[rows:2 * rows],
             "block_table": torch.zeros(MAX_GRAPH_BATCH, self.cache.max_pages, dtype=torch.long,
                                        device=self.device),
-            "starts": self.meta[rows:rows + prompts],
-            "lengths": self.meta[rows + prompts:rows + 2 * prompts],
-            "last": self.meta[rows + 2 * prompts:],
+            "starts": self.meta[2 * rows:2 * rows + prompts],
+            "lengths": self.meta[2 * rows + prompts:2 * rows + 2 * prompts],
+            "last": self.meta[2 * rows + 2 * prompts:],
         }
         self.graphs, self.graph_logits, self.graph_pool = {}, {}, None
         self.capture_graphs()
@@ -93,12 +93,16 @@ class Engine:
 
     def prepare_static(self, step, fill):
         """cache.prepare(step), with `fill()` (the call's host metadata into the static
-        buffers) before it, as a slab's prepare reads the positions, and again after a
-        capture, which zeroes every static buffer."""
+        buffers) before it, as a slab's prepare reads the positions."""
         fill()
         self.cache.prepare(step)
+        self.recapture_if_moved(fill)
+
+    def recapture_if_moved(self, fill):
+        """The graphs captured again if the cache grew (now or in an eager call: its tensors
+        moved), and `fill()` again: a capture zeroes every static buffer."""
         if self.cache.generation != self.captured_generation:
-            self.capture_graphs()  # the cache grew (now or in an eager call): its tensors moved
+            self.capture_graphs()
             fill()
 
     def run_static(self, kind, size, rows):
@@ -131,7 +135,7 @@ class Engine:
 
         def fill():
             self.meta[:size].copy_(host[0], non_blocking=True)
-            self.meta[rows:].copy_(host[1], non_blocking=True)
+            self.meta[2 * rows:].copy_(host[1], non_blocking=True)
 
         s = self.static
         step = Step(ids, [0] * len(ids), lengths, s["positions"][:total], False)
@@ -150,18 +154,23 @@ class Engine:
             step = Step(ids, start, [1] * len(ids), torch.tensor(start, device=self.device), True)
             return self.forward(token_ids.reshape(-1).to(self.device, torch.long), step)
         s, batch = self.static, len(ids)
-        # Few launches: every call is host-bound at this size. Padding rows get position 0,
-        # the scratch row and a block table of scratch pages.
-        host = torch.tensor(start + [0] * (size - batch))
-        step = Step(ids, start, [1] * batch, s["positions"][:batch], True)
-        self.prepare_static(step, lambda: s["positions"][:size].copy_(host, non_blocking=True))
-        width = step.block_table.shape[1]
-        s["tokens"][:batch].copy_(token_ids.reshape(-1))
-        s["slots"][:batch].copy_(step.slots)
-        s["block_table"][:batch, :width].copy_(step.block_table)
-        if size > batch:
-            s["slots"][batch:size].zero_()
-            s["block_table"][batch:size].zero_()
+        # Three copies and no torch op on the host: every call is host-bound at this size.
+        # Padding rows get position 0, the scratch row and a block table of scratch pages
+        # (columns past `width` are stale, and no position reaches them).
+        slots, tables = self.cache.decode_addresses(Step(ids, start, [1] * batch, None, True))
+        padding = [0] * (size - batch)
+        width = max(len(t) for t in tables)
+        host = torch.tensor([start + padding, slots + padding])  # [2, size]: positions, slots
+        table = torch.tensor([t + [0] * (width - len(t)) for t in tables] + [[0] * width] * len(padding))
+        tokens = token_ids.reshape(-1)
+
+        def fill():
+            self.meta[:2 * s["tokens"].shape[0]].view(2, -1)[:, :size].copy_(host, non_blocking=True)
+            s["block_table"][:size, :width].copy_(table, non_blocking=True)
+            s["tokens"][:batch].copy_(tokens, non_blocking=True)
+
+        fill()
+        self.recapture_if_moved(fill)
         return self.run_static("decode", size, batch)
 
     def remove(self, request_ids):

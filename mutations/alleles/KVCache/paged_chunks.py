@@ -93,26 +93,11 @@ class KVCache:
 
     def prepare(self, step):
         """Give each request the pages its new tokens need, and address them."""
-        for rid, n in zip(step.request_ids, step.num_new):
-            if not step.is_decode:  # a prefill replaces whatever the request had
-                self.free += self.pages_of.pop(rid, [])
-                self.lengths[rid] = 0
-            total = self.lengths[rid] + n
-            if total > self.max_positions:
-                raise ValueError(f"request {rid} would hold {total} tokens, more than "
-                                 f"max_position_embeddings={self.max_positions}")
-            pages = self.pages_of.setdefault(rid, [])
-            pages += self.take_pages(-(-total // self.page_size) - len(pages))
-            self.lengths[rid] = total
-        tables = [self.pages_of[rid] for rid in step.request_ids]
-        width = max(len(t) for t in tables)
-        table = torch.tensor([t + [0] * (width - len(t)) for t in tables])  # [B, width], 0 = scratch
-        starts = [self.lengths[rid] - n for rid, n in zip(step.request_ids, step.num_new)]
-        positions = torch.cat([torch.arange(s, s + n) for s, n in zip(starts, step.num_new)])  # [N]
-        owner = torch.arange(len(tables)).repeat_interleave(torch.tensor(step.num_new))  # [N] request index
-        rows = table[owner, positions // self.page_size] * self.page_size + positions % self.page_size
-        step.block_table = table.to(self.device)
-        step.slots = rows.to(self.device)  # [N] flat row (page * page_size + offset) of every new token
+        prepare_pages(self, step)
+
+    def decode_addresses(self, step):
+        """prepare for a decode, as host lists: (slots, block table rows)."""
+        return decode_pages(self, step)
 
     def write(self, layer, step, k, v):
         """Store packed k, v [N, kv_heads, head_dim] at the rows `prepare` chose."""

@@ -49,6 +49,21 @@ class KVCache:
 
     def prepare(self, step):
         """Give new requests a slot, count the tokens this step adds, and address them."""
+        self.reserve(step)
+        slots = torch.tensor([self.slot_of[rid] for rid in step.request_ids])
+        rows = slots.repeat_interleave(torch.tensor(step.num_new)) * self.max_positions  # [N] slot bases
+        step.block_table = slots.to(self.device)[:, None]  # [B, 1]
+        step.slots = rows.to(self.device) + step.positions  # [N] flat row of every new token
+
+    def decode_addresses(self, step):
+        """prepare for a decode, as host lists: (slots, block table rows)."""
+        self.reserve(step)
+        slots = [self.slot_of[rid] for rid in step.request_ids]
+        ends = [self.lengths[rid] - 1 for rid in step.request_ids]
+        return [s * self.max_positions + e for s, e in zip(slots, ends)], [[s] for s in slots]
+
+    def reserve(self, step):
+        """A slot for each new request; the lengths after this step."""
         for rid, n in zip(step.request_ids, step.num_new):
             total = n if not step.is_decode else self.lengths[rid] + n
             if total > self.max_positions:
@@ -57,10 +72,6 @@ class KVCache:
             if rid not in self.slot_of:  # a prefill of a live id keeps its slot and replaces its K/V
                 self.slot_of[rid] = self.take_slot()
             self.lengths[rid] = total
-        slots = torch.tensor([self.slot_of[rid] for rid in step.request_ids])
-        rows = slots.repeat_interleave(torch.tensor(step.num_new)) * self.max_positions  # [N] slot bases
-        step.block_table = slots.to(self.device)[:, None]  # [B, 1]
-        step.slots = rows.to(self.device) + step.positions  # [N] flat row of every new token
 
     def write(self, layer, step, k, v):
         """Store packed k, v [N, kv_heads, head_dim] at the rows `prepare` chose."""
