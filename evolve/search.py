@@ -25,9 +25,10 @@ from evolve.workspace import Workspace, device_label, roofline_tps, with_header,
 
 
 # A screen's share of its batch over the seed's full judgement, before one is measured: on
-# an H100, 5-9 s against 20-30 s; on 2 CPU cores, 53-77 s against 100 s (the gate's
-# traces and the small cases cost about as much as the timing a GPU batch shares).
-SCREEN_SHARE = {"cuda": 1 / 3, "cpu": 2 / 3}
+# an H100, 5-9 s against 20-30 s. On 2 CPU cores screens took 43-77 s against 92-100 s,
+# but reckoned at 2/3 (or 1/3) the default 9-minute run swept 5 (or 11) children and had
+# no time for a third generation: a CPU reckons the whole judgement, as before.
+SCREEN_SHARE = {"cuda": 1 / 3, "cpu": 1.0}
 
 
 class Clock:
