@@ -15,8 +15,13 @@ ALLELES = Path(__file__).resolve().parents[2] / "mutations" / "alleles"
 
 
 def load(gene, name):
+    """The allele's file as a module, over the shared helpers a swap would bring with it."""
+    shared = importlib.util.spec_from_file_location("alleles_shared", ALLELES / "shared.py")
+    helpers = importlib.util.module_from_spec(shared)
+    shared.loader.exec_module(helpers)
     spec = importlib.util.spec_from_file_location(f"allele_{gene}_{name}", ALLELES / gene / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    vars(module).update({k: v for k, v in vars(helpers).items() if not k.startswith("__")})
     spec.loader.exec_module(module)
     return module
 
