@@ -173,7 +173,7 @@ class Vocabulary:
         return self.intents[key]
 
     def merge(self, a: str, b: str, base: str, rng: random.Random, genes: set | None = None):
-        """merge_gains, taking from b only `genes` where the vocabulary can restrict them."""
-        if genes is None or self.intended_genes is None:
+        """merge_gains, taking from b only `genes` if given (`intended` named them)."""
+        if genes is None:  # the stand-ins' merge_gains takes no `genes`
             return self.merge_gains(a, b, base, rng)
         return self.merge_gains(a, b, base, rng, genes=genes)

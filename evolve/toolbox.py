@@ -69,15 +69,22 @@ def mutate(parent: Program, make, vocabulary: Vocabulary, selector: OperatorSele
     and are not spent on it; Declined, or Known (also when every one is spent)."""
     if not vocabulary.can_choose:
         return admitted(vocabulary.random_mutation(parent.source, rng, device), (parent.id,), make, memo)
-    names = [n for n in vocabulary.applicable(parent.source, device) if not memo.is_spent(n, (parent.id,))]
+    names = open_operators(parent, vocabulary, memo, device)
     if not names:
         return Known("mutate", "every operator that applies was tried on this program")
-    if str(device).startswith("cuda"):  # on a GPU, undoing a kernel comes last (an H100 search spent
-        # a third of its mutants of a 9x program on portable attentions and decode-only graphs)
-        names = [n for n in names if not vocabulary.unports(n, parent.source)] or names
     # Among operators never tried, the sweep's order: the GPU's large levers first.
     name = selector.choose(names, rng, rank=lambda n: sweep_rank(n, device, vocabulary.devices_of))
     return apply_named(parent, name, make, vocabulary, selector, memo, rng)
+
+
+def open_operators(parent: Program, vocabulary: Vocabulary, memo: Memo, device: str) -> list:
+    """The operators that apply to `parent` and are not spent on it. On a GPU, those that put
+    portable code where it runs a kernel only when nothing else is left (an H100 search spent
+    a third of its mutants of a 9x program on portable attentions and decode-only graphs)."""
+    names = [n for n in vocabulary.applicable(parent.source, device) if not memo.is_spent(n, (parent.id,))]
+    if str(device).startswith("cuda"):
+        names = [n for n in names if not vocabulary.unports(n, parent.source)] or names
+    return names
 
 
 def sweep(parent: Program, limit: int, make, vocabulary: Vocabulary, selector: OperatorSelector, memo: Memo,
@@ -89,9 +96,7 @@ def sweep(parent: Program, limit: int, make, vocabulary: Vocabulary, selector: O
     [] when the vocabulary cannot name its operators."""
     if not vocabulary.can_choose:
         return []
-    names = [n for n in vocabulary.applicable(parent.source, device) if not memo.is_spent(n, (parent.id,))]
-    if str(device).startswith("cuda"):
-        names = [n for n in names if not vocabulary.unports(n, parent.source)] or names
+    names = open_operators(parent, vocabulary, memo, device)
     ranks = {n: sweep_rank(n, device, vocabulary.devices_of) for n in names}
     if levers_only and 0 in ranks.values():
         names = [n for n in names if ranks[n] == 0]
@@ -161,7 +166,7 @@ def merge_every_gain(best: Program, scores, make, vocabulary: Vocabulary, memo: 
         genes = {gene for gene in intended if owner[gene] == program.id} if intended else None
         if intended and not genes:
             continue  # every gene it meant to change, a stronger gain changes
-        if source == parent.source and not (intended and genes != intended):  # the gain is the program
+        if source == parent.source and genes in (None, intended):  # nothing added yet: the gain is the program
             source, merged = program.source, merged + [program.id]
             continue
         result = vocabulary.merge(source, program.source, parent.source, rng, genes)

@@ -68,6 +68,7 @@ class Engine:
             "lengths": self.meta[2 * rows + prompts:2 * rows + 2 * prompts],
             "last": self.meta[2 * rows + 2 * prompts:],
         }
+        self.positions_slots = self.meta[:2 * rows].view(2, rows)  # a decode's one copy goes here
         self.graphs, self.graph_logits, self.graph_pool = {}, {}, None
         self.capture_graphs()
 
@@ -165,7 +166,7 @@ class Engine:
         tokens = token_ids.reshape(-1)
 
         def fill():
-            self.meta[:2 * s["tokens"].shape[0]].view(2, -1)[:, :size].copy_(host, non_blocking=True)
+            self.positions_slots[:, :size].copy_(host, non_blocking=True)
             s["block_table"][:size, :width].copy_(table, non_blocking=True)
             s["tokens"][:batch].copy_(tokens, non_blocking=True)
 
