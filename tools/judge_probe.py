@@ -36,6 +36,8 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--aa", type=int, default=0, help="judgements of the seed beside itself: does "
                         "the ratio's interval hold 1 as often as it should?")
+    parser.add_argument("--alternate", action="store_true", help="judge the engines in turn (a, b, a, b...), "
+                        "so drift between judgements shows as a common movement of both")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
@@ -50,16 +52,19 @@ def main(argv=None) -> int:
                "round_cv": verdict.get("fitness_cv"), "ratio": verdict.get("ratio"),
                "ratio_low": verdict.get("ratio_low"), "ratio_high": verdict.get("ratio_high"),
                "tps": verdict.get("tokens_per_second"), "error": verdict.get("error", "")[-400:],
-               "phases": verdict.get("phases")}
+               "phases": verdict.get("phases"), "timings": verdict.get("timings"),
+               "baseline_timings": verdict.get("baseline_timings"), "at": round(time.time(), 2)}
         rows.append(row)
         print(json.dumps({k: row[k] for k in ("label", "engine", "status", "seconds", "fitness", "rounds", "ratio",
                                                "ratio_low", "ratio_high", "round_cv", "phases")}), flush=True)
 
+    order = ([(i, e) for i in range(args.repeats) for e in args.engines] if args.alternate
+             else [(i, e) for e in args.engines for i in range(args.repeats)])
+    for i, engine in order:
+        started = time.monotonic()
+        verdict = judge.judge(engine, seed=seed, level="full", **target)
+        record(f"full alone #{i}", engine, verdict, time.monotonic() - started)
     for engine in args.engines:
-        for i in range(args.repeats):
-            started = time.monotonic()
-            verdict = judge.judge(engine, seed=seed, level="full", **target)
-            record(f"full alone #{i}", engine, verdict, time.monotonic() - started)
         fits = [r["fitness"] for r in rows if r["engine"] == str(engine) and r["label"].startswith("full alone")]
         if len(fits) > 1 and min(fits) > 0:
             print(f"{engine}: fitness over {len(fits)} judgements: mean {statistics.fmean(fits):,.0f}, "
