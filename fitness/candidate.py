@@ -69,9 +69,10 @@ class CandidateProcess:
         """Send one request and wait for its answer; CandidateError if the candidate raised."""
         return self.send(op, timeout, **fields)()
 
-    def send(self, op: str, timeout: float, **fields):
+    def send(self, op: str, timeout: float, *, awake: bool = False, **fields):
         """Send one request; returns the wait for its answer, so that several runners can
-        work at once (on what is not timed) while the judge waits on each in turn."""
+        work at once (on what is not timed) while the judge waits on each in turn. An
+        `awake` wait polls without sleeping: no wake-up latency lands on the judge's clock."""
         self.wait_ready(timeout)
         started = time.monotonic()
         deadline = started + max(timeout, 0.0)
@@ -82,7 +83,7 @@ class CandidateProcess:
 
         def wait() -> tuple[dict, list]:
             try:
-                return self.answer(op, deadline, timeout)
+                return self.answer(op, deadline, timeout, spin=awake)
             finally:
                 self.spent[op] += time.monotonic() - started
         return wait
@@ -101,9 +102,9 @@ class CandidateProcess:
         except ProcessLookupError:  # it died; the next request says how
             pass
 
-    def answer(self, op: str, deadline: float, timeout: float) -> tuple[dict, list]:
+    def answer(self, op: str, deadline: float, timeout: float, spin: bool = False) -> tuple[dict, list]:
         try:
-            header, tensors = self.channel.receive(deadline)
+            header, tensors = self.channel.receive(deadline, spin_s=max(deadline - time.monotonic(), 0.0) if spin else 0.0)
         except WireTimeout:
             raise RunnerFailure("timeout", f"{op}: no answer within {timeout:.0f} s{self.tail()}") from None
         except (WireError, OSError) as err:
@@ -112,11 +113,12 @@ class CandidateProcess:
             raise CandidateError(str(header.get("error", "no error text")))
         return header, tensors
 
-    def timed_go(self, timeout: float) -> tuple[float, int]:
+    def timed_go(self, timeout: float, awake: bool = False) -> tuple[float, int]:
         """(seconds, checksum) of one `go`: the clock is this process's, read around the
         whole request, so nothing the candidate does to clocks or synchronisation counts."""
+        self.wait_ready(timeout)
         started = time.perf_counter()
-        header, _ = self.request("go", timeout)
+        header, _ = self.send("go", timeout, awake=awake)()
         return time.perf_counter() - started, int(header.get("checksum", -1))
 
     def exit_status(self) -> str:

@@ -1,6 +1,7 @@
 """Device names as the command line takes them and as the contract passes them."""
 import time
 from functools import lru_cache
+from pathlib import Path
 
 import torch
 
@@ -17,6 +18,26 @@ def resolve_device(name: str) -> str:
 
 def is_cuda(device) -> bool:
     return str(device).startswith("cuda")
+
+
+def parse_cpus(text: str) -> set:
+    """"0-3,8" -> {0, 1, 2, 3, 8}."""
+    cpus = set()
+    for part in filter(None, text.strip().split(",")):
+        low, _, high = part.partition("-")
+        cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+@lru_cache(maxsize=None)
+def core_siblings(cpu: int) -> frozenset:
+    """`cpu` and the hardware threads that share its physical core (SMT), as Linux lists
+    them: work on a sibling slows a host-bound engine timed on `cpu`."""
+    try:
+        listed = parse_cpus(Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text())
+    except (OSError, ValueError):
+        listed = set()
+    return frozenset(listed | {cpu})
 
 
 def ramp_gpu_clocks(device, seconds: float = 0.3) -> None:

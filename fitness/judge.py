@@ -27,7 +27,7 @@ from pathlib import Path
 from fitness import gate
 from fitness.candidate import CandidateError, RunnerFailure, Spares
 from fitness.cases import CASE_SETS, select_cases
-from fitness.devices import is_cuda, ramp_gpu_clocks
+from fitness.devices import core_siblings, is_cuda, ramp_gpu_clocks
 from fitness.loader import source_hash
 from fitness.model_config import ConfigError, ModelConfig
 from fitness.references import References
@@ -75,7 +75,9 @@ class RunnerDriver:
         if timed:
             self.place(self.timing_cpu)
             ramp_gpu_clocks(self.device, CLOCK_BURST_S)
-        self.last_seconds, self.last_checksum = self.process.timed_go(self.left())
+        awake = timed and self.timing_cpu is not None  # on a GPU: the judge waits busy, off the runner's core
+        with kept_off(core_siblings(self.timing_cpu) if awake else frozenset()):
+            self.last_seconds, self.last_checksum = self.process.timed_go(self.left(), awake=awake)
         return self.last_seconds
 
     def fetch(self, events) -> list:
@@ -107,6 +109,20 @@ class RunnerDriver:
         return int(header["retained_bytes"])
 
 
+@contextlib.contextmanager
+def kept_off(cpus):
+    """The calling thread kept off `cpus` for the block."""
+    before = os.sched_getaffinity(0)
+    if not cpus or not before - cpus:
+        yield
+        return
+    os.sched_setaffinity(0, before - cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 def event_fields(event) -> dict:
     return {"kind": event.kind, "request_ids": list(event.request_ids), "lengths": list(event.lengths),
             "ids_as_tensor": event.ids_as_tensor, "name": event.name}
@@ -124,10 +140,12 @@ class Judge:
         # Threads that only wait on runners: the untimed work of a group runs at once.
         self.helpers = ThreadPoolExecutor(MAX_GROUP + 1, thread_name_prefix="untimed")
         # On a GPU: every timed run on one core (the last), each runner's untimed work on
-        # a core of its own, so runners can make engines and pass gates at once.
+        # a core of its own, so runners can make engines and pass gates at once; the
+        # timing core's SMT siblings, if any, are left idle.
         cores = sorted(os.sched_getaffinity(0))
         self.timing_cpu = cores[-1] if is_cuda(device) else None
-        self.home_cpus = (cores[:-1] or cores) if is_cuda(device) else [None]
+        quiet = core_siblings(cores[-1])
+        self.home_cpus = ([c for c in cores if c not in quiet] or cores[:-1] or cores) if is_cuda(device) else [None]
 
     def close(self) -> None:
         self.drop_kept()

@@ -83,8 +83,11 @@ class Channel:
             written = os.write(self.write_fd, view)
             view = view[written:]
 
-    def receive(self, deadline: float | None = None) -> tuple[dict, list]:
-        """(header, tensors); WireTimeout past `deadline` (time.monotonic()), WireError on EOF."""
+    def receive(self, deadline: float | None = None, spin_s: float = 0.0) -> tuple[dict, list]:
+        """(header, tensors); WireTimeout past `deadline` (time.monotonic()), WireError on EOF.
+        For its first `spin_s` seconds awake it waits busy (see `spin_until_readable`)."""
+        if spin_s > 0:
+            spin_until_readable(self.read_fd, spin_s)
         (length,) = HEADER.unpack(self.read_exactly(HEADER.size, deadline))
         if length > MAX_HEADER_BYTES:
             raise WireError(f"a header of {length} bytes")
@@ -100,6 +103,7 @@ class Channel:
         return header, [decode_tensor(d, b) for d, b in zip(descriptions, blobs)]
 
     def read_exactly(self, count: int, deadline: float | None) -> bytes:
+        """`count` bytes, waiting asleep between them."""
         chunks, left = [], count
         while left:
             wait = None if deadline is None else deadline - time.monotonic()
@@ -114,3 +118,23 @@ class Channel:
             chunks.append(chunk)
             left -= len(chunk)
         return b"".join(chunks)
+
+
+def spin_until_readable(fd: int, awake_s: float) -> bool:
+    """Poll `fd` without sleeping until it is readable or this process has polled for
+    `awake_s` seconds (time it spent stopped, SIGSTOP, does not count). On the GPU
+    machines' virtual cores a process that sleeps waits for its core when it wakes: a
+    decode timed right after 50 ms asleep had a tail to 991 ms, right after 50 ms of
+    spinning to 301 ms (docs/PERF.md, 2026-11-23, host noise)."""
+    spent, last = 0.0, time.monotonic()
+    while spent < awake_s:
+        if select.select([fd], [], [], 0)[0]:
+            return True
+        now = time.monotonic()
+        if now - last < STOPPED_GAP_S:
+            spent += now - last
+        last = now
+    return False
+
+
+STOPPED_GAP_S = 0.01  # a gap this long between two polls: the process was stopped, not polling

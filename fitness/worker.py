@@ -17,16 +17,8 @@ import sys
 
 import torch
 
+from fitness.devices import parse_cpus
 from fitness.judge import Judge
-
-
-def parse_cpus(text: str) -> set:
-    """"0-3,8" -> {0, 1, 2, 3, 8}."""
-    cpus = set()
-    for part in filter(None, text.split(",")):
-        low, _, high = part.partition("-")
-        cpus.update(range(int(low), int(high or low) + 1))
-    return cpus
 
 
 def main(argv=None) -> int:

@@ -1,7 +1,11 @@
 """Judging in a child process: every failure of the candidate is a verdict."""
+import os
 import time
 
+from fitness.devices import core_siblings, parse_cpus
+from fitness.judge import kept_off
 from fitness.sandbox import judge
+from fitness.wire import spin_until_readable
 from tests import planted
 from tests.conftest import SEED_ENGINE
 
@@ -71,3 +75,28 @@ def test_greedy_cpu_candidate_is_a_crash_not_the_oom_killer(small_target, scratc
                                  "    return Engine(model_config, weight_dir, device)"))
     verdict = run_judge(path, small_target, scratch, timeout=60)
     assert verdict["status"] == "crash" and "alloc" in verdict["error"].lower(), verdict["error"]
+
+
+def test_a_busy_wait_returns_on_input_and_counts_only_time_awake():
+    read_fd, write_fd = os.pipe()
+    try:
+        started = time.monotonic()
+        assert not spin_until_readable(read_fd, 0.05)  # nothing came: it gave up after its budget
+        assert 0.05 <= time.monotonic() - started < 1.0
+        os.write(write_fd, b"x")
+        started = time.monotonic()
+        assert spin_until_readable(read_fd, 10.0)  # input: at once, not after the budget
+        assert time.monotonic() - started < 1.0
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def test_cpu_lists_and_a_thread_kept_off_the_timing_core():
+    assert parse_cpus("0-3,8") == {0, 1, 2, 3, 8}
+    cores = sorted(os.sched_getaffinity(0))
+    assert cores[-1] in core_siblings(cores[-1])
+    with kept_off(frozenset({cores[-1]})):
+        inside = os.sched_getaffinity(0)
+    assert os.sched_getaffinity(0) == set(cores)  # given back
+    assert inside == (set(cores) - {cores[-1]} or set(cores))  # a lone core is not taken away
