@@ -114,10 +114,12 @@ GPU_LEVERS = ("allele.Engine.cuda_graphs",)
 def sweep_rank(name: str, device: str, devices_of) -> int:
     """Where an operator goes in a sweep that cannot take them all (random within a rank):
     on a GPU the GPU-only operators first (kernels and graphs are the large levers there:
-    docs/PERF.md), swaps back to a seed allele last (from the seed they have nothing to do)."""
-    if name.endswith(".seed"):
-        return 2
+    docs/PERF.md); last, swaps back to a seed allele (from the seed they have nothing to
+    do) and, on a CPU, the GPU's levers (CUDA graphs ran at 0.15x there, and a program that
+    slow made its batch of screens last 3x as long: docs/PERF.md, 2026-11-23)."""
     on_gpu = str(device).startswith("cuda")
+    if name.endswith(".seed") or (not on_gpu and name in GPU_LEVERS):
+        return 2
     return 0 if on_gpu and (devices_of(name) == "cuda" or name in GPU_LEVERS) else 1
 
 

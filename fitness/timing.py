@@ -6,7 +6,8 @@ around the runner's `go` (fitness.candidate.CandidateProcess.timed_go). Two prog
 timed in rounds, interleaved: in each round every case runs once for each program, on the
 same freshly drawn tokens, in alternating order, so drift, clocks and host noise fall on
 both. Rounds go on until the ratio between them is clear (its ~95% interval excludes 1,
-or is narrower than +-RESOLUTION), or `max_rounds`.
+or is narrower than +-RESOLUTION), or `max_rounds`; a candidate far behind its baseline
+(CLEAR_LOSS) in every round leaves after the first.
 
 Every timed run draws fresh tokens, and rows of its outputs, picked at random after the
 run, are compared with the reference here: a program that answers timed calls wrongly
@@ -23,6 +24,8 @@ from fitness.devices import ramp_gpu_clocks
 from fitness.gate import CorrectnessError, error_ratio, snapshot
 from fitness.traces import count_tokens
 
+CLEAR_LOSS = 1 / 3  # a candidate this much slower than its baseline in every round so far leaves
+                    # (after one round: the worst single run on a GPU was 1.5x its median)
 RESOLUTION = 0.02  # a ratio is clear when its ~95% interval excludes 1, or is narrower than +-2%
                   # (a caller may accept a coarser one: a screen only needs to know a 5% gain)
 # Two-sided 95% quantiles of Student's t by degrees of freedom: with few rounds the spread
@@ -90,6 +93,12 @@ class Outcome:
         mean = statistics.fmean(logs)
         half = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else float("inf")
         return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+    def is_far_behind(self, candidate: Contender) -> bool:
+        """Below CLEAR_LOSS of the baseline in every round so far: no more rounds are needed
+        to call it a loss (a program at 0.15x made a CPU's batch of screens 3x as long)."""
+        logs = self.log_ratios(candidate) if self.baseline is not None else []
+        return bool(logs) and max(logs) < math.log(CLEAR_LOSS)
 
     def is_clear(self, candidate: Contender, resolution: float = RESOLUTION) -> bool:
         if self.baseline is None:
@@ -179,7 +188,8 @@ def measure(candidates: list, baseline, cases: dict, raw_config: dict, weight_di
                 if waits[contender.name] is not None:
                     attempt(contender, baseline, waits[contender.name])
             for contender in [c for c in order if c.failure is None]:
-                others = [c.driver.process for c in order if c is not contender]
+                # Every other runner, those done with their rounds too: none works behind its back.
+                others = [c.driver.process for c in candidates + ([baseline] if baseline else []) if c is not contender]
                 for process in others:
                     process.pause()
                 try:
@@ -197,7 +207,7 @@ def measure(candidates: list, baseline, cases: dict, raw_config: dict, weight_di
             order = [c for c in order if c.failure is None]
         outcome.rounds += 1
         round_seconds = time.monotonic() - started
-        active = [c for c in active if c.failure is None and
+        active = [c for c in active if c.failure is None and not outcome.is_far_behind(c) and
                   not (outcome.rounds >= min_rounds and outcome.is_clear(c, resolution))]
     return outcome
 

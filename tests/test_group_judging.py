@@ -91,6 +91,15 @@ def test_measure_times_each_contender_with_every_other_stopped():
     assert not any(s.paused for s in everyone)
 
 
+def test_a_candidate_far_behind_its_baseline_leaves_after_one_round():
+    everyone = []
+    everyone += [Stub("slow", everyone, 0.10), Stub("near", everyone, 0.031), Stub("base", everyone, 0.03)]
+    slow, near, base = (Contender(s.name, s) for s in everyone)
+    outcome = measure([slow, near], base, {"one": []}, {}, None, "cpu", lambda *args: 0.0, 2, 4, lambda: 60.0)
+    assert slow.rounds == 1 and outcome.is_far_behind(slow)  # 0.3x: clear at once
+    assert near.rounds >= 2 and not outcome.is_far_behind(near)
+
+
 def test_a_baseline_runner_is_kept_warm_for_the_next_judgement_beside_it(small_target, scratch, tmp_path):
     config_path, weight_dir = small_target
     other = tmp_path / "other.py"

@@ -15,7 +15,7 @@ import mutations
 from evolve import checkpoint, history
 from evolve.memo import MERGE, MERGE_DECLINED, Known, Memo, normalized_id
 from evolve.operators import (DECLINED, FAILED, IMPROVED, NEUTRAL, OperatorSelector, gain_pairs, outcome,
-                              sweep_size)
+                              sweep_rank, sweep_size)
 from evolve.scores import Scores
 from evolve.search import run
 from evolve.toolbox import Program
@@ -101,6 +101,14 @@ def test_sweep_size_fits_the_budget():
     assert sweep_size(time_left_s=600, judge_s=7, workers=1, population=6) == 40  # all there are, capped
     assert sweep_size(time_left_s=300, judge_s=25, workers=1, population=3) == 6
     assert sweep_size(time_left_s=10, judge_s=25, workers=1, population=3) == 3
+
+
+def test_sweep_order_puts_each_device_levers_where_they_pay():
+    devices = {"allele.Engine.cuda_graphs": "any", "allele.rms_norm.triton": "cuda"}.get
+    rank = lambda name, device: sweep_rank(name, device, lambda n: devices(n, "any"))  # noqa: E731
+    assert rank("allele.Engine.cuda_graphs", "cuda") == rank("allele.rms_norm.triton", "cuda") == 0
+    assert rank("fuse_linears", "cuda") == rank("fuse_linears", "cpu") == 1
+    assert rank("allele.Engine.cuda_graphs", "cpu") == rank("allele.Engine.seed", "cuda") == 2  # last
 
 
 # --- merge_gains on real programs ----------------------------------------------------------
