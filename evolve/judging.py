@@ -160,6 +160,9 @@ class Evaluator:
         options = dict(timeout=self.timeout(len(paths)), worker=worker, baseline=baseline,
                        seed=None if batch.label == FINAL else self.gate_seed,
                        **self.config.judge_options(batch.level, final=batch.label == FINAL))
+        if batch.label != FINAL:  # fewer rounds rather than the final's time (an H100 search of
+            # 8m: a last batch of near-equal children ran 5 rounds each and left no final)
+            options["rounds_within"] = max(0.0, self.time_left() - self.final_reserve())
         started = time.monotonic()
         if self.judge_fn is None:
             options.pop("worker")

@@ -158,13 +158,16 @@ class Judge:
 
     def judge_group(self, paths, config_path, weight_dir, seed: int, margin: float = gate.DEFAULT_MARGIN,
                     level: str = "full", bench: str = "public", baseline=None, min_rounds: int = 3,
-                    max_rounds: int = 8, timeout: float = 600.0, resolution: float = RESOLUTION) -> list:
+                    max_rounds: int = 8, timeout: float = 600.0, resolution: float = RESOLUTION,
+                    rounds_within: float | None = None) -> list:
         """A verdict on each of `paths` (at most MAX_GROUP), each timed beside `baseline` (a
         program judged before) in the same interleaved rounds: the baseline's runs serve
         every candidate's comparison. What is not timed (imports, gates, warm-ups) runs for
         all at once; each timed run is alone."""
         assert level in LEVELS and bench in BENCH_CHOICES and 0 < len(paths) <= MAX_GROUP, (level, bench, paths)
         started, deadline = time.monotonic(), time.monotonic() + timeout
+        # No timed round starts that would end past this (the first always runs): the caller's budget.
+        rounds_end = min(deadline, started + rounds_within) if rounds_within is not None else deadline
         weight_dir = Path(weight_dir).resolve()  # the runner works in a directory of its own
         baseline = Path(baseline).resolve() if baseline is not None and bench != "none" else None
         entries = [Entry(i, Path(path), new_verdict(path, self.device, seed)) for i, path in enumerate(paths)]
@@ -207,7 +210,7 @@ class Judge:
                     # Only the baseline's failures leave `measure`: a candidate's is its own.
                     outcome = measure([e.contender for e in live], base.contender() if base else None, cases,
                                       raw_config, weight_dir, self.device, check, min_rounds, max_rounds,
-                                      lambda: deadline - time.monotonic(), resolution)
+                                      lambda: rounds_end - time.monotonic(), resolution)
                 for entry in live:
                     entry.record_timing(outcome, cases)
         except Exception as err:  # the config, the baseline, or our reading of a runner's answer

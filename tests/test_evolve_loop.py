@@ -221,9 +221,14 @@ def test_no_batch_but_the_final_starts_inside_the_final_s_reserve(small_target, 
     assert search.evaluator(Batch((search.seed,), None, "full", None), 1, worker) == [(None, None)]
     (fitness, verdict), = search.evaluator(Batch((search.seed,), FINAL, "full", None), 1, worker)
     assert verdict["status"] == "ok" and fitness > 0
-    search.evaluator.final_reserve = lambda: 0.0
+    asked = []
+    search.evaluator.judge_fn = lambda *args, **options: asked.append(options) or fake_judge(*args, **options)
+    search.evaluator.final_reserve = lambda: 20.0
     (fitness, verdict), = search.evaluator(Batch((search.seed,), None, "screen", None), 1, worker)
     assert verdict["status"] == "ok"
+    assert 30.0 < asked[-1]["rounds_within"] <= 40.0  # its rounds end before the final's reserve
+    search.evaluator(Batch((search.seed,), FINAL, "full", None), 1, worker)
+    assert "rounds_within" not in asked[-1]
 
 
 def test_one_worker_per_visible_gpu_pinned_by_cuda_visible_devices(small_target, tmp_path, monkeypatch):

@@ -115,6 +115,8 @@ def test_a_baseline_runner_is_kept_warm_for_the_next_judgement_beside_it(small_t
             pids.append(judge.kept.driver.process.proc.pid)
         assert pids[0] == pids[1] != pids[2]
         assert judge.kept.uses == 1 and judge.kept.warm
+        hurried = judge.judge(SEED_ENGINE, config_path, weight_dir, baseline=other, rounds_within=0.0, **options)
+        assert hurried["status"] == "ok" and hurried["rounds"] == 1  # the caller's budget: one round, not two
     finally:
         judge.close()
 
