@@ -2,8 +2,8 @@
 
 A per-generation table, the operators that paid off (how often each made a correct child,
 and one faster than its parent), the winner's lineage, and PNG plots: best and median
-fitness over time, pass rate, tokens/s against peak memory. The winner is the best mean
-fitness among programs never judged incorrect, on the target of the latest run. With
+fitness over time, pass rate, tokens/s against peak memory. The winner is ranked as the
+search ranks (fitted speed; confirmed programs first), on the target of the latest run. With
 --recipe, the winner's lineage is written as a recipe that makes it from the seed
 (evolve/recipe.py).
 """
@@ -15,6 +15,7 @@ from matplotlib.ticker import MaxNLocator
 
 from evolve import history
 from evolve.recipe import LineageError, lineage_recipe
+from evolve.scores import Scores
 from evolve.workspace import format_lineage
 
 
@@ -34,7 +35,7 @@ def report(path, out_dir=None, recipe_path=None) -> int:
     print("per generation\n" + per_generation.to_string(index=False, float_format="{:,.1f}".format))
     print("\noperators\n" + operators.to_string(index=False, float_format="{:.2f}".format))
     if winner:
-        print(f"\nwinner (best mean fitness) {winner}\nlineage: {format_lineage(history.lineage(frame, winner))}")
+        print(f"\nwinner (best fitted speed) {winner}\nlineage: {format_lineage(history.lineage(frame, winner))}")
     out_dir = Path(out_dir) if out_dir else Path(path).resolve().parent / "report"
     for plot in write_plots(frame, per_generation, out_dir):
         print(f"wrote {plot}")
@@ -98,8 +99,13 @@ def mean_fitness(frame: pd.DataFrame) -> dict:
 
 
 def winner_of(frame: pd.DataFrame) -> str:
-    fitness = mean_fitness(frame)
-    return max(fitness, key=fitness.get) if fitness else ""
+    """As the search ranks: the best fitted speed (evolve.scores) of the programs a full
+    judgement confirmed, or of all correct ones where none was. (Best mean fitness, a
+    screen's single noisy figure, once named a winner the search had not chosen.)"""
+    scores = Scores.from_frame(frame)
+    correct = [cid for cid in scores.by_id if cid and scores.is_ok(cid)]
+    pool = [cid for cid in correct if scores.is_confirmed(cid)] or correct
+    return max(pool, key=scores.speed) if pool else ""
 
 
 def write_plots(frame: pd.DataFrame, per_generation: pd.DataFrame, out_dir: Path) -> list:

@@ -184,13 +184,18 @@ class Scores:
     @classmethod
     def from_history(cls, path, target: str) -> "Scores":
         """The judgements of every earlier run on the same target."""
-        scores = cls()
         if not Path(path).exists():
-            return scores
+            return cls()
         frame = history.read(path)
         if "target" not in frame.columns:
-            return scores
-        frame = frame[(frame["target"] == target) & frame["status"].isin(history.JUDGED_STATUSES)]
+            return cls()
+        return cls.from_frame(frame[frame["target"] == target])
+
+    @classmethod
+    def from_frame(cls, frame) -> "Scores":
+        """The judgements in history rows (of one target)."""
+        scores = cls()
+        frame = frame[frame["status"].isin(history.JUDGED_STATUSES)]
         tps_columns = [c for c in frame.columns if c.startswith("tps_")]
         for row in frame.to_dict("records"):
             tps = {c[len("tps_"):]: row[c] for c in tps_columns if finite_or_zero(row[c]) > 0}

@@ -5,8 +5,12 @@ import sys
 from pathlib import Path
 
 from evolve.config import RunConfig
-from evolve.report import generation_table, operator_table, plot_fitness, plot_pass_rate, plot_tps_vs_memory
+import pandas as pd
+
+from evolve.report import (generation_table, operator_table, plot_fitness, plot_pass_rate, plot_tps_vs_memory,
+                           winner_of)
 from evolve import history
+from evolve.scores import Scores
 from evolve.search import run
 from tests.test_evolve_stand_in import crossover, fake_judge, random_mutation
 
@@ -50,6 +54,15 @@ def test_tables_count_children_and_improvements(small_target, tmp_path):
         assert operators.loc["stand_in_break", "correct"] == 0
     assert (operators["improved"] <= operators["correct"]).all()
     assert "seed" in operators.index and operators.loc["seed", "improved"] == 0
+
+
+def test_the_winner_is_the_searchs_choice_not_a_lucky_screen(small_target, tmp_path):
+    frame = history.read(make_history(small_target, tmp_path))
+    winner = winner_of(frame)
+    assert winner and Scores.from_frame(frame).is_confirmed(winner)
+    lucky = frame[frame["candidate_id"] == winner].iloc[[0]].copy()
+    lucky[["candidate_id", "level", "fitness", "baseline_id"]] = ["lucky", "screen", 1e9, ""]
+    assert winner_of(pd.concat([frame, lucky])) == winner  # one screen's figure, never confirmed
 
 
 def test_report_of_a_missing_history_is_a_clear_error(tmp_path):
