@@ -13,7 +13,7 @@ from fitness.gate import check_module, static_problems
 from fitness.loader import load_engine_module
 from fitness.model_config import ModelConfig
 from mutations import alleles, program, requirements
-from tests.conftest import REPO, SEED_ENGINE
+from tests.conftest import REPO, SEED_ENGINE, SMALL_CONFIG, write_weights
 
 SEED = SEED_ENGINE.read_text()
 CPU_OPERATORS = [op.name for op in mutations.all_operators() if op.can_run_on("cpu")]
@@ -234,3 +234,29 @@ def test_every_rewrite_module_has_a_description_and_docstring():
         assert op.description and "\n" not in op.description
         module = sys.modules[type(op).__module__]
         assert module.__doc__ and len(module.__doc__.splitlines()) > 2
+
+
+@pytest.mark.parametrize("operator", ["allele.KVCache.slab", "allele.Engine.cuda_graphs"])
+def test_a_slab_grows_its_rows_with_the_longest_request(operator, tmp_path):
+    """A request longer than the slab's rows: it grows (graphs captured again), logits stay
+    the seed's, and the slab never takes max_position_embeddings rows for every slot."""
+    config = {**SMALL_CONFIG, "max_position_embeddings": 1024}
+    write_weights(config, tmp_path / "weights" / "model.pt", seed=5)
+    source = mutations.get_operator(operator).apply(SEED, random.Random(0)).source
+    if "# allele: slab" not in source:
+        source = mutations.get_operator("allele.KVCache.slab").apply(source, random.Random(0)).source
+    (tmp_path / "slab.py").write_text(source)
+    engines = [load_engine_module(path).create_engine(dict(config), str(tmp_path / "weights"), "cpu")
+               for path in (tmp_path / "slab.py", SEED_ENGINE)]
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, 256, (n,), generator=gen) for n in (5, 300)]
+    with torch.no_grad():
+        outs = [e.prefill([0, 1], prompts) for e in engines]
+        for _ in range(3):
+            tokens = torch.randint(0, 256, (2,), generator=gen)
+            outs += [e.decode([0, 1], tokens) for e in engines]
+    for slab, seed in zip(outs[::2], outs[1::2]):
+        torch.testing.assert_close(slab, seed, rtol=1e-4, atol=1e-4)
+    cache = engines[0].cache
+    assert cache.page_size == cache.k[0].shape[1] == 512  # 256 rows, doubled once for 303 tokens
+    assert cache.k[0].shape[0] * cache.k[0].shape[1] < 16 * 1024

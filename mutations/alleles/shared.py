@@ -76,11 +76,11 @@ def stack_rows(layer, name, parts):
 
 def regrown(pools, num_layers, shape, device, dtype):
     """One zeroed pool of `shape` per layer, holding what `pools` (empty at first) held in
-    its first rows. Zeros, not empty: a masked SDPA multiplies stale rows by 0, and 0 * NaN
-    is NaN."""
+    its leading corner (more pages, or more rows per slot). Zeros, not empty: a masked
+    SDPA multiplies stale rows by 0, and 0 * NaN is NaN."""
     new = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(num_layers)]
     for old, grown in zip(pools, new):
-        grown[:old.shape[0]] = old
+        grown[tuple(slice(0, n) for n in old.shape)] = old
     return new
 
 

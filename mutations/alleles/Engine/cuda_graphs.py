@@ -16,7 +16,7 @@ its tensors move and the graphs are captured again) and a decode attention of st
 import torch
 
 # In order of preference (a swap repairs to the first that runs where it runs): pages grow
-# with need, a slab is sized for 64 full-length requests (7 GB on the public config).
+# a request at a time, a slab gives every slot the longest request's rows.
 REQUIRES = {"KVCache": ("paged", "slab", "paged_chunks"), "attend_decode": ("table_sdpa", "triton_split_kv")}
 DEVICES = "any"
 

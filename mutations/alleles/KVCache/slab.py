@@ -1,11 +1,14 @@
-"""One preallocated K/V slab per layer, [slots, max_positions, kv_heads, head_dim], a slot per request.
+"""One K/V slab per layer, [slots, rows, kv_heads, head_dim], a slot of `rows` positions per request.
 
 Request ids are not slot numbers: a dict maps them. Slot 0 is scratch and belongs to no
-request: padded rows of a static-shape batch (CUDA graphs) write and read there. When every
-slot is taken, the slab doubles (a copy; `generation` counts reallocations, so a graph
-captured over the old tensors knows it is stale). A request may hold up to the config's
+request: padded rows of a static-shape batch (CUDA graphs) write and read there. The slab
+grows with need, by copying: doubling its slots when every one is taken, doubling its
+rows (up to max_position_embeddings) when a request needs more; `generation` counts the
+reallocations, so a graph captured over the old tensors knows it is stale. (Sized for
+max_position_embeddings up front, the public config's batch of 64 asked for 1.2 GB a
+tensor and failed its allocation on a CPU.) A request may hold up to the config's
 max_position_embeddings tokens; a longer one raises rather than spill into its neighbour.
-For attention kernels the slab is a paged cache with one page of max_positions rows per
+For attention kernels the slab is a paged cache with one page of `page_size` rows per
 request: `block_table` is [B, 1], and `slots` the flat row of every token.
 """
 import torch
@@ -14,15 +17,16 @@ REQUIRES = {}
 DEVICES = "any"
 
 SLAB_SLOTS = 16  # range: 4..256; slots allocated up front (slot 0 is scratch)
+SLAB_ROWS = 256  # range: 16..4096; positions per slot up front
 
 
 class KVCache:
-    """K/V in one slab per layer, [slots, max_positions, kv_heads, head_dim]; a slot per request."""
+    """K/V in one slab per layer, [slots, page_size, kv_heads, head_dim]; a slot per request."""
 
     def __init__(self, model_config, device, dtype):
         self.num_layers = model_config["num_hidden_layers"]
         self.max_positions = int(model_config.get("max_position_embeddings") or 4096)
-        self.page_size, self.max_pages = self.max_positions, 1  # the slab as one page per request
+        self.page_size, self.max_pages = min(SLAB_ROWS, self.max_positions), 1  # one page per request
         self.row_shape = (model_config["num_key_value_heads"], model_config["head_dim"])
         self.device, self.dtype = device, dtype
         self.slot_of, self.lengths, self.free = {}, {}, []
@@ -30,10 +34,12 @@ class KVCache:
         self.generation = -1
         self.grow(SLAB_SLOTS)
 
-    def grow(self, num_slots):
-        """Reallocate every layer's slab with `num_slots` slots, keeping what it holds."""
+    def grow(self, num_slots, rows=None):
+        """Reallocate every layer's slab with `num_slots` slots of `rows` positions (as now,
+        by default), keeping what it holds."""
         old = self.k[0].shape[0] if self.k else 0
-        shape = (num_slots, self.max_positions, *self.row_shape)
+        self.page_size = rows or self.page_size
+        shape = (num_slots, self.page_size, *self.row_shape)
         self.k = regrown(self.k, self.num_layers, shape, self.device, self.dtype)
         self.v = regrown(self.v, self.num_layers, shape, self.device, self.dtype)
         self.free += range(num_slots - 1, max(old, 1) - 1, -1)  # popped lowest first
@@ -51,7 +57,7 @@ class KVCache:
         """Give new requests a slot, count the tokens this step adds, and address them."""
         self.reserve(step)
         slots = torch.tensor([self.slot_of[rid] for rid in step.request_ids])
-        rows = slots.repeat_interleave(torch.tensor(step.num_new)) * self.max_positions  # [N] slot bases
+        rows = slots.repeat_interleave(torch.tensor(step.num_new)) * self.page_size  # [N] slot bases
         step.block_table = slots.to(self.device)[:, None]  # [B, 1]
         step.slots = rows.to(self.device) + step.positions  # [N] flat row of every new token
 
@@ -60,7 +66,7 @@ class KVCache:
         self.reserve(step)
         slots = [self.slot_of[rid] for rid in step.request_ids]
         ends = [self.lengths[rid] - 1 for rid in step.request_ids]
-        return [s * self.max_positions + e for s, e in zip(slots, ends)], [[s] for s in slots]
+        return [s * self.page_size + e for s, e in zip(slots, ends)], [[s] for s in slots]
 
     def reserve(self, step):
         """A slot for each new request; the lengths after this step."""
@@ -72,10 +78,16 @@ class KVCache:
             if rid not in self.slot_of:  # a prefill of a live id keeps its slot and replaces its K/V
                 self.slot_of[rid] = self.take_slot()
             self.lengths[rid] = total
+        longest = max((self.lengths[rid] for rid in step.request_ids), default=0)
+        if longest > self.page_size:
+            rows = self.page_size
+            while rows < longest:
+                rows *= 2
+            self.grow(self.k[0].shape[0], min(rows, self.max_positions))
 
     def write(self, layer, step, k, v):
         """Store packed k, v [N, kv_heads, head_dim] at the rows `prepare` chose."""
-        self.k[layer].view(-1, *self.row_shape)[step.slots] = k  # flat view: [slots*max_positions, ...]
+        self.k[layer].view(-1, *self.row_shape)[step.slots] = k  # flat view: [slots*page_size, ...]
         self.v[layer].view(-1, *self.row_shape)[step.slots] = v
 
     def read(self, layer, request_id):
