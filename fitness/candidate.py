@@ -103,8 +103,9 @@ class CandidateProcess:
             pass
 
     def answer(self, op: str, deadline: float, timeout: float, spin: bool = False) -> tuple[dict, list]:
+        spin_s = max(deadline - time.monotonic(), 0.0) if spin else 0.0
         try:
-            header, tensors = self.channel.receive(deadline, spin_s=max(deadline - time.monotonic(), 0.0) if spin else 0.0)
+            header, tensors = self.channel.receive(deadline, spin_s=spin_s)
         except WireTimeout:
             raise RunnerFailure("timeout", f"{op}: no answer within {timeout:.0f} s{self.tail()}") from None
         except (WireError, OSError) as err:
