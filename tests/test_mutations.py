@@ -255,8 +255,16 @@ def test_a_slab_grows_its_rows_with_the_longest_request(operator, tmp_path):
         for _ in range(3):
             tokens = torch.randint(0, 256, (2,), generator=gen)
             outs += [e.decode([0, 1], tokens) for e in engines]
-    for slab, seed in zip(outs[::2], outs[1::2]):
-        torch.testing.assert_close(slab, seed, rtol=1e-4, atol=1e-4)
     cache = engines[0].cache
     assert cache.page_size == cache.k[0].shape[1] == 512  # 256 rows, doubled once for 303 tokens
     assert cache.k[0].shape[0] * cache.k[0].shape[1] < 16 * 1024
+    with torch.no_grad():  # the long one gone, 20 more short ones: more slots, and rows fitted again
+        for e in engines:
+            e.remove([1])
+        short = [torch.randint(0, 256, (3,), generator=gen) for _ in range(20)]
+        outs += [e.prefill(list(range(2, 22)), short) for e in engines]
+        tokens = torch.randint(0, 256, (21,), generator=gen)
+        outs += [e.decode([0, *range(2, 22)], tokens) for e in engines]
+    assert cache.k[0].shape[:2] == (32, 256)
+    for slab, seed in zip(outs[::2], outs[1::2]):
+        torch.testing.assert_close(slab, seed, rtol=1e-4, atol=1e-4)

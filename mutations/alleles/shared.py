@@ -76,11 +76,12 @@ def stack_rows(layer, name, parts):
 
 def regrown(pools, num_layers, shape, device, dtype):
     """One zeroed pool of `shape` per layer, holding what `pools` (empty at first) held in
-    its leading corner (more pages, or more rows per slot). Zeros, not empty: a masked
-    SDPA multiplies stale rows by 0, and 0 * NaN is NaN."""
+    the leading corner both share (more pages; more slots, with more or fewer rows each).
+    Zeros, not empty: a masked SDPA multiplies stale rows by 0, and 0 * NaN is NaN."""
     new = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(num_layers)]
     for old, grown in zip(pools, new):
-        grown[tuple(slice(0, n) for n in old.shape)] = old
+        corner = tuple(slice(0, min(a, b)) for a, b in zip(old.shape, grown.shape))
+        grown[corner] = old[corner]
     return new
 
 

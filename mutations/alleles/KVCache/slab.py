@@ -2,14 +2,16 @@
 
 Request ids are not slot numbers: a dict maps them. Slot 0 is scratch and belongs to no
 request: padded rows of a static-shape batch (CUDA graphs) write and read there. The slab
-grows with need, by copying: doubling its slots when every one is taken, doubling its
-rows (up to max_position_embeddings) when a request needs more; `generation` counts the
-reallocations, so a graph captured over the old tensors knows it is stale. (Sized for
-max_position_embeddings up front, the public config's batch of 64 asked for 1.2 GB a
-tensor and failed its allocation on a CPU.) A request may hold up to the config's
-max_position_embeddings tokens; a longer one raises rather than spill into its neighbour.
-For attention kernels the slab is a paged cache with one page of `page_size` rows per
-request: `block_table` is [B, 1], and `slots` the flat row of every token.
+grows with need, by copying: its slots double when every one is taken (its rows then
+fitted to the longest live request), its rows double (up to max_position_embeddings) when
+a request needs more; `generation` counts the reallocations, so a graph captured over the
+old tensors knows it is stale. (Sized for max_position_embeddings up front, the public
+config's batch of 64 asked for 1.2 GB a tensor and failed its allocation on a CPU; with
+rows that never shrank, a 1500-token prompt and then that batch still asked for 0.8 GB.)
+A request may hold up to the config's max_position_embeddings tokens; a longer one raises
+rather than spill into its neighbour. For attention kernels the slab is a paged cache
+with one page of `page_size` rows per request: `block_table` is [B, 1], and `slots` the
+flat row of every token.
 """
 import torch
 
@@ -35,10 +37,11 @@ class KVCache:
         self.grow(SLAB_SLOTS)
 
     def grow(self, num_slots, rows=None):
-        """Reallocate every layer's slab with `num_slots` slots of `rows` positions (as now,
-        by default), keeping what it holds."""
+        """Reallocate every layer's slab with `num_slots` slots of `rows` positions (by
+        default what the longest live request needs: rows a gone request took are given
+        back), keeping what it holds."""
         old = self.k[0].shape[0] if self.k else 0
-        self.page_size = rows or self.page_size
+        self.page_size = rows or self.rows_for(max(self.lengths.values(), default=0))
         shape = (num_slots, self.page_size, *self.row_shape)
         self.k = regrown(self.k, self.num_layers, shape, self.device, self.dtype)
         self.v = regrown(self.v, self.num_layers, shape, self.device, self.dtype)
@@ -80,10 +83,14 @@ class KVCache:
             self.lengths[rid] = total
         longest = max((self.lengths[rid] for rid in step.request_ids), default=0)
         if longest > self.page_size:
-            rows = self.page_size
-            while rows < longest:
-                rows *= 2
-            self.grow(self.k[0].shape[0], min(rows, self.max_positions))
+            self.grow(self.k[0].shape[0], self.rows_for(longest))
+
+    def rows_for(self, tokens):
+        """SLAB_ROWS, doubled until `tokens` fit (at most max_position_embeddings)."""
+        rows = SLAB_ROWS
+        while rows < tokens:
+            rows *= 2
+        return min(rows, self.max_positions)
 
     def write(self, layer, step, k, v):
         """Store packed k, v [N, kv_heads, head_dim] at the rows `prepare` chose."""
