@@ -3,6 +3,8 @@
 import random
 import textwrap
 
+import torch
+
 import mutations
 from mutations import program
 
@@ -77,17 +79,41 @@ def test_fuse_linears_declines_one_matmul_or_different_inputs():
 
 
 def test_torch_compile():
-    result = assert_rewrites("torch_compile", '''
+    result = apply("torch_compile", '''
         # allele: fused
-        def mlp(x, layer):
-            return x
-        ''', '''
-        # allele: fused
-        @torch.compile(mode='default', dynamic=None)
         def mlp(x, layer):
             return x
         ''', seed=2)
     assert result.args == {"gene": "mlp", "mode": "default", "dynamic": None}
+    assert result.source.endswith(textwrap.dedent('''
+        # allele: fused
+        @compiled_unless_bf16(mode='default', dynamic=None)
+        def mlp(x, layer):
+            return x
+        '''))
+    assert "def compiled_unless_bf16(mode, dynamic):" in result.source  # the helper came along
+
+
+def test_torch_compile_runs_bf16_calls_as_written(monkeypatch):
+    """Inductor's bf16 rounding missed the reference on an H100: bf16 calls skip it."""
+    compiled_calls = []
+
+    def fake_compile(fn, mode, dynamic):
+        return lambda *args, **kwargs: compiled_calls.append(args) or fn(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    names = {}
+    exec(compile(apply("torch_compile", '''
+        # allele: fused
+        def mlp(x, layer):
+            return x * layer["w"]
+        ''', seed=2).source, "child", "exec"), names)
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        x = torch.ones(2, dtype=dtype)
+        assert torch.equal(names["mlp"](x, {"w": torch.full((2,), 3, dtype=dtype)}), 3 * x)
+    assert [args[0].dtype for args in compiled_calls] == [torch.float16, torch.float32]  # bf16 ran as written
+    rope = names["compiled_unless_bf16"]("default", None)(lambda positions, dtype: dtype)
+    assert rope(torch.arange(3), torch.bfloat16) is torch.bfloat16 and len(compiled_calls) == 2
 
 
 def test_torch_compile_declines_compiled_and_triton_genes():
