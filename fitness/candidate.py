@@ -83,7 +83,7 @@ class CandidateProcess:
 
         def wait() -> tuple[dict, list]:
             try:
-                return self.answer(op, deadline, timeout, spin=awake)
+                return self.answer(op, deadline, timeout, awake=awake)
             finally:
                 self.spent[op] += time.monotonic() - started
         return wait
@@ -102,8 +102,8 @@ class CandidateProcess:
         except ProcessLookupError:  # it died; the next request says how
             pass
 
-    def answer(self, op: str, deadline: float, timeout: float, spin: bool = False) -> tuple[dict, list]:
-        spin_s = max(deadline - time.monotonic(), 0.0) if spin else 0.0
+    def answer(self, op: str, deadline: float, timeout: float, awake: bool = False) -> tuple[dict, list]:
+        spin_s = max(deadline - time.monotonic(), 0.0) if awake else 0.0
         try:
             header, tensors = self.channel.receive(deadline, spin_s=spin_s)
         except WireTimeout:

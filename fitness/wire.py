@@ -120,6 +120,9 @@ class Channel:
         return b"".join(chunks)
 
 
+STOPPED_GAP_S = 0.01  # a gap this long between two polls: the process was stopped, not polling
+
+
 def spin_until_readable(fd: int, awake_s: float) -> bool:
     """Poll `fd` without sleeping until it is readable or this process has polled for
     `awake_s` seconds (time it spent stopped, SIGSTOP, does not count). On the GPU
@@ -136,5 +139,3 @@ def spin_until_readable(fd: int, awake_s: float) -> bool:
         last = now
     return False
 
-
-STOPPED_GAP_S = 0.01  # a gap this long between two polls: the process was stopped, not polling
