@@ -8,6 +8,8 @@
 #   bash tools/gpu_issue8.sh targets OUT [CONFIG:CASES..]  # default: the 12-layer config's
 #                          # hidden cases and the 1B-class config's large cases, with roofline
 #                          # ($SEED=1: the seed too)
+#   bash tools/gpu_issue8.sh profile OUT [CONFIG:CASES..]  # where each case's time goes, with
+#                          # the 10 costliest kernels (CONFIG "public": the repository's own)
 set -uo pipefail
 mode=$1 out=$2; mkdir -p "$out"
 source tools/gpu_env.sh
@@ -39,4 +41,14 @@ targets)
         | tee "$out/${config}_$(basename "$engine" .py).json" | python3 -m tools.bench_line "$config $engine"
     done
   done | tee "$out/targets.txt" ;;
+profile)
+  for target in ${3:-public:public one_b:large}; do
+    config=${target%%:*} cases=${target##*:} dir=/tmp/configs/${target%%:*}
+    if [ "$config" = public ]; then dir=target
+    else python3 -m tools.target_configs /tmp/configs --only "$config" > /dev/null; fi
+    for engine in $engines; do
+      python3 -m tools.profile_case --engine "$engine" --model-config $dir/model_config.json \
+        --weight-dir $dir/weights --cases "$cases" --top 10
+    done
+  done | tee "$out/profile.txt" ;;
 esac

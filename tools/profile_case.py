@@ -1,11 +1,12 @@
 """Where one case's time goes, per call: wall time, GPU busy time and kernel count.
 
-    python -m tools.profile_case --engine E --model-config C --weight-dir W --case decode [--cases public]
+    python -m tools.profile_case --engine E --model-config C --weight-dir W --case decode [--cases public] [--top 8]
 
 A warm-up engine runs the case once; a fresh engine then runs it call by call, synchronised
 around each call (wall time), and once more under torch.profiler (GPU time and kernels,
 summed over the case, shown per call kind). A call whose wall time is far above its GPU
-time is host-bound: launches, Python and copies, not the GPU, bound it.
+time is host-bound: launches, Python and copies, not the GPU, bound it. `--top N` adds the N
+kernels that took the most GPU time over the case (name, count, total and mean microseconds).
 """
 import argparse
 import json
@@ -35,14 +36,21 @@ def wall_times(engine, calls) -> list:
     return times
 
 
-def gpu_profile(engine, calls) -> dict:
-    """Kernel count and GPU microseconds over the whole case."""
+def gpu_profile(engine, calls, top: int = 0) -> dict:
+    """Kernel count and GPU microseconds over the whole case; the `top` costliest kernels."""
     with profile(activities=[ProfilerActivity.CUDA]) as prof, torch.no_grad():
         for call in calls:
             replay(engine, call)
         torch.cuda.synchronize()
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return {"kernels": len(kernels), "gpu_us": sum(e.device_time_total for e in kernels)}
+    by_name = {}
+    for e in kernels:
+        count, total = by_name.get(e.name, (0, 0.0))
+        by_name[e.name] = (count + 1, total + e.device_time_total)
+    costliest = sorted(by_name.items(), key=lambda item: -item[1][1])[:top]
+    return {"kernels": len(kernels), "gpu_us": sum(e.device_time_total for e in kernels),
+            "top": [{"name": name[:80], "count": count, "total_us": round(total, 1), "mean_us": round(total / count, 2)}
+                    for name, (count, total) in costliest]}
 
 
 def main(argv=None) -> int:
@@ -52,6 +60,7 @@ def main(argv=None) -> int:
     parser.add_argument("--weight-dir", type=Path, required=True)
     parser.add_argument("--cases", choices=CASE_SETS, default="public")
     parser.add_argument("--case", action="append", help="case names (default: every case of the set)")
+    parser.add_argument("--top", type=int, default=0, help="list the N kernels with the most GPU time")
     args = parser.parse_args(argv)
     config = json.loads(args.model_config.read_text())
     module = load_engine_module(args.engine)
@@ -63,7 +72,7 @@ def main(argv=None) -> int:
         times = wall_times(module.create_engine(dict(config), str(args.weight_dir), "cuda"),
                            materialize(events, config["vocab_size"], CASE_SEED, "cuda"))
         gpu = gpu_profile(module.create_engine(dict(config), str(args.weight_dir), "cuda"),
-                          materialize(events, config["vocab_size"], CASE_SEED, "cuda"))
+                          materialize(events, config["vocab_size"], CASE_SEED, "cuda"), args.top)
         by_kind = {}
         for kind, seconds in times:
             by_kind.setdefault(kind, []).append(seconds * 1e3)
@@ -72,6 +81,7 @@ def main(argv=None) -> int:
             "gpu_ms": round(gpu["gpu_us"] / 1e3, 3), "kernels": gpu["kernels"],
             "calls": {kind: {"count": len(ms), "median_ms": round(statistics.median(ms), 3),
                              "max_ms": round(max(ms), 3)} for kind, ms in by_kind.items()},
+            **({"top": gpu["top"]} if args.top else {}),
         }), flush=True)
         del warm
     return 0

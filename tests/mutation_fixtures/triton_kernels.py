@@ -54,30 +54,31 @@ def check_norms():
     check("add_rms_norm.norm", normed, reference_norm(x + r, w, 1e-5))
 
 
-def check_decode(page_size, max_positions, head_dim, num_heads=4, num_kv_heads=2, split_tokens=None):
-    """Two requests of 5 and 11 tokens in a paged (or, with page_size == max_positions, slab) cache."""
+def check_decode(page_size, max_positions, head_dim, num_heads=4, num_kv_heads=2, splits=None, lengths=(5, 11),
+                 dtype=torch.float32, tol=1e-4):
+    """Requests in a paged (or, with page_size == max_positions, slab) cache; `splits`: each
+    request's tokens cut into that many shares of 16-token tiles (some of them empty)."""
     torch.manual_seed(1)
     module = load("attend_decode", "triton_split_kv")
-    if split_tokens:
-        module.DECODE_SPLIT_TOKENS = split_tokens
-    lengths = [5, 11]
+    if splits:
+        module.DECODE_PROGRAMS = splits * len(lengths) * num_kv_heads
     num_pages = 1 + sum(-(-n // page_size) for n in lengths) + 2
-    k_pages = torch.randn(num_pages, page_size, num_kv_heads, head_dim)
-    v_pages = torch.randn(num_pages, page_size, num_kv_heads, head_dim)
+    k_pages = torch.randn(num_pages, page_size, num_kv_heads, head_dim).to(dtype)
+    v_pages = torch.randn(num_pages, page_size, num_kv_heads, head_dim).to(dtype)
     free = list(range(num_pages - 1, 0, -1))  # scattered page order, as a live pool has
     tables = [[free.pop(0) for _ in range(-(-n // page_size))] for n in lengths]
     width = max(map(len, tables))
     table = torch.tensor([t + [0] * (width - len(t)) for t in tables])
     cache = SimpleNamespace(k=[k_pages], v=[v_pages], page_size=page_size, max_positions=max_positions)
     step = SimpleNamespace(block_table=table, positions=torch.tensor([n - 1 for n in lengths]))
-    q = torch.randn(len(lengths), num_heads, head_dim)
+    q = torch.randn(len(lengths), num_heads, head_dim).to(dtype)
     got = module.attend_decode(q, None, None, cache, 0, step)
     for b, n in enumerate(lengths):
         keys = k_pages[table[b]].flatten(0, 1)[:n].transpose(0, 1)  # [kv_heads, n, D]
         values = v_pages[table[b]].flatten(0, 1)[:n].transpose(0, 1)
         want = reference_attention(q[b][:, None], keys, values, torch.ones(1, n, dtype=torch.bool))
-        check(f"split_kv page={page_size} D={head_dim} splits={split_tokens} request {b}",
-              got[b], want.flatten())
+        check(f"split_kv page={page_size} D={head_dim} heads={num_heads}/{num_kv_heads} splits={splits} "
+              f"{dtype} request {b} of {n} tokens", got[b], want.flatten(), tol)
 
 
 def check_chunked_cache(head_dim=24, num_heads=4, num_kv_heads=2, lengths=(5, 11, 3)):
@@ -174,8 +175,10 @@ if __name__ == "__main__":
     check_norms()
     check_decode(page_size=4, max_positions=16, head_dim=24)  # paged, head_dim not a power of 2
     check_decode(page_size=16, max_positions=16, head_dim=24)  # slab: one page per request
-    check_decode(page_size=4, max_positions=16, head_dim=24, split_tokens=4)  # several splits, empty ones
+    check_decode(page_size=4, max_positions=64, head_dim=24, splits=4, lengths=(5, 40, 17))  # 1, 3, 2 live splits
     check_decode(page_size=8, max_positions=16, head_dim=256, num_heads=2, num_kv_heads=1)
+    check_decode(page_size=4, max_positions=64, head_dim=64, num_heads=16, num_kv_heads=2, splits=2,
+                 lengths=(5, 40), dtype=torch.float16, tol=2e-3)  # groups of 8 query heads a K/V head, fp16 tensor-core dots
     check_chunked_cache()
     check_prefill(head_dim=24)
     check_prefill(head_dim=256, lengths=(5, 2), num_heads=2, num_kv_heads=1)

@@ -1,0 +1,101 @@
+"""The split-KV decode attention allele alone, on a GPU: microseconds a call, per shape and setting.
+
+    python -m tools.decode_attention_bench [--programs 256 512 1024] [--tiles 16 32 64]
+
+Each shape (the public config's decode batches, the 1B-class config's batch of 1 and of 64)
+is a paged cache of random K/V with scattered pages; each call is captured in a CUDA graph,
+as the graph engines run it, and replayed 200 times between CUDA events. The same call
+through the reference's math (`table_attention`, SDPA over each request's pages) is timed
+beside it for scale, and every setting's output is checked against it first.
+"""
+import argparse
+import importlib.util
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+ALLELES = Path(__file__).resolve().parents[1] / "mutations" / "alleles"
+# (name, batch, query heads, K/V heads, head_dim, tokens a request holds, max_positions)
+SHAPES = [("public decode", 8, 4, 4, 192, 48, 6000), ("public mixed", 8, 4, 4, 192, 130, 6000),
+          ("1B batch 1", 1, 32, 4, 64, 192, 2048), ("1B batch 64", 64, 32, 4, 64, 300, 2048)]
+PAGE_SIZE = 16
+
+
+def load_allele():
+    """triton_split_kv over the shared helpers a swap brings with it."""
+    module = None
+    for path in (ALLELES / "shared.py", ALLELES / "attend_decode" / "triton_split_kv.py"):
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        loaded = importlib.util.module_from_spec(spec)
+        if module is not None:
+            vars(loaded).update({k: v for k, v in vars(module).items() if not k.startswith("__")})
+        spec.loader.exec_module(loaded)
+        module = loaded
+    return module
+
+
+def make_call(batch, heads, kv_heads, head_dim, tokens, max_positions):
+    """(cache, step, q): every request `tokens` long, its pages scattered over the pool."""
+    pages_each = -(-tokens // PAGE_SIZE)
+    num_pages = 1 + batch * pages_each
+    shape = (num_pages, PAGE_SIZE, kv_heads, head_dim)
+    k, v = (torch.randn(shape, device="cuda", dtype=torch.float16) for _ in range(2))
+    order = torch.randperm(num_pages - 1, device="cuda") + 1
+    table = order.view(batch, pages_each).contiguous()
+    cache = SimpleNamespace(k=[k], v=[v], page_size=PAGE_SIZE, max_positions=max_positions)
+    step = SimpleNamespace(block_table=table, positions=torch.full((batch,), tokens - 1, device="cuda"))
+    return cache, step, torch.randn(batch, heads, head_dim, device="cuda", dtype=torch.float16)
+
+
+def time_graph(fn, replays=200) -> float:
+    """Microseconds a replay of fn captured in a CUDA graph."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()  # compiles and warms outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / replays
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--programs", type=int, nargs="+", default=[128, 256, 512, 1024, 2048])
+    parser.add_argument("--tiles", type=int, nargs="+", default=[0], help="tokens a tile (0: the allele's choice)")
+    args = parser.parse_args(argv)
+    module = load_allele()
+    default_tile = module.DECODE_TILE
+    for name, *shape in SHAPES:
+        cache, step, q = make_call(*shape)
+        want = module.table_attention(q, cache, 0, step)
+        row = {"shape": name, "reference_us": round(time_graph(lambda: module.table_attention(q, cache, 0, step)), 2)}
+        for tile in args.tiles:
+            module.DECODE_TILE = tile or default_tile
+            for programs in args.programs:
+                module.DECODE_PROGRAMS = programs
+                key = f"programs={programs}" + (f" tile={tile}" if tile else "")
+                try:
+                    got = module.attend_decode(q, None, None, cache, 0, step)
+                except Exception as error:  # a tile too large for the SM's memory, say
+                    row[key] = type(error).__name__
+                    continue
+                error = (got.float() - want.float()).abs().max().item()
+                assert error < 1e-2, (name, programs, tile, error)
+                row[key] = round(time_graph(lambda: module.attend_decode(q, None, None, cache, 0, step)), 2)
+        print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
