@@ -38,6 +38,13 @@ def table_attention(q, cache, layer, step):
     return out.flatten(1)
 
 
+def rotate_pairs(x, cos, sin):
+    """The reference's rotation, op for op."""
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
+
+
 def per_request_attention(q, k, v, num_new):
     """Causal attention over each packed prompt alone: q [N, heads, D] -> [N, heads*D]."""
     outs = []

@@ -157,18 +157,31 @@ def check_prefill_static(head_dim=24, lengths=(3, 7, 1), prompt_slots=5, rows=16
     check(f"varlen static D={head_dim} padding rows", got[n:], torch.zeros_like(got[n:]), tol=1e-12)
 
 
-def check_rope(head_dim, num_heads=3, tokens=5, dtype=torch.float32):
+def check_rope(head_dim, num_heads=3, tokens=5, dtype=torch.float32, allele="triton"):
     """Against the seed's rotation. Not in bf16: the interpreter truncates where a GPU rounds
     to nearest, so its bf16 cannot show the rounding order (the GPU gate's bf16 config does)."""
     torch.manual_seed(4)
-    module = load("apply_rope", "triton")
+    module = load("apply_rope", allele)
     qkv = torch.randn(tokens, (num_heads + 2) * head_dim).to(dtype)
     x = qkv[:, :num_heads * head_dim].view(tokens, num_heads, head_dim)  # strided, as after a fused QKV
     angles = torch.rand(tokens, head_dim // 2) * 6
     cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
     x0, x1 = x[..., 0::2], x[..., 1::2]
     want = torch.stack((x0 * cos[:, None] - x1 * sin[:, None], x0 * sin[:, None] + x1 * cos[:, None]), -1).flatten(-2)
-    check(f"rope D={head_dim} heads={num_heads} {dtype}", module.apply_rope(x, cos, sin), want, tol=1e-12)
+    check(f"rope.{allele} D={head_dim} heads={num_heads} {dtype}", module.apply_rope(x, cos, sin), want, tol=1e-12)
+
+
+def check_swiglu(tokens=3, width=40, dtype=torch.float32):
+    """silu(gate) * up from the stacked projection, against the fused allele's torch ops;
+    a block of 16 so that a row takes several programs and the last one is masked."""
+    torch.manual_seed(6)
+    module = load("mlp", "swiglu_triton")
+    module.SWIGLU_BLOCK = 16
+    layer = {"gate_up": torch.randn(2 * width, 24).to(dtype), "down": torch.randn(24, width).to(dtype)}
+    x = torch.randn(tokens, 24).to(dtype)
+    gate, up = (x @ layer["gate_up"].T).chunk(2, dim=-1)
+    want = (torch.nn.functional.silu(gate) * up) @ layer["down"].T
+    check(f"swiglu {dtype}", module.mlp(x, layer), want, tol=1e-4 * want.abs().max().item())
 
 
 if __name__ == "__main__":
@@ -185,4 +198,8 @@ if __name__ == "__main__":
     check_prefill_static()
     check_rope(head_dim=24)
     check_rope(head_dim=256, num_heads=1)
+    check_rope(head_dim=24, allele="triton_rows")
+    check_rope(head_dim=256, num_heads=1, allele="triton_rows")
+    check_rope(head_dim=24, num_heads=5, dtype=torch.float16, allele="triton_rows")
+    check_swiglu()
     sys.exit(0)

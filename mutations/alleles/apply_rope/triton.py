@@ -51,9 +51,3 @@ def apply_rope(x, cos, sin):
                                BLOCK_P=triton.next_power_of_2(head_dim // 2))
     return out
 
-
-def rotate_pairs(x, cos, sin):
-    """The reference's rotation, op for op."""
-    x0, x1 = x[..., 0::2], x[..., 1::2]
-    cos, sin = cos[:, None, :], sin[:, None, :]
-    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
