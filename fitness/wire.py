@@ -138,4 +138,3 @@ def spin_until_readable(fd: int, awake_s: float) -> bool:
             spent += now - last
         last = now
     return False
-

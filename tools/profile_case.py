@@ -48,7 +48,7 @@ def gpu_profile(engine, calls, top: int = 0) -> dict:
         count, total = by_name.get(e.name, (0, 0.0))
         by_name[e.name] = (count + 1, total + e.device_time_total)
     costliest = sorted(by_name.items(), key=lambda item: -item[1][1])[:top]
-    return {"kernels": len(kernels), "gpu_us": sum(e.device_time_total for e in kernels),
+    return {"kernels": len(kernels), "gpu_us": sum(total for _, total in by_name.values()),
             "top": [{"name": name[:80], "count": count, "total_us": round(total, 1), "mean_us": round(total / count, 2)}
                     for name, (count, total) in costliest]}
 

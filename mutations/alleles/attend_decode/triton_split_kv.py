@@ -37,6 +37,12 @@ MAX_SPLITS = 64  # the most shares one request's tokens are cut into
 
 
 @triton.jit
+def split_share(length, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Tokens of each of a request's SPLITS shares, in whole tiles: both phases cut alike."""
+    return tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_N) * BLOCK_N
+
+
+@triton.jit
 def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positions_ptr, part_acc_ptr,
                             part_max_ptr, part_sum_ptr, stride_qb, stride_qh, stride_kp, stride_kr, stride_kh,
                             stride_tb, page_size, chunk_pages, sm_scale, num_heads, GROUPS: tl.constexpr,
@@ -46,7 +52,7 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
     kv_head = tl.program_id(1)
     s = tl.program_id(2)
     length = tl.load(positions_ptr + b) + 1  # the new token is already in the cache
-    share = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_N) * BLOCK_N  # a split's tokens, whole blocks
+    share = split_share(length, SPLITS, BLOCK_N)
     start = s * share
     end = tl.minimum(start + share, length)
     if start < end:
@@ -91,7 +97,7 @@ def split_kv_combine_kernel(part_acc_ptr, part_max_ptr, part_sum_ptr, positions_
     b = tl.program_id(0)
     h = tl.program_id(1)
     length = tl.load(positions_ptr + b) + 1
-    share = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_N) * BLOCK_N  # as phase one cut it
+    share = split_share(length, SPLITS, BLOCK_N)
     s = tl.arange(0, SPLITS)
     s_ok = s * share < length  # the splits phase one wrote
     part = (b * num_heads + h) * SPLITS + s  # [SPLITS]
