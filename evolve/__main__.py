@@ -4,7 +4,7 @@
         [--generations N] [--workers N] [--device auto|cpu|cuda] [--seed-from PATH ...]
         [--resume RUN_DIR] [--nsga2] [--runs-dir runs] [--workspace workspace]
         [--history history.csv] [--bench B] [--screen-bench B] [--rounds N] [--max-rounds N] [--no-derived]
-        [--timeout 10m] [--final-top N] [--final-rounds N] [--rng-seed N]
+        [--margin X] [--timeout 10m] [--final-top N] [--final-rounds N] [--rng-seed N]
     python -m evolve report [history.csv] [--out DIR] [--recipe OUT.txt]
 
 Defaults live in evolve/config.py (some depend on the device); a flag left out takes
@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--rounds", type=int, help="timed rounds at least, each program beside its parent")
     run.add_argument("--max-rounds", type=int, help="timed rounds at most, until the ratio to the parent is clear")
     run.add_argument("--no-derived", action="store_true", help="skip the derived configs (faster)")
+    run.add_argument("--margin", type=float, help="the gate's limit on the target weights, in the contract's "
+                     "tolerances (default 0.5; above 1.0 the winner may fail the contract's own check)")
     run.add_argument("--timeout", help="per judgement: 300s, 10m")
     run.add_argument("--final-top", type=int, help="how many of the best to re-measure at the end")
     run.add_argument("--final-rounds", type=int, help="rounds at most of the final comparison with the seed")

@@ -68,6 +68,9 @@ class RunConfig:
     seed_from_top: int = 3  # programs taken from each earlier run or history
     nsga2: bool = False  # peak memory as a second objective
     derived: bool = True  # judge on the derived configs too
+    # The gate's limit on the target weights, in the contract's tolerances (fitness.gate): a
+    # deep fp16 model can round past 0.5 even in the seed (docs/PERF.md: 1.1-1.2 at 22 layers).
+    margin: float = 0.5
     runs_dir: Path = Path("runs")
     workspace: Path = Path("workspace")
     history: Path = Path("history.csv")
@@ -96,6 +99,8 @@ class RunConfig:
         for name in ("bench", "screen_bench"):
             if getattr(self, name) not in BENCH_CHOICES:
                 raise SettingsError(f"{name} must be one of {BENCH_CHOICES}, got {getattr(self, name)!r}")
+        if not self.margin > 0:
+            raise SettingsError(f"margin must be > 0, got {self.margin}")
         if not 0.0 <= self.crossover_prob <= 1.0:
             raise SettingsError(f"crossover_prob must be within [0, 1], got {self.crossover_prob}")
 
@@ -126,7 +131,7 @@ class RunConfig:
         "full"); without derived configs, a full judgement is a screen with all the cases."""
         return {"level": level if self.derived else "screen",
                 "bench": self.bench if level == "full" else self.screen_bench,
-                "min_rounds": self.rounds, "max_rounds": self.final_rounds if final else self.max_rounds,
+                "margin": self.margin, "min_rounds": self.rounds, "max_rounds": self.final_rounds if final else self.max_rounds,
                 "resolution": SCREEN_RESOLUTION if level == "screen" else FULL_RESOLUTION}
 
 

@@ -288,6 +288,28 @@ def test_a_seed_judged_wrong_stops_the_search_with_its_reason(small_target, tmp_
     assert "the seed engine failed its judgement (crash: FileNotFoundError: no such weights)" in log
 
 
+def test_a_seed_over_the_tolerance_names_the_margin_and_the_margin_reaches_the_judge(small_target, tmp_path):
+    """A deep fp16 model can round past the tolerance in the seed itself (docs/PERF.md): the
+    stop says which flag lets the gate allow more, and that flag reaches every judgement."""
+    margins = []
+
+    def seed_over_tolerance(path, *args, margin, **kwargs):
+        margins.append(margin)
+        verdict = fake_judge(path, *args, **kwargs)
+        verdict.update(status="incorrect", stage="target", error="target/public/single_prefill#0: error 1.03 x "
+                       "tolerance (limit 0.8)")
+        return verdict
+
+    config = make_config(small_target, tmp_path, generations=3, margin=0.8)
+    assert run(config, **{**STAND_INS, "judge_fn": seed_over_tolerance}) == 0
+    assert margins == [0.8]
+    log = (config.workspace / "results.log").read_text()
+    assert "error 1.03 x tolerance (limit 0.8); the seed does the reference's math" in log
+    assert "--margin 1.6 would let the gate allow more" in log
+    with pytest.raises(SettingsError, match="margin must be > 0"):
+        make_config(small_target, tmp_path, margin=0.0)
+
+
 def test_a_program_that_fails_beside_others_is_judged_again_alone(small_target, tmp_path):
     """A crash in a batch may be a neighbour's doing (they share the GPU's memory): only
     the verdict of a judgement alone is recorded."""
