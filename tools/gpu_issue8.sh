@@ -10,6 +10,9 @@
 #                          # ($SEED=1: the seed too)
 #   bash tools/gpu_issue8.sh profile OUT [CONFIG:CASES..]  # where each case's time goes, with
 #                          # the 10 costliest kernels (CONFIG "public": the repository's own)
+#   bash tools/gpu_issue8.sh gate OUT ["CONFIGS"] ["SEEDS"]  # the worst error of each, and the
+#                          # seed's, on the target weights of configs the search never saw
+#                          # (default: one_b; token seeds 11 12), in tolerances, never cut off
 set -uo pipefail
 mode=$1 out=$2; mkdir -p "$out"
 source tools/gpu_env.sh
@@ -51,4 +54,16 @@ profile)
         --weight-dir $dir/weights --cases "$cases" --top 10
     done
   done | tee "$out/profile.txt" ;;
+gate)
+  for config in ${3:-one_b}; do
+    python3 -m tools.target_configs /tmp/configs --only "$config" > /dev/null
+    for seed in ${4:-11 12}; do
+      for engine in seed_engine/engine.py $engines; do
+        python3 -m fitness check --engine "$engine" --model-config /tmp/configs/$config/model_config.json \
+          --weight-dir /tmp/configs/$config/weights --device cuda --no-derived --margin 100 --seed "$seed" \
+          | python3 -c "import json, sys; v = json.load(sys.stdin); print('$config $seed $engine', v['status'],
+              v.get('worst_case', ''), {k: round(x, 3) for k, x in v.get('configs', {}).items()} or v.get('errors'))"
+      done
+    done
+  done | tee "$out/gate.txt" ;;
 esac
