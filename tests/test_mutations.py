@@ -237,6 +237,32 @@ def test_every_rewrite_module_has_a_description_and_docstring():
         assert module.__doc__ and len(module.__doc__.splitlines()) > 2
 
 
+def test_a_paged_pool_starts_the_same_whatever_max_positions_and_doubles_with_need(tmp_path):
+    """The first pool is POOL_PAGES pages, not a multiple of max_position_embeddings; a
+    trace that needs more doubles it, and logits stay the seed's."""
+    source = mutations.get_operator("allele.KVCache.paged").apply(SEED, random.Random(0)).source
+    source = mutations.get_operator("tune_constant").replay(source, {"constant": "POOL_PAGES", "new": 16}).source
+    (tmp_path / "paged.py").write_text(source)
+    pools = []
+    for max_positions in (1024, 8192):
+        config = {**SMALL_CONFIG, "max_position_embeddings": max_positions}
+        write_weights(config, tmp_path / f"w{max_positions}" / "model.pt", seed=5)
+        engines = [load_engine_module(path).create_engine(dict(config), str(tmp_path / f"w{max_positions}"), "cpu")
+                   for path in (tmp_path / "paged.py", SEED_ENGINE)]
+        pools.append(engines[0].cache.k[0].shape[0])
+        gen = torch.Generator().manual_seed(0)
+        prompts = [torch.randint(0, 256, (n,), generator=gen) for n in (5, 300)]  # 1 + 19 pages of 16
+        with torch.no_grad():
+            outs = [e.prefill([0, 1], prompts) for e in engines]
+            tokens = torch.randint(0, 256, (2,), generator=gen)
+            outs += [e.decode([0, 1], tokens) for e in engines]
+        cache = engines[0].cache
+        assert cache.k[0].shape[0] == 34 and cache.generation == 1  # 1 scratch + 16, doubled once
+        for paged, seed in zip(outs[::2], outs[1::2]):
+            torch.testing.assert_close(paged, seed, rtol=1e-4, atol=1e-4)
+    assert pools == [17, 17]
+
+
 @pytest.mark.parametrize("operator", ["allele.KVCache.slab", "allele.Engine.cuda_graphs"])
 def test_a_slab_grows_its_rows_with_the_longest_request(operator, tmp_path):
     """A request longer than the slab's rows: it grows (graphs captured again), logits stay

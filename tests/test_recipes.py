@@ -34,7 +34,7 @@ def run_module(*args, timeout=120):
                           timeout=timeout)
 
 
-PAGED = applied("allele.KVCache.paged", SEED).source  # declares PAGE_SIZE and POOL_SEQUENCES
+PAGED = applied("allele.KVCache.paged", SEED).source  # declares PAGE_SIZE and POOL_PAGES
 
 
 # --- replay ---------------------------------------------------------------------------------
@@ -55,8 +55,8 @@ def test_replaying_what_an_operator_recorded_makes_the_same_child(name):
 def test_tune_constant_replays_the_recorded_constant_not_a_random_one():
     result = mutations.get_operator("tune_constant").replay(PAGED, {"constant": "PAGE_SIZE", "old": 16, "new": 32})
     assert "PAGE_SIZE = 32  # range: 8..256" in result.source
-    assert [line for line in result.source.splitlines() if line.startswith("POOL_SEQUENCES")] == \
-           [line for line in PAGED.splitlines() if line.startswith("POOL_SEQUENCES")]
+    assert [line for line in result.source.splitlines() if line.startswith("POOL_PAGES")] == \
+           [line for line in PAGED.splitlines() if line.startswith("POOL_PAGES")]
     assert result.args == {"constant": "PAGE_SIZE", "old": 16, "new": 32}
     # Any value inside the range (what a crossover took from another parent), nothing outside it.
     assert "PAGE_SIZE = 128" in mutations.get_operator("tune_constant").replay(

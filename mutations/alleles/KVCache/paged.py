@@ -4,9 +4,9 @@ Each layer's pool is [pages, PAGE_SIZE, kv_heads, head_dim].
 Pages are taken as a request grows and given back when it is removed or re-prefilled, so
 memory follows the live tokens, not max_position_embeddings per request. Page 0 is scratch
 and belongs to no request: padded rows of a static-shape batch write and read there. The
-first pool holds POOL_SEQUENCES sequences of max_position_embeddings tokens; when it runs
-out it doubles (a copy; `generation` counts reallocations, so a captured graph knows its
-addresses are stale). A request longer than max_position_embeddings raises.
+first pool holds POOL_PAGES pages, whatever max_position_embeddings is; when it runs out it
+doubles (a copy; `generation` counts reallocations, so a captured graph knows its addresses
+are stale). A request longer than max_position_embeddings raises.
 """
 import torch
 
@@ -14,7 +14,7 @@ REQUIRES = {}
 DEVICES = "any"
 
 PAGE_SIZE = 16  # range: 8..256; tokens per page
-POOL_SEQUENCES = 4  # range: 1..64; the first pool holds this many full-length sequences
+POOL_PAGES = 256  # range: 16..65536; pages in the first pool, which doubles when they run out
 
 
 class KVCache:
@@ -30,7 +30,7 @@ class KVCache:
         self.pages_of, self.lengths, self.free = {}, {}, []
         self.k, self.v = [], []
         self.generation = -1
-        self.grow(1 + POOL_SEQUENCES * self.max_pages)
+        self.grow(1 + POOL_PAGES)
 
     def grow(self, num_pages):
         """Reallocate every layer's pool with `num_pages` pages, keeping what it holds."""

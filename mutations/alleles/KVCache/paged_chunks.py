@@ -1,9 +1,9 @@
 """K/V pages in chunks added as requests need them; a chunk never moves, so captured graphs
 stay valid while the pool grows.
 
-`paged` starts with room for POOL_SEQUENCES full-length sequences and copies itself into a
-pool twice the size when it runs out: every graph captured over the old pool is then stale
-and is captured again, inside whatever call grew it (on a 1B-class model, 64 requests of 256
+`paged` starts with POOL_PAGES pages and copies itself into a pool twice the size when it
+runs out: every graph captured over the old pool is then stale and is captured again,
+inside whatever call grew it (on a 1B-class model, 64 requests of 256
 tokens grew it twice and the recapture cost more than the decode). Here the pool is a list
 of chunks of CHUNK_PAGES pages, each [layers, 2 (K, V), CHUNK_PAGES, PAGE_SIZE, kv_heads,
 head_dim], allocated when the free pages run out. Kernels find page p in chunk
