@@ -2,7 +2,9 @@
 
 - the programs seen, with their parents: the lineage in which merges find a common ancestor;
 - each program's code with comments, blank lines and layout taken out (`ast` parses and
-  unparses it): a child that differs from a known program only in those is that program;
+  unparses it) and its top-level functions and classes in name order: a child that differs
+  from a known program only in those is that program (a crossover or a swap that lands a
+  helper elsewhere in the file makes the same engine);
 - the applications tried, (operator, args, parent ids): the same one bred again makes the
   same child, so it is not;
 - the operators spent on a parent: tried when they draw nothing from the rng, declined
@@ -31,12 +33,18 @@ class Known:
 
 
 def normalized_id(source: str) -> str:
-    """The id of a source's code alone: comments, blank lines and layout do not change it."""
+    """The id of a source's code alone: comments, blank lines, layout and the order of its
+    top-level definitions do not change it. Other statements keep their order: they run at
+    import, definitions only bind names (one used at import before its definition fails
+    the gate in either order)."""
     try:
-        text = ast.unparse(ast.parse(source))
+        tree = ast.parse(source)
     except SyntaxError:
-        text = source
-    return source_hash(text)
+        return source_hash(source)
+    defs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    statements = [node for node in tree.body if not isinstance(node, defs)]
+    definitions = sorted((node for node in tree.body if isinstance(node, defs)), key=lambda node: node.name)
+    return source_hash(ast.unparse(ast.Module(body=statements + definitions, type_ignores=[])))
 
 
 class Memo:

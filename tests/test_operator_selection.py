@@ -236,6 +236,12 @@ def test_a_swap_that_puts_portable_code_where_a_gpu_kernel_runs_unports():
 def test_a_child_differing_only_in_comments_and_layout_is_known():
     assert normalized_id(SEED) == normalized_id("# a comment\n" + SEED.replace("\n\n\n", "\n\n") + "\n\n")
     assert normalized_id(SEED) != normalized_id(SEED + "x = 1\n")
+    # The same definitions in another order (a helper a swap landed elsewhere): the same code.
+    a = "import torch\nN = 2\n\ndef f(x):\n    return g(x) * N\n\ndef g(x):\n    return x + 1\n"
+    b = "import torch\n\ndef g(x):\n    return x + 1\nN = 2\n\ndef f(x):\n    return g(x) * N\n"
+    assert normalized_id(a) == normalized_id(b)
+    assert normalized_id(a) != normalized_id(a.replace("N = 2", "N = 3"))
+    assert normalized_id(a) != normalized_id("N = 2\nimport torch\n" + a.split("N = 2\n", 1)[1])  # statements keep order
     memo, seed = Memo(), Program(SEED)
     memo.see([seed])
     twin = memo.admit(Program(SEED + "# only a note\n", (seed.id,), "note"))
