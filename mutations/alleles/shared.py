@@ -45,6 +45,25 @@ def rotate_pairs(x, cos, sin):
     return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
 
 
+def launch_rope(kernel, x, cos, sin):
+    """x [N, heads, head_dim] rotated by a Triton RoPE kernel, one program a token (the
+    `apply_rope` alleles' kernels take the same arguments); bf16 takes the reference's own
+    ops (apply_rope.triton says why). Powers of two without triton: CPU programs read this file."""
+    if x.dtype == torch.bfloat16:
+        return rotate_pairs(x, cos, sin)
+    num_tokens, num_heads, head_dim = x.shape
+    out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
+    if num_tokens == 0:
+        return out
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    cos, sin = cos.contiguous(), sin.contiguous()
+    kernel[(num_tokens,)](x, cos, sin, out, x.stride(0), x.stride(1), cos.stride(0), out.stride(0), out.stride(1),
+                          num_heads, HALF=head_dim // 2, BLOCK_H=1 << (num_heads - 1).bit_length(),
+                          BLOCK_P=1 << (head_dim // 2 - 1).bit_length())
+    return out
+
+
 def per_request_attention(q, k, v, num_new):
     """Causal attention over each packed prompt alone: q [N, heads, D] -> [N, heads*D]."""
     outs = []

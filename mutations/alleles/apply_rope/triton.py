@@ -38,16 +38,4 @@ def rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, stride_xt, stride_xh, stride_c
 
 def apply_rope(x, cos, sin):
     """Rotate interleaved pairs (x[2i], x[2i+1]) of x [N, heads, head_dim]."""
-    if x.dtype == torch.bfloat16:
-        return rotate_pairs(x, cos, sin)
-    num_tokens, num_heads, head_dim = x.shape
-    out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
-    if num_tokens == 0:
-        return out
-    cos, sin = cos.contiguous(), sin.contiguous()
-    rope_kernel[(num_tokens,)](x, cos, sin, out, x.stride(0), x.stride(1), cos.stride(0), out.stride(0),
-                               out.stride(1), num_heads, HALF=head_dim // 2,
-                               BLOCK_H=triton.next_power_of_2(num_heads),
-                               BLOCK_P=triton.next_power_of_2(head_dim // 2))
-    return out
-
+    return launch_rope(rope_kernel, x, cos, sin)
