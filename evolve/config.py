@@ -131,7 +131,8 @@ class RunConfig:
         "full"); without derived configs, a full judgement is a screen with all the cases."""
         return {"level": level if self.derived else "screen",
                 "bench": self.bench if level == "full" else self.screen_bench,
-                "margin": self.margin, "min_rounds": self.rounds, "max_rounds": self.final_rounds if final else self.max_rounds,
+                "margin": self.margin, "min_rounds": self.rounds,
+                "max_rounds": self.final_rounds if final else self.max_rounds,
                 "resolution": SCREEN_RESOLUTION if level == "screen" else FULL_RESOLUTION}
 
 

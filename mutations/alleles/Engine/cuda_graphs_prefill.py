@@ -170,9 +170,8 @@ class Engine:
             flat += t
             flat += [0] * (width - len(t))
         flat += [0] * (width * len(padding))
-        host = torch.frombuffer(array.array("q", flat), dtype=torch.long)
-        table = host[2 * size:].view(size, width)
-        host = host[:2 * size].view(2, size)  # positions, slots
+        flat = torch.frombuffer(array.array("q", flat), dtype=torch.long)
+        host, table = flat[:2 * size].view(2, size), flat[2 * size:].view(size, width)  # positions, slots; pages
         tokens = token_ids.reshape(-1)
 
         def fill():
