@@ -4,7 +4,9 @@
 
 A warm-up engine runs the case once; a fresh engine then runs it call by call, synchronised
 around each call (wall time), and once more under torch.profiler (GPU time and kernels,
-summed over the case, shown per call kind). A call whose wall time is far above its GPU
+summed over the case, shown per call kind). `--passes N` runs the case N times on that
+fresh engine and reports each pass: a first pass slower than the next pays for something
+lazy (a graph's first launch, an allocation) inside the timed calls. A call whose wall time is far above its GPU
 time is host-bound: launches, Python and copies, not the GPU, bound it. `--top N` adds the N
 kernels that took the most GPU time over the case (name, count, total and mean microseconds).
 """
@@ -53,6 +55,15 @@ def gpu_profile(engine, calls, top: int = 0) -> dict:
                     for name, (count, total) in costliest]}
 
 
+def per_kind(times) -> dict:
+    """{kind: count, median and max milliseconds} of one pass's (kind, seconds)."""
+    by_kind = {}
+    for kind, seconds in times:
+        by_kind.setdefault(kind, []).append(seconds * 1e3)
+    return {kind: {"count": len(ms), "median_ms": round(statistics.median(ms), 3), "max_ms": round(max(ms), 3)}
+            for kind, ms in by_kind.items()}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", type=Path, required=True)
@@ -61,6 +72,7 @@ def main(argv=None) -> int:
     parser.add_argument("--cases", choices=CASE_SETS, default="public")
     parser.add_argument("--case", action="append", help="case names (default: every case of the set)")
     parser.add_argument("--top", type=int, default=0, help="list the N kernels with the most GPU time")
+    parser.add_argument("--passes", type=int, default=1, help="run the case this many times on one fresh engine")
     args = parser.parse_args(argv)
     config = json.loads(args.model_config.read_text())
     module = load_engine_module(args.engine)
@@ -69,18 +81,17 @@ def main(argv=None) -> int:
         events = cases[name]
         warm = module.create_engine(dict(config), str(args.weight_dir), "cuda")
         wall_times(warm, materialize(events, config["vocab_size"], CASE_SEED, "cuda"))
-        times = wall_times(module.create_engine(dict(config), str(args.weight_dir), "cuda"),
-                           materialize(events, config["vocab_size"], CASE_SEED, "cuda"))
+        engine = module.create_engine(dict(config), str(args.weight_dir), "cuda")
+        passes = [wall_times(engine, materialize(events, config["vocab_size"], CASE_SEED, "cuda"))
+                  for _ in range(args.passes)]
+        del engine
         gpu = gpu_profile(module.create_engine(dict(config), str(args.weight_dir), "cuda"),
                           materialize(events, config["vocab_size"], CASE_SEED, "cuda"), args.top)
-        by_kind = {}
-        for kind, seconds in times:
-            by_kind.setdefault(kind, []).append(seconds * 1e3)
         print(json.dumps({
-            "engine": str(args.engine), "case": name, "wall_ms": round(sum(s for _, s in times) * 1e3, 3),
-            "gpu_ms": round(gpu["gpu_us"] / 1e3, 3), "kernels": gpu["kernels"],
-            "calls": {kind: {"count": len(ms), "median_ms": round(statistics.median(ms), 3),
-                             "max_ms": round(max(ms), 3)} for kind, ms in by_kind.items()},
+            "engine": str(args.engine), "case": name, "wall_ms": round(sum(s for _, s in passes[0]) * 1e3, 3),
+            "gpu_ms": round(gpu["gpu_us"] / 1e3, 3), "kernels": gpu["kernels"], "calls": per_kind(passes[0]),
+            **({"later_passes": [{"wall_ms": round(sum(s for _, s in times) * 1e3, 3), "calls": per_kind(times)}
+                                 for times in passes[1:]]} if args.passes > 1 else {}),
             **({"top": gpu["top"]} if args.top else {}),
         }), flush=True)
         del warm
