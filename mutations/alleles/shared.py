@@ -147,12 +147,17 @@ def prepare_pages(cache, step):
     step.slots = rows.to(cache.device)
 
 
-def decode_pages(cache, step):
-    """A paged cache's decode_addresses: pages reserved for one new token a request, then
-    (slot of each new token, block table row of each request) as plain lists: a graph
-    engine copies them to the device in one go (torch ops on the host cost ~10 us each)."""
+def host_pages(cache, step):
+    """A paged cache's host_addresses: pages reserved, then (slot of every new token, block
+    table row of every request) as plain lists: a graph engine copies them to the device in
+    one go (torch ops on the host cost ~10 us each)."""
     reserve_pages(cache, step)
     size = cache.page_size
     tables = [cache.pages_of[rid] for rid in step.request_ids]
-    ends = [cache.lengths[rid] - 1 for rid in step.request_ids]
-    return [t[e // size] * size + e % size for t, e in zip(tables, ends)], tables
+    ends = [cache.lengths[rid] for rid in step.request_ids]
+    if step.is_decode:  # one token a request: one comprehension (a batch of 64 is host-bound)
+        return [t[(e - 1) // size] * size + (e - 1) % size for t, e in zip(tables, ends)], tables
+    slots = []
+    for t, e, n in zip(tables, ends, step.num_new):
+        slots += [t[p // size] * size + p % size for p in range(e - n, e)]
+    return slots, tables

@@ -10,6 +10,10 @@ the varlen attention reads each prompt's start and length from static device buf
 (padding prompts have length 0) over a grid fixed by the bucket. Logits are taken at each
 prompt's last row inside the graph. Decode works as in `cuda_graphs`: batch buckets.
 
+A call's metadata is one host list copied once; every graph is launched once inside
+create_engine (a first launch is slower). Per layer, the MLP's residual add joins the next
+layer's norm, and q and k, when they are views of one fused projection, take one RoPE launch.
+
 Larger prefills, more prompts, bigger decode batches and bf16 prefills (whose attention
 falls back to a per-prompt loop) run eagerly. One memory pool serves every graph, captured
 largest first. When the cache grows, its tensors move, and every graph is captured again.
@@ -38,6 +42,16 @@ def token_buckets(largest):
     return sorted({s for s in sizes if s < largest} | {largest})
 
 
+def adjacent_heads(q, k):
+    """q [N, H, D] and k [N, KV, D] as one [N, H + KV, D] view when k's heads follow q's in
+    one buffer (the split of a fused projection), else None."""
+    if q.shape[0] == 0 or q.stride() != k.stride() or q.stride(1) != q.shape[2]:
+        return None
+    if k.data_ptr() != q.data_ptr() + q.shape[1] * q.shape[2] * q.element_size():
+        return None
+    return q.as_strided((q.shape[0], q.shape[1] + k.shape[1], q.shape[2]), q.stride())
+
+
 class Engine:
     def __init__(self, model_config, weight_dir, device):
         self.device = torch.device(device)
@@ -55,22 +69,16 @@ class Engine:
         self.buckets = {"decode": graph_buckets(MAX_GRAPH_BATCH), "prefill": token_buckets(MAX_PREFILL_TOKENS)}
         if self.dtype == torch.bfloat16:
             self.buckets["prefill"] = []  # its attention loops over prompts on the host: not capturable
-        rows, prompts = max(MAX_GRAPH_BATCH, MAX_PREFILL_TOKENS), MAX_PREFILL_PROMPTS
-        # Host metadata goes to the device in few copies: a decode's positions and slots in
-        # one, a prefill's positions, then each prompt's start, length and last row. Zeros
+        rows = max(MAX_GRAPH_BATCH, MAX_PREFILL_TOKENS)
+        # A call's host metadata (see `metadata`) goes to the device in one copy. Zeros
         # address the cache's scratch row 0 and position 0: harmless padding.
-        self.meta = torch.zeros(2 * rows + 3 * prompts, dtype=torch.long, device=self.device)
+        self.meta = torch.zeros(2 * rows + 3 * MAX_PREFILL_PROMPTS, dtype=torch.long, device=self.device)
         self.static = {
+            "meta": self.meta,
             "tokens": torch.zeros(rows, dtype=torch.long, device=self.device),
-            "positions": self.meta[:rows],
-            "slots": self.meta[rows:2 * rows],
             "block_table": torch.zeros(MAX_GRAPH_BATCH, self.cache.max_pages, dtype=torch.long,
                                        device=self.device),
-            "starts": self.meta[2 * rows:2 * rows + prompts],
-            "lengths": self.meta[2 * rows + prompts:2 * rows + 2 * prompts],
-            "last": self.meta[2 * rows + 2 * prompts:],
         }
-        self.positions_slots = self.meta[:2 * rows].view(2, rows)  # a decode's one copy goes here
         self.graphs, self.graph_logits, self.graph_pool = {}, {}, None
         self.capture_graphs()
 
@@ -92,14 +100,18 @@ class Engine:
                 self.graph_logits[key] = self.forward_static(*key)
             self.graph_pool = graph.pool() if self.graph_pool is None else self.graph_pool
             self.graphs[key] = graph
+        for graph in self.graphs.values():  # a graph's first launch costs more than the next
+            graph.replay()                   # ones: paid here, not in the first call of a kind
         torch.cuda.synchronize(self.device)
 
-    def prepare_static(self, step, fill):
-        """cache.prepare(step), with `fill()` (the call's host metadata into the static
-        buffers) before it, as a slab's prepare reads the positions."""
-        fill()
-        self.cache.prepare(step)
-        self.recapture_if_moved(fill)
+    @staticmethod
+    def metadata(meta, size):
+        """The views of `meta` a graph of `size` rows reads: every row's position, then its
+        cache slot, then (a prefill's) each prompt's start, length and last row, one after
+        another, so that one copy of a call's host list fills them all."""
+        prompts = MAX_PREFILL_PROMPTS
+        ends = [size, 2 * size, 2 * size + prompts, 2 * size + 2 * prompts, 2 * size + 3 * prompts]
+        return [meta[a:b] for a, b in zip([0] + ends, ends)]
 
     def recapture_if_moved(self, fill):
         """The graphs captured again if the cache grew (now or in an eager call: its tensors
@@ -123,29 +135,28 @@ class Engine:
         lengths = [int(t.numel()) for t in input_ids]
         total = sum(lengths)
         size = next((b for b in self.buckets["prefill"] if b >= total), None)
-        tokens = torch.cat([t.reshape(-1) for t in input_ids]).to(self.device, torch.long)
         positions = [p for n in lengths for p in range(n)]
         if size is None or len(ids) > MAX_PREFILL_PROMPTS:  # eager: larger than any graph
+            tokens = torch.cat([t.reshape(-1) for t in input_ids]).to(self.device, torch.long)
             positions = torch.tensor(positions, device=self.device)
             return self.forward(tokens, Step(ids, [0] * len(ids), lengths, positions, False))
+        slots, _ = self.cache.host_addresses(Step(ids, [0] * len(ids), lengths, None, False))
         starts = [0]
         for n in lengths[:-1]:
             starts.append(starts[-1] + n)
-        padding = [0] * (MAX_PREFILL_PROMPTS - len(ids))
-        rows = self.static["positions"].shape[0]
-        prompts = starts + padding, lengths + padding, [a + n - 1 for a, n in zip(starts, lengths)] + padding
-        host = torch.tensor(positions + [0] * (size - total)), torch.tensor(sum(prompts, []))
+        # `metadata`'s layout. Padding rows: position 0, the scratch row; padding prompts: length 0.
+        rows, prompts = [0] * (size - total), [0] * (MAX_PREFILL_PROMPTS - len(ids))
+        flat = positions + rows + slots + rows + starts + prompts + lengths + prompts
+        flat += [a + n - 1 for a, n in zip(starts, lengths)] + prompts
+        host = torch.frombuffer(array.array("q", flat), dtype=torch.long)
+        tokens = self.static["tokens"][:total]
 
         def fill():
-            self.meta[:size].copy_(host[0], non_blocking=True)
-            self.meta[2 * rows:].copy_(host[1], non_blocking=True)
+            self.meta[:host.shape[0]].copy_(host, non_blocking=True)
+            torch.cat([t.reshape(-1).to(self.device) for t in input_ids], out=tokens)
 
-        s = self.static
-        step = Step(ids, [0] * len(ids), lengths, s["positions"][:total], False)
-        self.prepare_static(step, fill)
-        s["tokens"][:total] = tokens
-        s["slots"][:total] = step.slots
-        s["slots"][total:size].zero_()  # padding rows write to the scratch row
+        fill()
+        self.recapture_if_moved(fill)
         return self.run_static("prefill", size, len(ids))
 
     @torch.no_grad()
@@ -160,7 +171,7 @@ class Engine:
         # Three copies and no torch op on the host: every call is host-bound at this size.
         # Padding rows get position 0, the scratch row and a block table of scratch pages
         # (columns past `width` are stale, and no position reaches them).
-        slots, tables = self.cache.decode_addresses(Step(ids, start, [1] * batch, None, True))
+        slots, tables = self.cache.host_addresses(Step(ids, start, [1] * batch, None, True))
         padding = [0] * (size - batch)
         width = max(len(t) for t in tables)
         # One flat stdlib array viewed by torch: torch.tensor on nested lists took ~250 us of
@@ -171,11 +182,11 @@ class Engine:
             flat += [0] * (width - len(t))
         flat += [0] * (width * len(padding))
         flat = torch.frombuffer(array.array("q", flat), dtype=torch.long)
-        host, table = flat[:2 * size].view(2, size), flat[2 * size:].view(size, width)  # positions, slots; pages
+        host, table = flat[:2 * size], flat[2 * size:].view(size, width)  # `metadata`'s positions, slots; pages
         tokens = token_ids.reshape(-1)
 
         def fill():
-            self.positions_slots[:, :size].copy_(host, non_blocking=True)
+            self.meta[:2 * size].copy_(host, non_blocking=True)
             s["block_table"][:size, :width].copy_(table, non_blocking=True)
             s["tokens"][:batch].copy_(tokens, non_blocking=True)
 
@@ -190,15 +201,15 @@ class Engine:
         """Logits of the static buffers' first `size` rows: one per row for a decode, one
         per prompt (MAX_PREFILL_PROMPTS, padding included) for a prefill."""
         s = self.static
+        positions, slots, starts, lengths, last = self.metadata(s["meta"], size)
         if kind == "decode":
-            step = Step([], [], [1] * size, s["positions"][:size], True, s["slots"][:size],
-                        s["block_table"][:size])
+            step = Step([], [], [1] * size, positions, True, slots, s["block_table"][:size])
             x = self.hidden_states(s["tokens"][:size], step)
         else:
-            step = Step([], [], [], s["positions"][:size], False, s["slots"][:size])
+            step = Step([], [], [], positions, False, slots)
             # Read by the varlen attention instead of the host's num_new (see its allele).
-            step.prompt_starts, step.prompt_lengths = s["starts"], s["lengths"]
-            x = self.hidden_states(s["tokens"][:size], step)[s["last"]]
+            step.prompt_starts, step.prompt_lengths = starts, lengths
+            x = self.hidden_states(s["tokens"][:size], step)[last]
         return rms_norm(x, self.w["norm"], self.eps) @ self.w["lm_head"].T
 
     def hidden_states(self, tokens, step):
@@ -206,17 +217,25 @@ class Engine:
         n = tokens.shape[0]
         cos, sin = self.rope_cos[step.positions], self.rope_sin[step.positions]  # [N, head_dim/2]
         attend = attend_decode if step.is_decode else attend_prefill
+        layers = self.w["layers"]
         x = self.w["embed"][tokens]  # [N, hidden]
-        for i, layer in enumerate(self.w["layers"]):
-            q, k, v = qkv_proj(rms_norm(x, layer["input_norm"], self.eps), layer)
-            q = apply_rope(q.view(n, self.num_heads, self.head_dim), cos, sin)
-            k = apply_rope(k.view(n, self.num_kv_heads, self.head_dim), cos, sin)
-            v = v.view(n, self.num_kv_heads, self.head_dim)
+        h = rms_norm(x, layers[0]["input_norm"], self.eps)
+        for i, layer in enumerate(layers):
+            q, k, v = (t.view(n, -1, self.head_dim) for t in qkv_proj(h, layer))
+            both = adjacent_heads(q, k)
+            if both is None:
+                q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            else:  # one launch rotates both
+                both = apply_rope(both, cos, sin)
+                q, k = both[:, :self.num_heads], both[:, self.num_heads:]
             self.cache.write(i, step, k, v)
             h, x = add_rms_norm(x, attend(q, k, v, self.cache, i, step) @ layer["o"].T,
                                 layer["post_norm"], self.eps)
-            x = x + mlp(h, layer)
-        return x
+            if i + 1 == len(layers):
+                return x + mlp(h, layer)
+            # The MLP's residual add and the next layer's norm in one add_rms_norm: one
+            # kernel a layer fewer (the same sum, rounded once, as `x + mlp` then the norm).
+            h, x = add_rms_norm(x, mlp(h, layer), layers[i + 1]["input_norm"], self.eps)
 
     def forward(self, tokens, step):
         """Logits [B, vocab] of the last token of each request in `step` (eager)."""

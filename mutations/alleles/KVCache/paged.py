@@ -53,9 +53,9 @@ class KVCache:
         """Give each request the pages its new tokens need, and address them."""
         prepare_pages(self, step)
 
-    def decode_addresses(self, step):
-        """prepare for a decode, as host lists: (slots, block table rows)."""
-        return decode_pages(self, step)
+    def host_addresses(self, step):
+        """prepare's bookkeeping, its addresses as host lists: (slots, block table rows)."""
+        return host_pages(self, step)
 
     def write(self, layer, step, k, v):
         """Store packed k, v [N, kv_heads, head_dim] at the rows `prepare` chose."""

@@ -64,12 +64,13 @@ class KVCache:
         step.block_table = slots.to(self.device)[:, None]  # [B, 1]
         step.slots = rows.to(self.device) + step.positions  # [N] flat row of every new token
 
-    def decode_addresses(self, step):
-        """prepare for a decode, as host lists: (slots, block table rows)."""
+    def host_addresses(self, step):
+        """prepare's bookkeeping, its addresses as host lists: (slots, block table rows)."""
         self.reserve(step)
         slots = [self.slot_of[rid] for rid in step.request_ids]
-        ends = [self.lengths[rid] - 1 for rid in step.request_ids]
-        return [s * self.page_size + e for s, e in zip(slots, ends)], [[s] for s in slots]
+        ends = [self.lengths[rid] for rid in step.request_ids]
+        rows = [s * self.page_size + p for s, e, n in zip(slots, ends, step.num_new) for p in range(e - n, e)]
+        return rows, [[s] for s in slots]
 
     def reserve(self, step):
         """A slot for each new request; the lengths after this step."""

@@ -116,7 +116,7 @@ def attend_decode(q, k, v, cache, layer, step):
     if q.dtype == torch.bfloat16:  # the kernel's fp32 probabilities miss a bf16 reference (see sdpa)
         return table_attention(q, cache, layer, step)
     batch, num_heads, head_dim = q.shape
-    q = q.contiguous()
+    q = q if q.stride(-1) == 1 else q.contiguous()  # strided rows and heads are read as such
     k_pages, v_pages = cache.k[layer], cache.v[layer]  # [pages, page_size, kv_heads, D]
     groups = num_heads // k_pages.shape[2]
     table = step.block_table  # [B, width] page ids

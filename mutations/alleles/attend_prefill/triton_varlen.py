@@ -67,7 +67,11 @@ def attend_prefill(q, k, v, cache, layer, step):
     if q.dtype == torch.bfloat16:  # the kernel's fp32 probabilities miss a bf16 reference (see sdpa)
         return per_request_attention(q, k, v, step.num_new)
     num_tokens, num_heads, head_dim = q.shape
-    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    # Rows may be strided (views of a fused projection): only each head's values must be
+    # adjacent, and k, v share one set of strides (the kernel reads both with k's).
+    q = q if q.stride(-1) == 1 else q.contiguous()
+    if k.stride() != v.stride() or k.stride(-1) != 1:
+        k, v = k.contiguous(), v.contiguous()
     block_d = max(16, triton.next_power_of_2(head_dim))  # tl.dot needs 16 or more
     block = 32 if block_d <= 128 else 16  # [BLOCK, BLOCK_D] tiles of q, k, v fit in shared memory
     starts, lengths = getattr(step, "prompt_starts", None), getattr(step, "prompt_lengths", None)
