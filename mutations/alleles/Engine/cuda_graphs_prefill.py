@@ -71,8 +71,10 @@ class Engine:
             self.buckets["prefill"] = []  # its attention loops over prompts on the host: not capturable
         rows = max(MAX_GRAPH_BATCH, MAX_PREFILL_TOKENS)
         # A call's host metadata (see `metadata`) goes to the device in one copy. Zeros
-        # address the cache's scratch row 0 and position 0: harmless padding.
-        self.meta = torch.zeros(2 * rows + 3 * MAX_PREFILL_PROMPTS, dtype=torch.long, device=self.device)
+        # address the cache's scratch row 0 and position 0: harmless padding. A decode's
+        # block table is staged after its slots, so the room for the largest one.
+        staged = max(3 * MAX_PREFILL_PROMPTS, MAX_GRAPH_BATCH * self.cache.max_pages)
+        self.meta = torch.zeros(2 * rows + staged, dtype=torch.long, device=self.device)
         self.static = {
             "meta": self.meta,
             "tokens": torch.zeros(rows, dtype=torch.long, device=self.device),
@@ -168,9 +170,9 @@ class Engine:
             step = Step(ids, start, [1] * len(ids), torch.tensor(start, device=self.device), True)
             return self.forward(token_ids.reshape(-1).to(self.device, torch.long), step)
         s, batch = self.static, len(ids)
-        # Three copies and no torch op on the host: every call is host-bound at this size.
-        # Padding rows get position 0, the scratch row and a block table of scratch pages
-        # (columns past `width` are stale, and no position reaches them).
+        # One copy from the host and two on the device, no other torch op: every call is
+        # host-bound at this size. Padding rows get position 0, the scratch row and a block
+        # table of scratch pages (columns past `width` are stale, and no position reaches them).
         slots, tables = self.cache.host_addresses(Step(ids, start, [1] * batch, None, True))
         padding = [0] * (size - batch)
         width = max(len(t) for t in tables)
@@ -182,11 +184,13 @@ class Engine:
             flat += [0] * (width - len(t))
         flat += [0] * (width * len(padding))
         flat = torch.frombuffer(array.array("q", flat), dtype=torch.long)
-        host, table = flat[:2 * size], flat[2 * size:].view(size, width)  # `metadata`'s positions, slots; pages
+        # `metadata`'s positions and slots, then the pages, staged where a prefill's prompts go:
+        # one copy from the host, then one on the device into the table's strided rows.
+        table = self.meta[2 * size:2 * size + size * width].view(size, width)
         tokens = token_ids.reshape(-1)
 
         def fill():
-            self.meta[:2 * size].copy_(host, non_blocking=True)
+            self.meta[:flat.shape[0]].copy_(flat, non_blocking=True)
             s["block_table"][:size, :width].copy_(table, non_blocking=True)
             s["tokens"][:batch].copy_(tokens, non_blocking=True)
 
