@@ -39,3 +39,24 @@ def test_per_request_attention_keeps_prompts_apart():
     both = ns["per_request_attention"](q, k, v, [4, 6])
     alone = ns["per_request_attention"](q[4:], k[4:], v[4:], [6])
     torch.testing.assert_close(both[4:], alone)
+
+
+def engine_allele_namespace(name) -> dict:
+    namespace = {}
+    exec(compile((HERE / "Engine" / f"{name}.py").read_text(), f"{name}.py", "exec"), namespace)
+    return namespace
+
+
+def test_adjacent_heads_joins_only_views_of_one_projection():
+    adjacent_heads = engine_allele_namespace("cuda_graphs_prefill")["adjacent_heads"]
+    qkv = torch.randn(3, (4 + 2 + 2) * 8)  # a fused projection: q, k, v heads of 8 in each row
+    q, k, v = (t.view(3, -1, 8) for t in qkv.split([32, 16, 16], dim=-1))
+    both = adjacent_heads(q, k)
+    assert torch.equal(both[:, :4], q) and torch.equal(both[:, 4:], k)
+    assert adjacent_heads(q, v) is None  # v does not follow q
+    # Two tensors end to end in memory, with their own storages (as the CUDA allocator's
+    # blocks can be: a search's batch-1 decode crashed on this): not one view.
+    memory = bytearray(2 * 4 * 8 * 2)
+    q, k = (torch.frombuffer(memory, dtype=torch.float16, count=32, offset=o).view(1, 4, 8) for o in (0, 64))
+    assert k.data_ptr() == q.data_ptr() + 64
+    assert adjacent_heads(q, k) is None

@@ -56,3 +56,21 @@ def test_out_of_memory_is_a_crash_verdict(small_target, scratch, tmp_path):
     config_path, weight_dir = small_target
     verdict = judge(path, config_path, weight_dir, "cuda", timeout=120, bench="none", scratch=str(scratch))
     assert verdict["status"] == "crash" and "memory" in verdict["error"].lower(), verdict
+
+
+@pytest.mark.parametrize("operator", ["allele.Engine.cuda_graphs", "allele.Engine.cuda_graphs_prefill"])
+def test_graph_engines_alone_on_the_seed_pass_the_gate(operator, scratch, tmp_path):
+    """Each graph engine swapped into the seed alone: q, k, v from three projections, whose
+    tensors the CUDA allocator can place end to end (a search's first sweep once crashed
+    on that, at batch 1, where the CPU tests could not see it)."""
+    import random
+
+    import mutations
+    from target.toy_weights import ensure
+
+    ensure(PUBLIC_CONFIG, PUBLIC_WEIGHTS)
+    path = tmp_path / "child.py"
+    path.write_text(mutations.get_operator(operator).apply(SEED_ENGINE.read_text(), random.Random(0)).source)
+    result = check_module(load_engine_module(path), ModelConfig.load(PUBLIC_CONFIG), PUBLIC_WEIGHTS, "cuda", 123,
+                          scratch)
+    assert result.passed, result.error

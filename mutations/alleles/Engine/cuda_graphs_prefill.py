@@ -44,8 +44,11 @@ def token_buckets(largest):
 
 def adjacent_heads(q, k):
     """q [N, H, D] and k [N, KV, D] as one [N, H + KV, D] view when k's heads follow q's in
-    one buffer (the split of a fused projection), else None."""
+    one tensor's storage (the split of a fused projection), else None. Two tensors can sit
+    end to end in memory (the allocator's blocks do), but a view may not span both."""
     if q.shape[0] == 0 or q.stride() != k.stride() or q.stride(1) != q.shape[2]:
+        return None
+    if q.untyped_storage().data_ptr() != k.untyped_storage().data_ptr():
         return None
     if k.data_ptr() != q.data_ptr() + q.shape[1] * q.shape[2] * q.element_size():
         return None
