@@ -12,6 +12,7 @@ crossover. Every other top-level def, class or assignment is a helper: it is car
 when a gene that names it is, and pruned once nothing names it.
 """
 import re
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -235,9 +236,48 @@ def prune(module: cst.Module) -> cst.Module:
     return module
 
 
+def imported_module(stmt) -> str:
+    """The dotted module an import statement names first (`from a.b import c`: a.b)."""
+    node = stmt.body[0]
+    if isinstance(node, cst.ImportFrom):
+        return "." * len(node.relative) + (code(node.module) if node.module else "")
+    return code(node.names[0].name)
+
+
+def import_order(stmt) -> tuple:
+    """`from __future__` first, then the standard library, then the rest; by module within."""
+    name = imported_module(stmt)
+    group = 0 if name == "__future__" else 1 if name.split(".")[0] in sys.stdlib_module_names else 2
+    return group, name, code(stmt.with_changes(leading_lines=[])).strip()
+
+
+def ordered_imports(module: cst.Module) -> cst.Module:
+    """The imports heading the module (after its docstring) in one order, a blank line between
+    groups: two programs with the same imports then read the same, whichever operators added
+    them in which order (a recipe replays a crossover's child exactly only so)."""
+    body = list(module.body)
+    start = 1 if body and is_docstring(body[0]) else 0
+    end = start
+    while end < len(body) and is_import(body[end]):
+        end += 1
+    head = sorted(body[start:end], key=import_order)
+    if head == body[start:end]:
+        return module
+    first_lines = body[start].leading_lines
+    for i, stmt in enumerate(head):
+        comments = [line for line in stmt.leading_lines if line.comment is not None]
+        if i == 0:
+            lines = list(first_lines) + comments
+        else:
+            lines = [cst.EmptyLine()] * (import_order(stmt)[0] != import_order(head[i - 1])[0]) + comments
+        head[i] = stmt.with_changes(leading_lines=lines)
+    return module.with_changes(body=body[:start] + head + body[end:])
+
+
 def finish(module: cst.Module, sources: list) -> str:
-    """Source of `module` once its missing helpers are pulled in and dead ones pruned."""
-    module = prune(ensure_defined(module, sources))
+    """Source of `module` once its missing helpers are pulled in, dead ones pruned and its
+    imports ordered."""
+    module = ordered_imports(prune(ensure_defined(module, sources)))
     source = module.code
     parse(source)
     return source

@@ -219,3 +219,17 @@ def test_a_merge_that_takes_a_gene_away_and_back_is_written_with_a_round_trip(tm
     text = lineage_recipe(history.read(built.path), source_hash(merged), built.path)  # replayed, hash checked
     assert [s.operator for s in recipe.parse(text)] == \
            ["allele.Engine.cuda_graphs_prefill", "allele.Engine.cuda_graphs", "allele.Engine.cuda_graphs_prefill"]
+
+
+def test_crossovers_whose_parents_added_imports_in_other_orders_are_written_as_swaps():
+    # Before imports were ordered, 19 of the crossovers between single swaps of the seed could
+    # not be written (the child had `import triton.language as tl` before `import triton`),
+    # among them an H100 search's winner.
+    a, b = applied("allele.load_weights.fused_both", SEED).source, applied("allele.KVCache.paged_chunks", SEED).source
+    children = [mutations.crossover(a, b, random.Random(seed)) for seed in range(6)]
+    children = [c.source for c in children if isinstance(c, mutations.Applied) and c.source not in (a, b)]
+    assert children
+    for child in children:
+        steps = recipe.crossover_steps(a, child)
+        assert not isinstance(steps, str), steps
+        assert recipe.apply(steps, a) == child
