@@ -1,9 +1,11 @@
 """GPU-only paths, run on the GPU machine (docs/PERF.md); skipped cleanly on CPU."""
 import json
+import random
 
 import pytest
 import torch
 
+import mutations
 from fitness.gate import check_module
 from fitness.loader import load_engine_module
 from fitness.model_config import ModelConfig
@@ -63,9 +65,6 @@ def test_graph_engines_alone_on_the_seed_pass_the_gate(operator, scratch, tmp_pa
     """Each graph engine swapped into the seed alone: q, k, v from three projections, whose
     tensors the CUDA allocator can place end to end (a search's first sweep once crashed
     on that, at batch 1, where the CPU tests could not see it)."""
-    import random
-
-    import mutations
     from target.toy_weights import ensure
 
     ensure(PUBLIC_CONFIG, PUBLIC_WEIGHTS)

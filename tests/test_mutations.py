@@ -298,9 +298,8 @@ def test_a_slab_grows_its_rows_with_the_longest_request(operator, tmp_path):
 
 
 def test_a_programs_imports_are_ordered_by_group_then_module():
-    from mutations import program
-
-    source = '"""doc"""\nimport triton\nimport torch\n# the pool\nimport array\nfrom __future__ import annotations\n\nX = 1\n'
+    source = ('"""doc"""\nimport triton\nimport torch\n# the pool\nimport array\n'
+              'from __future__ import annotations\n\nX = 1\n')
     ordered = program.ordered_imports(program.parse(source)).code
     assert ordered == ('"""doc"""\nfrom __future__ import annotations\n\n# the pool\nimport array\n\nimport torch\n'
                        'import triton\n\nX = 1\n')

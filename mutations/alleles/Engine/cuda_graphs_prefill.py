@@ -14,10 +14,11 @@ A call's metadata is one host list copied once; every graph is launched once ins
 create_engine (a first launch is slower). Per layer, the MLP's residual add joins the next
 layer's norm, and q and k, when they are views of one fused projection, take one RoPE launch.
 
-A prefill of more tokens or prompts than one graph takes replays graphs for groups of
-its prompts in turn. A prompt longer than the largest bucket, bigger decode batches and bf16
-prefills (whose attention falls back to a per-prompt loop) run eagerly. One memory pool serves every graph, captured
-largest first. When the cache grows, its tensors move, and every graph is captured again.
+A prefill of more tokens or prompts than one graph takes replays graphs for groups of its
+prompts in turn. A prompt longer than the largest bucket, bigger decode batches and bf16
+prefills (whose attention falls back to a per-prompt loop) run eagerly. One memory pool
+serves every graph, captured largest first. When the cache grows, its tensors move, and
+every graph is captured again.
 """
 import array
 
