@@ -133,18 +133,12 @@ def reserve_pages(cache, step):
 
 
 def prepare_pages(cache, step):
-    """A paged cache's prepare: pages reserved, then `step.block_table` [B, width] (page ids,
-    0 = scratch) and `step.slots` [N] (page * page_size + offset of every new token)."""
-    reserve_pages(cache, step)
-    tables = [cache.pages_of[rid] for rid in step.request_ids]
+    """A paged cache's prepare: `host_pages` as device tensors, `step.block_table` [B, width]
+    (page ids, 0 = scratch) and `step.slots` [N] (page * page_size + offset of every new token)."""
+    slots, tables = host_pages(cache, step)
     width = max(len(t) for t in tables)
-    table = torch.tensor([t + [0] * (width - len(t)) for t in tables])
-    starts = [cache.lengths[rid] - n for rid, n in zip(step.request_ids, step.num_new)]
-    positions = torch.cat([torch.arange(s, s + n) for s, n in zip(starts, step.num_new)])  # [N]
-    owner = torch.arange(len(tables)).repeat_interleave(torch.tensor(step.num_new))  # [N] request index
-    rows = table[owner, positions // cache.page_size] * cache.page_size + positions % cache.page_size
-    step.block_table = table.to(cache.device)
-    step.slots = rows.to(cache.device)
+    step.block_table = torch.tensor([t + [0] * (width - len(t)) for t in tables], device=cache.device)
+    step.slots = torch.tensor(slots, dtype=torch.long, device=cache.device)
 
 
 def host_pages(cache, step):

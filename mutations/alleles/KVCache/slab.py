@@ -57,12 +57,11 @@ class KVCache:
         return self.free.pop()
 
     def prepare(self, step):
-        """Give new requests a slot, count the tokens this step adds, and address them."""
-        self.reserve(step)
-        slots = torch.tensor([self.slot_of[rid] for rid in step.request_ids])
-        rows = slots.repeat_interleave(torch.tensor(step.num_new)) * self.page_size  # [N] slot bases
-        step.block_table = slots.to(self.device)[:, None]  # [B, 1]
-        step.slots = rows.to(self.device) + step.positions  # [N] flat row of every new token
+        """Give new requests a slot, count the tokens this step adds, and address them:
+        `host_addresses` as device tensors."""
+        rows, slots = self.host_addresses(step)
+        step.block_table = torch.tensor(slots, device=self.device)  # [B, 1]
+        step.slots = torch.tensor(rows, dtype=torch.long, device=self.device)  # [N] flat row of every new token
 
     def host_addresses(self, step):
         """prepare's bookkeeping, its addresses as host lists: (slots, block table rows)."""
