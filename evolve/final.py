@@ -1,7 +1,8 @@
 """The final choice: the best few confirmed programs, each judged once more in full on
 gate traces the search never saw, and timed beside the seed, interleaved, for as many
-rounds as the ratio needs (fitness.timing). The best ratio wins; the seed wins unless
-beaten. A contender that fails this fresh judgement is out.
+rounds as the ratio needs (fitness.timing). Of those faster than the seed, the best fitted
+speed (evolve.scores: every paired comparison, this one included) wins; the seed wins
+unless beaten. A contender that fails this fresh judgement is out.
 
 What results.log gets about the winner: its ratio to the seed with a ~95% interval, the
 confidence that it is faster at all, and the coefficient of variation of its fitness
@@ -33,10 +34,15 @@ def choose_winner(search):
     if not measured:
         return unmeasured_choice(search, [p for p in contenders if scores.is_ok(p.id)],
                                  "no contender passed its fresh judgement beside the seed")
-    verdict, winner = max(measured, key=lambda vp: vp[0]["ratio"])
-    if verdict["ratio"] <= 1.0:
+    beat_seed = [(verdict, p) for verdict, p in measured if verdict["ratio"] > 1.0]
+    if not beat_seed:
+        verdict = max(measured, key=lambda vp: vp[0]["ratio"])[0]
         return seed, 1.0, table_of(verdict["baseline_tokens_per_second"], verdict["baseline_tokens_per_second"]), \
             f"compared with the seed in fresh judgements: none beat it ({describe(verdict)})"
+    # Among those that beat the seed, the best fitted speed, this judgement included: it
+    # weighs the contenders' own paired comparisons, where their ratios to the seed alone
+    # drew a 1.2x program level with its parent (an H100 search, docs/PERF.md 2026-11-23).
+    verdict, winner = max(beat_seed, key=lambda vp: scores.speed(vp[1].id))
     return winner, verdict["ratio"], table_of(verdict["tokens_per_second"], verdict["baseline_tokens_per_second"]), \
         f"compared with the seed in a fresh judgement: {describe(verdict)}"
 

@@ -16,7 +16,7 @@ from deap import base, creator, tools
 
 import mutations
 from evolve.memo import MERGE, MERGE_DECLINED, Known, Memo
-from evolve.operators import (DECLINED, FAILED, IMPROVEMENT, OperatorSelector, Vocabulary, gain_pairs,
+from evolve.operators import (DECLINED, FAILED, OperatorSelector, Vocabulary, gain_pairs,
                               outcome, sweep_rank)
 from fitness.loader import source_hash
 
@@ -93,19 +93,30 @@ def sweep(parent: Program, limit: int, make, vocabulary: Vocabulary, selector: O
     not spent on it, each then spent on it: GPU-only ones first on a GPU (with
     `levers_only`, only those, if any), then by the bandit's score, then at random; on a
     GPU, swaps that put portable code where a kernel runs only when nothing else is left.
-    [] when the vocabulary cannot name its operators."""
+    Operators the run never tried take every other place: an 8-minute H100 search re-swept
+    the GPU-only ones on each new best and never tried `last_token_logits` (docs/PERF.md,
+    2026-11-23, sixth session). [] when the vocabulary cannot name its operators."""
     if not vocabulary.can_choose:
         return []
     names = open_operators(parent, vocabulary, memo, device)
     ranks = {n: sweep_rank(n, device, vocabulary.devices_of) for n in names}
     if levers_only and 0 in ranks.values():
         names = [n for n in names if ranks[n] == 0]
-    ranked = sorted(names, key=lambda n: (ranks[n], -selector.score(n), rng.random()))[:limit]
+    ranked = sorted(names, key=lambda n: (ranks[n], -selector.score(n), rng.random()))
+    untried = [n for n in ranked if n not in selector.tried]
+    ranked = alternate(untried, [n for n in ranked if n in selector.tried])[:limit]
     children = []
     for name in ranked:
         children.append(apply_named(parent, name, make, vocabulary, selector, memo, rng))
         memo.spend(name, (parent.id,))  # once per program: a rewrite's other draws are the bandit's
     return children
+
+
+def alternate(first: list, second: list) -> list:
+    """first[0], second[0], first[1], second[1], ...; the longer one's rest at the end."""
+    merged = [n for pair in zip(first, second) for n in pair]
+    shorter = min(len(first), len(second))
+    return merged + first[shorter:] + second[shorter:]
 
 
 def apply_named(parent: Program, name: str, make, vocabulary: Vocabulary, selector: OperatorSelector,
@@ -142,19 +153,21 @@ def merge(a: Program, b: Program, base: Program, make, vocabulary: Vocabulary, m
 
 
 def merge_every_gain(best: Program, scores, make, vocabulary: Vocabulary, memo: Memo, rng: random.Random):
-    """One child: `best` with the gains of every correct program that beat its own parent,
-    merged weakest first, each bringing only the genes its operator meant to change, so
-    that where two changed the same gene the stronger one's stays. `best`'s own gain counts
-    too: an H100 search folded a 2x decode-graphs gain over its 5.7x prefill-graphs best
-    and got 0.53x of it. Pair merges combine two gains a generation; a sweep finds many at
-    once. Declined when nothing new comes of it, or Known."""
+    """One child: `best` with the gains of every correct program that beat its own parent
+    by any margin (the child is judged beside `best`; the recipe's lead over an 8-minute
+    search's best was gains of 2-10% each, inside a screen's noise), merged weakest first,
+    each bringing only the genes its operator meant to change, so that where two changed
+    the same gene the stronger one's stays. `best`'s own gain counts too: an H100 search
+    folded a 2x decode-graphs gain over its 5.7x prefill-graphs best and got 0.53x of it.
+    Pair merges combine two gains a generation; a sweep finds many at once. Declined when
+    nothing new comes of it, or Known."""
     if vocabulary.merge_gains is None:
         return mutations.Declined(MERGE_EVERY_GAIN, "the operators cannot merge")
     gains = []
     for program in memo.programs.values():
         parent = memo.program(program.parent_ids[0]) if len(program.parent_ids) == 1 else None
         ratio = scores.gain(program.id, parent.id) if parent is not None else None
-        if ratio is not None and ratio > 1.0 + IMPROVEMENT:
+        if ratio is not None and ratio > 1.0:
             gains.append((ratio, program, parent))
     gains.sort(key=lambda g: (g[0], g[1].id))
     # Each gene from the strongest gain that meant to change it; a gene taken and given back

@@ -330,3 +330,45 @@ def test_a_program_that_fails_beside_others_is_judged_again_alone(small_target, 
     assert len(judged) > 2 and "crash" not in set(judged["status"])
     screened = judged[judged["level"] == "screen"]
     assert all(calls[Path(p)] >= 2 for p in screened["source_path"])  # once in its batch, once alone
+
+
+def test_the_final_choice_weighs_the_contenders_paired_comparison_not_their_ratios_alone(monkeypatch):
+    """An H100 search's final drew a child measured 1.24x and 1.17x its parent, paired, level
+    with that parent beside the seed (16.38x against 16.53x, the child's interval 8.8-30x);
+    choosing by that ratio alone kept the parent."""
+    from types import SimpleNamespace
+
+    from evolve import final
+    from evolve.scores import Scores
+    from evolve.toolbox import Program
+
+    seed, parent = Program("seed = 0\n"), Program("parent = 1\n")
+    child = Program("child = 2\n", (parent.id,))
+    scores = Scores()
+    for program, fitness in ((seed, 7_000.0), (parent, 110_000.0), (child, 130_000.0)):
+        scores.add(program.id, "ok", fitness, 1.0, 1.0, level="full")
+    scores.compare(child.id, parent.id, 1.243, 1.204, 1.284, 3)
+    scores.compare(child.id, parent.id, 1.175, 0.862, 1.600, 4)
+    finals = {parent.id: (16.53, 15.50, 17.62), child.id: (16.38, 8.85, 30.34)}
+
+    def final_judgements(toolbox, generation, jobs, workers, scores):
+        results = []
+        for program, *_ in jobs:
+            ratio, low, high = finals[program.id]
+            verdict = {"status": "ok", "ratio": ratio, "ratio_low": low, "ratio_high": high, "rounds": 3,
+                       "fitness_cv": 0.1, "tokens_per_second": {"decode": 7_000.0 * ratio},
+                       "baseline_tokens_per_second": {"decode": 7_000.0}}
+            scores.add(program.id, "ok", 7_000.0 * ratio, 1.0, 1.0, level="full")  # as judging.record does
+            scores.compare(program.id, seed.id, ratio, low, high, 3)
+            results.append((program, 7_000.0 * ratio, verdict))
+        return results
+
+    monkeypatch.setattr(final, "run_jobs", final_judgements)
+    search = SimpleNamespace(seed=seed, scores=scores, hall_of_fame=[child, parent], toolbox=None, generation=4,
+                             config=SimpleNamespace(final_top=2, workers=1),
+                             clock=SimpleNamespace(left=lambda: 1e9), estimated_final_s=lambda n: 0.0)
+    winner, ratio, table, how = final.choose_winner(search)
+    assert winner is child and ratio == 16.38 and table == [("decode", 7_000.0 * 16.38, 7_000.0)]
+    assert "16.380x the seed" in how
+    finals[child.id] = finals[parent.id] = (0.9, 0.8, 1.0)  # none beats the seed: the seed wins
+    assert final.choose_winner(search)[0] is seed
