@@ -85,8 +85,10 @@ class Memo:
             self.spend(child.operator, child.parent_ids)
             return Known(child.operator, "applied to the same parents before")
         self.applied.add(key)
+        # Its own id too: an H100 search's merge and sweep bred one source twice in a
+        # generation, judged once, and the brood was a child short.
         twin = self.by_code.get(normalized_id(child.source))
-        if twin is not None and twin != child.id:
+        if twin is not None:
             self.twins.append((child.operator, twin, child.parent_ids))  # its operator made `twin`
             return Known(child.operator, f"the code of {twin}, comments and layout aside")
         self.see([child])

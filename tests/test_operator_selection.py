@@ -264,6 +264,10 @@ def test_a_child_differing_only_in_comments_and_layout_is_known():
     twin = memo.admit(Program(SEED + "# only a note\n", (seed.id,), "note"))
     assert isinstance(twin, Known) and seed.id in twin.reason
     assert memo.take_twins() == [("note", seed.id, (seed.id,))] and memo.take_twins() == []
+    # A second child with a first one's very source (a merge and a sweep made it) is known too.
+    first = memo.admit(Program(SEED + "x = 1\n", (seed.id,), "merge_every_gain", {"merged": ["a"]}))
+    second = memo.admit(Program(SEED + "x = 1\n", (seed.id,), "tune"))
+    assert first.operator == "merge_every_gain" and isinstance(second, Known) and first.id in second.reason
 
 
 def test_an_application_tried_before_is_known_and_spends_the_operator():
