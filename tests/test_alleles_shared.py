@@ -60,11 +60,3 @@ def test_adjacent_heads_joins_only_views_of_one_projection():
     q, k = (torch.frombuffer(memory, dtype=torch.float16, count=32, offset=o).view(1, 4, 8) for o in (0, 64))
     assert k.data_ptr() == q.data_ptr() + 64
     assert adjacent_heads(q, k) is None
-
-
-def test_prompt_groups_fit_the_largest_graph_in_order():
-    prompt_groups = engine_allele_namespace("cuda_graphs_prefill")["prompt_groups"]
-    assert prompt_groups([1024] * 16, 2048, 16) == [(i, i + 2) for i in range(0, 16, 2)]  # the 1B prefill
-    assert prompt_groups([2] * 17, 2048, 16) == [(0, 16), (16, 17)]  # at most 16 prompts a graph
-    assert prompt_groups([3000, 10, 10, 2100, 5], 2048, 16) == [(0, 1), (1, 3), (3, 4), (4, 5)]  # long ones alone
-    assert prompt_groups([5, 7], 0, 16) == [(0, 2)]  # no prefill graphs (bf16): one eager forward

@@ -14,11 +14,9 @@ A call's metadata is one host list copied once; every graph is launched once ins
 create_engine (a first launch is slower). Per layer, the MLP's residual add joins the next
 layer's norm, and q and k, when they are views of one fused projection, take one RoPE launch.
 
-A prefill of more tokens or prompts than one graph takes replays graphs for groups of its
-prompts in turn. A prompt longer than the largest bucket, bigger decode batches and bf16
-prefills (whose attention falls back to a per-prompt loop) run eagerly. One memory pool
-serves every graph, captured largest first. When the cache grows, its tensors move, and
-every graph is captured again.
+Larger prefills, more prompts, bigger decode batches and bf16 prefills (whose attention
+falls back to a per-prompt loop) run eagerly. One memory pool serves every graph, captured
+largest first. When the cache grows, its tensors move, and every graph is captured again.
 """
 import array
 
@@ -42,20 +40,6 @@ def token_buckets(largest):
         sizes |= {size, size + size // 2}
         size *= 2
     return sorted({s for s in sizes if s < largest} | {largest})
-
-
-def prompt_groups(lengths, largest, most):
-    """[start, end) runs of consecutive prompts, each within `largest` tokens and `most`
-    prompts, a longer prompt alone in its run; one run when there are no graphs (largest 0)."""
-    if not largest:
-        return [(0, len(lengths))]
-    groups, start, tokens = [], 0, 0
-    for i, n in enumerate(lengths):
-        if i > start and (tokens + n > largest or i - start == most):
-            groups.append((start, i))
-            start, tokens = i, 0
-        tokens += n
-    return groups + [(start, len(lengths))]
 
 
 def adjacent_heads(q, k):
@@ -154,17 +138,6 @@ class Engine:
     def prefill(self, request_ids, input_ids):
         ids = as_id_list(request_ids)
         lengths = [int(t.numel()) for t in input_ids]
-        largest = self.buckets["prefill"][-1] if self.buckets["prefill"] else 0
-        groups = prompt_groups(lengths, largest, MAX_PREFILL_PROMPTS)
-        if len(groups) == 1:
-            return self.prefill_group(ids, input_ids, lengths)
-        # Prompts are independent: groups in turn give the same logits, and their activations
-        # stay within the largest graph's instead of growing with the call.
-        return torch.cat([self.prefill_group(ids[a:b], input_ids[a:b], lengths[a:b]) for a, b in groups])
-
-    def prefill_group(self, ids, input_ids, lengths):
-        """Logits [B, vocab] of prompts that fit one graph, or (one longer prompt, or any on a
-        device without prefill graphs) of an eager forward."""
         total = sum(lengths)
         size = next((b for b in self.buckets["prefill"] if b >= total), None)
         positions = [p for n in lengths for p in range(n)]
