@@ -1,7 +1,7 @@
 """The reference model, with the contract's math to the letter.
 
-It recomputes the whole history of one request at batch size 1 on every call, like the
-public evaluator's: slow, obviously right, and the thing every logit is compared with.
+It runs one request's whole history at batch size 1, like the public evaluator's: slow,
+obviously right, and the thing every logit is compared with.
 """
 import math
 
@@ -61,14 +61,18 @@ class ReferenceModel:
         return (torch.nn.functional.silu(gate) * up) @ self.w[p + "down_proj.weight"].T
 
     @torch.no_grad()
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Logits [T, vocab] of one whole sequence (a 1-D tensor of token ids)."""
+    def forward(self, tokens: torch.Tensor, positions=None) -> torch.Tensor:
+        """Logits [T, vocab] of one whole sequence (a 1-D tensor of token ids), or only at
+        `positions` [len(positions), vocab]: attention is causal, so position p's logits
+        are those of the sequence's first p + 1 tokens alone."""
         w = self.w
         x = w["embed_tokens.weight"][tokens.to(self.device)][None]  # [1, T, hidden]
         for i in range(self.config.num_hidden_layers):
             x = x + self.attention(self.rms_norm(x, w[f"layers.{i}.input_layernorm.weight"]), i)
             h = self.rms_norm(x, w[f"layers.{i}.post_attention_layernorm.weight"])
             x = x + self.mlp(h, i)
+        if positions is not None:
+            x = x[:, list(positions)]
         x = self.rms_norm(x, w["norm.weight"])
         return (x @ w["lm_head.weight"].T)[0]
 

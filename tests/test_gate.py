@@ -80,3 +80,33 @@ def test_bf16_configs_are_judged_on_contract_init_weights(tmp_path):
     bf16 = torch.load(judging_weights(base.derive(torch_dtype="bfloat16"), tmp_path) / "model.pt")
     assert abs(fp16["lm_head.weight"].std().item() - 32 ** -0.5) < 0.02  # unit: 1/sqrt(fan_in)
     assert abs(bf16["lm_head.weight"].std().item() - 0.02) < 0.002  # the contract's init
+
+
+def test_references_read_once_per_request_life_equal_a_history_recomputed_per_call(small_target):
+    """The judge runs each request's life once and reads every call's logits at its position;
+    the contract's reference recomputes the history at each call. Within rounding, the same,
+    also when an id is removed and used again (the churn rounds)."""
+    import random
+
+    from fitness import traces
+    from fitness.references import References, histories, row_logits
+    from fitness.traces import materialize
+
+    config_path, weight_dir = small_target
+    config = ModelConfig.load(config_path)
+    references = References("cpu")
+    rng = random.Random(5)
+    cases = [traces.churn_round(rng) + traces.churn_round(rng)]  # ids reused after remove
+    cases += list(traces.gate_traces(3, config.max_position_embeddings, full=False).values())[:3]
+    for events in cases:
+        got = references.trace(config, weight_dir, events, 7)
+        calls = materialize(events, config.vocab_size, 7, "cpu")
+        held, model = histories(calls), references.model(config, weight_dir)
+        assert len(got) == len(calls)
+        for i, call in enumerate(calls):
+            if call.event.kind == "remove":
+                assert got[i] is None
+                continue
+            expected = torch.stack([row_logits(model, held[i][rid]) for rid in call.event.request_ids])
+            assert got[i].shape == expected.shape
+            assert torch.allclose(got[i], expected, atol=1e-4, rtol=0), (i, (got[i] - expected).abs().max())
