@@ -4,9 +4,9 @@ Generation 0 judges the first population (the seed and --seed-from programs). Ge
 sweeps: one child of the best program by each operator that applies to it (on a GPU, each
 GPU-only one). Every later one merges gains made apart (up to a third of its children),
 sweeps on from the best program with all but one of the rest (operators not tried on it,
-GPU-only first, then as the bandit ranks them), then breeds the last by crossover or by
-the operator the bandit draws (more when operators decline or repeat), up to as many
-children as the population holds. evolve/README.md ("How the search chooses") says why.
+GPU-only first, then as the bandit ranks them, those the run never tried every other
+place), then breeds the last by crossover or by the operator the bandit draws (more when
+operators decline or repeat), up to as many children as the population holds. evolve/README.md ("How the search chooses") says why.
 """
 import time
 
@@ -82,7 +82,7 @@ def breed(search, parents: list, num_children: int) -> Brood:
         if len(brood.children) < num_merges:
             brood.add(toolbox.merge(a, b, base), (a.id, b.id))
     # All but one of the rest sweep on from the best program, GPU-only operators first,
-    # then as the bandit ranks them: gains measured on the seed do not carry over to a
+    # then as the bandit ranks them (never-tried ones every other place): gains measured on the seed do not carry over to a
     # program 7x faster (on an H100 the Triton norms were noise on the eager seed and
     # 1.11x on the prefill-graphs program); the other parents are mostly far slower.
     for result in toolbox.sweep(best, num_children - len(brood.children) - 1):
