@@ -6,7 +6,8 @@ GPU-only one). Every later one merges gains made apart (up to a third of its chi
 sweeps on from the best program with all but one of the rest (operators not tried on it,
 GPU-only first, then as the bandit ranks them, those the run never tried every other
 place), then breeds the last by crossover or by the operator the bandit draws (more when
-operators decline or repeat), up to as many children as the population holds. evolve/README.md ("How the search chooses") says why.
+operators decline or repeat), up to as many children as the population holds.
+evolve/README.md ("How the search chooses") says why.
 """
 import time
 
