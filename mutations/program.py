@@ -264,12 +264,13 @@ def ordered_imports(module: cst.Module) -> cst.Module:
     if head == body[start:end]:
         return module
     first_lines = body[start].leading_lines
+    groups = [import_order(stmt)[0] for stmt in head]
     for i, stmt in enumerate(head):
         comments = [line for line in stmt.leading_lines if line.comment is not None]
         if i == 0:
             lines = list(first_lines) + comments
         else:
-            lines = [cst.EmptyLine()] * (import_order(stmt)[0] != import_order(head[i - 1])[0]) + comments
+            lines = [cst.EmptyLine()] * (groups[i] != groups[i - 1]) + comments
         head[i] = stmt.with_changes(leading_lines=lines)
     return module.with_changes(body=body[:start] + head + body[end:])
 

@@ -133,9 +133,10 @@ def reserve_pages(cache, step):
 
 
 def prepare_pages(cache, step):
-    """A paged cache's prepare: `host_pages` as device tensors, `step.block_table` [B, width]
-    (page ids, 0 = scratch) and `step.slots` [N] (page * page_size + offset of every new token)."""
-    slots, tables = host_pages(cache, step)
+    """A cache's prepare: its `host_addresses` as device tensors, `step.block_table` [B, width]
+    (page ids, 0 = scratch; a slab's slot) and `step.slots` [N] (page * page_size + offset of
+    every new token)."""
+    slots, tables = cache.host_addresses(step)
     width = max(len(t) for t in tables)
     step.block_table = torch.tensor([t + [0] * (width - len(t)) for t in tables], device=cache.device)
     step.slots = torch.tensor(slots, dtype=torch.long, device=cache.device)

@@ -13,8 +13,6 @@ rather than spill into its neighbour. For attention kernels the slab is a paged 
 with one page of `page_size` rows per request: `block_table` is [B, 1], and `slots` the
 flat row of every token.
 """
-import torch
-
 REQUIRES = {}
 DEVICES = "any"
 
@@ -57,11 +55,8 @@ class KVCache:
         return self.free.pop()
 
     def prepare(self, step):
-        """Give new requests a slot, count the tokens this step adds, and address them:
-        `host_addresses` as device tensors."""
-        rows, slots = self.host_addresses(step)
-        step.block_table = torch.tensor(slots, device=self.device)  # [B, 1]
-        step.slots = torch.tensor(rows, dtype=torch.long, device=self.device)  # [N] flat row of every new token
+        """Give new requests a slot, count the tokens this step adds, and address them."""
+        prepare_pages(self, step)  # block table [B, 1]: each request's slot
 
     def host_addresses(self, step):
         """prepare's bookkeeping, its addresses as host lists: (slots, block table rows)."""
