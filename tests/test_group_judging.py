@@ -137,7 +137,9 @@ def test_a_group_gets_one_verdict_each_as_if_judged_alone(small_target, scratch,
     assert [(v["status"], v["stage"]) for v in verdicts] == [
         ("incorrect", "target"), ("incorrect", "timed"), ("crash", "target"), ("ok", "")], verdicts
     honest = verdicts[3]
-    assert 0.5 < honest["ratio_low"] <= honest["ratio"] <= honest["ratio_high"] < 2.0
+    # The seed beside itself: a point ratio near 1 inside its interval. The interval's width over
+    # 2-3 rounds on a loaded 2-core host is noise (CI saw 2.5 at the top), so it is not bounded.
+    assert honest["ratio_low"] <= honest["ratio"] <= honest["ratio_high"] and 0.5 < honest["ratio"] < 2.0
     assert honest["group"] == 4 and honest["rounds"] >= 2 and set(honest["tokens_per_second"]) == {
         "prefill", "decode", "mixed"}
 
