@@ -170,8 +170,8 @@ def merge_every_gain(best: Program, scores, make, vocabulary: Vocabulary, memo: 
         if ratio is not None and ratio > 1.0:
             gains.append((ratio, program, parent))
     gains.sort(key=lambda g: (g[0], g[1].id))
-    # Each gene from the strongest gain that meant to change it; a gene taken and given back
-    # would leave its helpers elsewhere: the same engine under another id, judged again.
+    # Each gene from the strongest gain that meant to change it: a weaker gain's gene, later
+    # overwritten, could still have dragged its requirements along.
     owner = {gene: program.id for _, program, parent in gains for gene in vocabulary.intended(program, parent) or ()}
     source, merged = best.source, []
     for _, program, parent in gains:

@@ -9,7 +9,8 @@ recorded in the program itself, as a comment directly above the definition:
 A gene without the comment carries the "seed" allele. The comment is part of the node's
 leading lines, so it travels with the definition through every libcst rewrite and through
 crossover. Every other top-level def, class or assignment is a helper: it is carried along
-when a gene that names it is, and pruned once nothing names it.
+when a gene that names it is, pruned once nothing names it, and placed right before the
+first statement that names it, so one program is written one way however it was made.
 """
 import re
 import sys
@@ -97,6 +98,22 @@ def names_used(node) -> frozenset:
     collector = NameCollector()
     node.visit(collector)
     return frozenset(collector.names)
+
+
+class NameSequence(cst.CSTVisitor):
+    def __init__(self):
+        self.names = {}  # an ordered set
+
+    def visit_Name(self, node):
+        self.names.setdefault(node.value)
+
+
+@lru_cache(maxsize=8192)
+def names_in_order(node) -> tuple:
+    """The identifiers a node mentions, each once, in the order they first appear."""
+    collector = NameSequence()
+    node.visit(collector)
+    return tuple(collector.names)
 
 
 @lru_cache(maxsize=512)
@@ -275,10 +292,43 @@ def ordered_imports(module: cst.Module) -> cst.Module:
     return module.with_changes(body=body[:start] + head + body[end:])
 
 
+def ordered_helpers(module: cst.Module) -> cst.Module:
+    """Every helper right before the first statement that names it, the helpers it names
+    before it (in the order their names first appear): where a helper sits then follows from
+    the program's code, not from which operator brought it when (a recipe replays a merge's
+    child exactly only so). Genes and other statements keep their order; a module defining
+    a helper name twice is left as it is."""
+    body = list(module.body)
+    helpers = {}
+    for stmt in body:
+        name = defined_name(stmt)
+        if name is not None and name not in GENES and not is_import(stmt):
+            if name in helpers:
+                return module
+            helpers[name] = stmt
+    ordered, placed = [], set()
+
+    def place_helpers_of(stmt):
+        for name in names_in_order(stmt):
+            if name in helpers and name not in placed:
+                placed.add(name)
+                place_helpers_of(helpers[name])
+                ordered.append(with_leading(helpers[name], None, blank_lines_for(helpers[name])))
+
+    for stmt in body:
+        if defined_name(stmt) not in helpers or is_import(stmt):
+            if not is_import(stmt) and not is_docstring(stmt):
+                place_helpers_of(stmt)
+            ordered.append(stmt)
+    ordered += [with_leading(stmt, None, blank_lines_for(stmt)) for name, stmt in helpers.items()
+                if name not in placed]  # named by no other statement: only each other
+    return module.with_changes(body=ordered)
+
+
 def finish(module: cst.Module, sources: list) -> str:
-    """Source of `module` once its missing helpers are pulled in, dead ones pruned and its
-    imports ordered."""
-    module = ordered_imports(prune(ensure_defined(module, sources)))
+    """Source of `module` once its missing helpers are pulled in, dead ones pruned, and its
+    helpers and imports ordered."""
+    module = ordered_imports(ordered_helpers(prune(ensure_defined(module, sources))))
     source = module.code
     parse(source)
     return source

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 
 import mutations
-from mutations import alleles, program
+from mutations import program
 from mutations.base import Applied, Declined
 from mutations.rewrites.tune_constant import declared_values
 
@@ -94,10 +94,9 @@ def apply(steps: list[Step], source: str | None = None, log=None) -> str:
 
 def crossover_steps(parent: str, child: str) -> list[Step] | str:
     """The allele swaps, then the constant settings, that turn `parent` (a crossover's first
-    parent) into `child` exactly; or why they do not. A merge may take a gene from another
-    program and then back (merge_every_gain folds gain after gain): the helpers the gene lost
-    and regained sit where they were re-added, so the swaps may start with a round trip
-    through another allele of that gene, which moves them the same way."""
+    parent) into `child` exactly; or why they do not. Where helpers and imports sit follows
+    from a program's code (program.finish orders them), so a merge that took a gene away and
+    back needs no swap for the trip."""
     wanted = program.gene_alleles(program.parse(child))
     made = swaps_to(parent, child, wanted)
     if isinstance(made, str):
@@ -105,11 +104,6 @@ def crossover_steps(parent: str, child: str) -> list[Step] | str:
     source, steps = made
     if source == child:
         return steps
-    for gene, allele in round_trips(source, child):
-        first = apply_step(parent, Step(f"allele.{gene}.{allele}"))
-        again = swaps_to(first.source, child, wanted) if isinstance(first, Applied) else None
-        if isinstance(again, tuple) and again[0] == child:
-            return [Step(first.operator, first.args)] + again[1]
     return "swaps give every gene its allele, yet the program differs from the child " \
            f"({first_difference(source, child)})"
 
@@ -133,27 +127,6 @@ def swaps_to(source: str, child: str, wanted: dict) -> tuple | str:
             source = result.source
             steps.append(Step(result.operator, result.args))
     return source, steps
-
-
-def round_trips(made: str, child: str) -> list:
-    """(gene, other allele) for each gene of `child` whose helpers (named by it, or by its
-    helpers) sit in another order than in `made`: only a swap of that gene moves them."""
-    names = [[program.defined_name(s) for s in program.parse(text).body] for text in (made, child)]
-    common = set(names[0]) & set(names[1]) - {None}
-    after = [dict(zip(order[1:], order)) for order in ([n for n in ns if n in common] for ns in names)]
-    moved = {name for name in after[1] if after[0].get(name) != after[1][name]}  # follows another name
-    defs = program.definitions(program.parse(child))
-    wanted = program.gene_alleles(program.parse(child))
-    trips = []
-    for gene in wanted:
-        reached, todo = {gene}, [gene]
-        while todo:  # helpers of helpers, never through another gene
-            used = program.names_used(defs[todo.pop()]) & set(defs) - set(program.GENES)
-            todo += list(used - reached)
-            reached |= used
-        if reached & moved:
-            trips += [(gene, name) for g, name in alleles.library() if g == gene and name != wanted[gene]]
-    return trips
 
 
 def unmatched(source: str, wanted: dict) -> list:

@@ -17,9 +17,9 @@ Each concern is one top-level name (a gene) that a rewrite can find and swap:
 
 Every size comes from the config or the weights; imports are stdlib and torch only.
 """
+from dataclasses import dataclass
 import math
 import os
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -95,19 +95,6 @@ def qkv_proj(x, layer):
 
 def mlp(x, layer):
     return (F.silu(x @ layer["gate"].T) * (x @ layer["up"].T)) @ layer["down"].T
-
-
-@dataclass
-class Step:
-    """One call's batch: which requests, how much each has cached, how much it adds."""
-    request_ids: list
-    start: list  # tokens already cached per request
-    num_new: list  # tokens this call adds per request
-    positions: torch.Tensor  # [N] absolute position of every packed token
-    is_decode: bool
-    # Set by a KV cache's prepare when it addresses K/V by row (the seed's cache does not):
-    slots: torch.Tensor = None  # [N] cache row of every packed token
-    block_table: torch.Tensor = None  # [B, pages] page ids of every request
 
 
 class KVCache:
@@ -186,6 +173,19 @@ def as_id_list(request_ids):
     if torch.is_tensor(request_ids):
         return [int(r) for r in request_ids.reshape(-1).tolist()]
     return [int(r) for r in request_ids]
+
+
+@dataclass
+class Step:
+    """One call's batch: which requests, how much each has cached, how much it adds."""
+    request_ids: list
+    start: list  # tokens already cached per request
+    num_new: list  # tokens this call adds per request
+    positions: torch.Tensor  # [N] absolute position of every packed token
+    is_decode: bool
+    # Set by a KV cache's prepare when it addresses K/V by row (the seed's cache does not):
+    slots: torch.Tensor = None  # [N] cache row of every packed token
+    block_table: torch.Tensor = None  # [B, pages] page ids of every request
 
 
 class Engine:

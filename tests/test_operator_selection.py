@@ -148,11 +148,15 @@ def test_merge_gains_carries_both_alleles_made_apart():
 
 
 def test_merge_gains_settles_requirements_and_declines_when_b_brings_nothing():
-    a = swapped(SEED, "allele.KVCache.paged")
+    a = swapped(SEED, "allele.KVCache.paged", "allele.rope_tables.cached")
     b = swapped(SEED, "allele.attend_decode.table_sdpa")  # brings a slab KVCache with it
     child = mutations.merge_gains(a, b, SEED, random.Random(0))
     carried = program.gene_alleles(program.parse(child.source))
     assert carried["attend_decode"] == "table_sdpa" and requirements.first_violation(carried) is None
+    assert carried["rope_tables"] == "cached"
+    # Without a's own gain the child is b: declined, not judged again under another id.
+    assert "copy of parent b" in mutations.merge_gains(swapped(SEED, "allele.KVCache.paged"), b, SEED,
+                                                       random.Random(0)).reason
     assert isinstance(mutations.merge_gains(a, SEED, SEED, random.Random(0)), mutations.Declined)
     assert isinstance(mutations.merge_gains(a, a, SEED, random.Random(0)), mutations.Declined)
 
