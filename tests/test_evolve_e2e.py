@@ -14,6 +14,7 @@ from evolve.__main__ import main
 from evolve.config import RunConfig
 from evolve.search import run
 from fitness.sandbox import judge
+from tests import subreaper
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -75,7 +76,10 @@ def wait_for(predicate, timeout: float, what: str):
 
 def test_sigterm_mid_run_leaves_a_correct_engine_and_a_resumable_run(small_target, tmp_path):
     history_path = tmp_path / "history.csv"
-    proc = subprocess.Popen(evolve_command(small_target, tmp_path, "--budget", "10m"), cwd=REPO,
+    # Through the subreaper: the run's judges and runners (sessions of their own) that outlive
+    # it become the wrapper's children, and it exits with LEAKED.
+    proc = subprocess.Popen([sys.executable, "-m", "tests.subreaper",
+                             *evolve_command(small_target, tmp_path, "--budget", "10m")], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         # Killed in generation 1, after the seed and at least one child were judged.
@@ -85,10 +89,9 @@ def test_sigterm_mid_run_leaves_a_correct_engine_and_a_resumable_run(small_targe
         out, _ = proc.communicate(timeout=60)
     finally:
         proc.kill()
+    assert proc.returncode != subreaper.LEAKED, "a judge or runner outlived the run:\n" + out
     assert proc.returncode == 143, out
     assert "resume with" in out
-    time.sleep(1.0)  # runners die with their judge (PDEATHSIG): give the kernel a moment
-    assert not leaked_judgements(proc.pid), "a judge or runner outlived the run"
     judged_ok(tmp_path / "ws" / "engine.py", small_target, tmp_path)
     warnings = []
     frame = history.read(history_path, warn=warnings.append)
@@ -109,28 +112,6 @@ def test_sigterm_mid_run_leaves_a_correct_engine_and_a_resumable_run(small_targe
     assert after["generation"].max() > state["generation"]
     assert f"resumed at generation {state['generation']}" in (tmp_path / "ws" / "results.log").read_text()
     judged_ok(tmp_path / "ws" / "engine.py", small_target, tmp_path)
-
-
-def leaked_judgements(run_pid: int) -> list:
-    """Judge or runner processes of the run `run_pid` still alive (the judges are its
-    children; the runners, the judges' children)."""
-    def parent_of(pid):
-        try:
-            return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            return None
-
-    leaked = []
-    for entry in Path("/proc").iterdir():
-        try:
-            args = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"fitness.worker" in args or b"fitness.runner" in args:
-            parent = parent_of(entry.name)
-            if parent == run_pid or parent_of(parent) == run_pid or parent == 1:
-                leaked.append(entry.name)
-    return leaked
 
 
 def bad_target(tmp_path, small_target, change):
@@ -157,3 +138,14 @@ def test_bad_config_or_weights_stop_before_any_work(small_target, tmp_path, caps
     assert len(err.splitlines()) == 1 and message in err, err
     assert not (tmp_path / "runs").exists() and not (tmp_path / "h.csv").exists()
     assert not (tmp_path / "ws").exists()
+
+
+def test_the_subreaper_sees_a_process_that_outlives_its_command():
+    escapes = "import subprocess; print(subprocess.Popen(['sleep', '30'], start_new_session=True).pid)"
+    out = subprocess.run([sys.executable, "-m", "tests.subreaper", sys.executable, "-c", escapes],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    os.kill(int(out.stdout.split()[0]), signal.SIGKILL)
+    assert out.returncode == subreaper.LEAKED and "outlived" in out.stdout
+    clean = subprocess.run([sys.executable, "-m", "tests.subreaper", sys.executable, "-c", "raise SystemExit(3)"],
+                           cwd=REPO, timeout=60)
+    assert clean.returncode == 3
