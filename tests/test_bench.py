@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from fitness import bench
+from fitness.cases import select_cases
 from fitness.loader import load_engine_module
 from fitness.traces import count_tokens, materialize, public_sequence, replay
 from target import toy_weights
@@ -169,8 +170,6 @@ def test_cli_reports_missing_weights(tmp_path, capsys):
 
 
 def test_all_cases_measure_the_public_mixed_schedule_once():
-    from fitness.cases import select_cases
-
     every = select_cases("all")
     # prefill_4x128 and hidden_mixed repeat the public prefill and mixed events exactly.
     assert list(every) == ["prefill", "decode", "mixed", "decode_8x128x16", "mixed_128"]

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from fitness.gate import static_problems
 from fitness.sandbox import judge
 from tests import cheats
 from tests.conftest import REPO, SEED_ENGINE
@@ -41,8 +42,6 @@ def test_a_cheat_on_the_comparison_or_on_timed_calls_is_incorrect(name, stage, s
 
 
 def test_every_cheat_passes_the_static_stage():
-    from fitness.gate import static_problems
-
     for name in cheats.CHEATS:
         assert static_problems(getattr(cheats, name)(SEED_ENGINE.read_text())) == [], name
 

@@ -9,19 +9,20 @@ from pathlib import Path
 
 import pytest
 
+import mutations
 from evolve import checkpoint, history
 from evolve.__main__ import main
 from evolve.config import RunConfig
 from evolve.search import run
+from evolve.toolbox import MERGE_EVERY_GAIN
 from fitness.sandbox import judge
+from mutations.crossover import MERGE_NAME, NAME as CROSSOVER
 from tests import subreaper
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def real_operators() -> dict:
-    import mutations
-
     return {"mutate_fn": mutations.random_mutation, "mate_fn": mutations.crossover}
 
 
@@ -44,9 +45,6 @@ def test_two_generations_with_the_real_operators_and_judge(small_target, tmp_pat
     judged = history.judged_rows(frame)
     assert set(judged["generation"]) == {0, 1, 2}
     assert judged["operator"].iloc[0] == "seed" and judged["status"].iloc[0] == "ok"
-    import mutations
-    from mutations.crossover import MERGE_NAME, NAME as CROSSOVER
-    from evolve.toolbox import MERGE_EVERY_GAIN
     known = {op.name for op in mutations.all_operators()} | {CROSSOVER, MERGE_NAME, MERGE_EVERY_GAIN}
     assert set(judged["operator"].iloc[1:]) <= known  # every child made by a real operator
     assert not judged["candidate_id"].duplicated().any()

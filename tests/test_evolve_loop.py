@@ -2,15 +2,21 @@
 import pickle
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
-from evolve import checkpoint, history
-from evolve.config import RunConfig, SettingsError, parse_duration
+import evolve.config
+import evolve.judging
+from evolve import checkpoint, final, history
 from evolve.checkpoint import RunDir
-from evolve.scores import target_key
+from evolve.config import RunConfig, SettingsError, parse_duration
+from evolve.judging import Batch, FINAL, make_workers
+from evolve.population import seed_sources
+from evolve.scores import Scores, target_key
 from evolve.search import Search, run
+from evolve.toolbox import Program
 from tests.test_evolve_stand_in import crossover, fake_judge, random_mutation
 
 STAND_INS = {"mutate_fn": random_mutation, "mate_fn": crossover, "judge_fn": fake_judge}
@@ -112,7 +118,6 @@ def test_seed_from_a_history_takes_its_best_correct_programs(small_target, tmp_p
     fitness = frame[frame["status"] == "ok"].groupby("candidate_id")["fitness"].mean()
     best_two = set(fitness.sort_values(ascending=False).index[:2])
 
-    from evolve.population import seed_sources
     config = make_config(small_target, tmp_path / "later", seed_from=(earlier.history,), seed_from_top=2)
     picked = {args["candidate_id"] for _, args in seed_sources(config)}
     assert picked == best_two
@@ -127,7 +132,6 @@ def test_seed_from_a_run_directory_and_a_file(small_target, tmp_path):
     run(earlier, **STAND_INS)
     engine = tmp_path / "mine.py"
     engine.write_text((earlier.workspace / "engine.py").read_text() + "# mine\n")
-    from evolve.population import seed_sources
     config = make_config(small_target, tmp_path / "later", seed_from=(only_run_dir(earlier), engine))
     sources = [s for s, _ in seed_sources(config)]
     assert sources[0] == (only_run_dir(earlier) / "winner.py").read_text()
@@ -209,11 +213,6 @@ def test_judgements_that_would_start_after_the_budget_are_skipped(small_target, 
 
 
 def test_no_batch_but_the_final_starts_inside_the_final_s_reserve(small_target, tmp_path):
-    from evolve.checkpoint import RunDir
-    from evolve.judging import FINAL, Batch
-    from evolve.scores import target_key
-    from evolve.search import Search
-
     config = make_config(small_target, tmp_path, budget_s=60.0)
     search = Search(config, RunDir(config.runs_dir, "reserve", target_key(config)), **STAND_INS)
     worker = search.pool.workers[0]
@@ -232,10 +231,6 @@ def test_no_batch_but_the_final_starts_inside_the_final_s_reserve(small_target, 
 
 
 def test_one_worker_per_visible_gpu_pinned_by_cuda_visible_devices(small_target, tmp_path, monkeypatch):
-    import evolve.config
-    import evolve.judging
-    from evolve.judging import make_workers
-
     monkeypatch.setattr(evolve.config, "visible_gpus", lambda: ["2", "5"])  # the worker count
     monkeypatch.setattr(evolve.judging, "visible_gpus", lambda: ["2", "5"])  # the pinning
     config_path, weight_dir = small_target
@@ -336,11 +331,6 @@ def test_the_final_choice_weighs_the_contenders_paired_comparison_not_their_rati
     """An H100 search's final drew a child measured 1.24x and 1.17x its parent, paired, level
     with that parent beside the seed (16.38x against 16.53x, the child's interval 8.8-30x);
     choosing by that ratio alone kept the parent."""
-    from types import SimpleNamespace
-
-    from evolve import final
-    from evolve.scores import Scores
-    from evolve.toolbox import Program
 
     seed, parent = Program("seed = 0\n"), Program("parent = 1\n")
     child = Program("child = 2\n", (parent.id,))

@@ -1,10 +1,17 @@
 """The gate passes the seed and rejects every planted fault at the right stage."""
+import random
+
 import pytest
 import torch
 
-from fitness.gate import DEFAULT_MARGIN, check_module, static_problems
+from fitness import traces
+from fitness.gate import (DEFAULT_MARGIN, InProcessDriver, Tally, check_module, check_traces,
+                          generated_weights, judging_weights, static_problems)
 from fitness.loader import load_engine_module
 from fitness.model_config import ModelConfig
+from fitness.references import References, histories, row_logits
+from fitness.traces import materialize
+from target.toy_weights import write as write_weights
 from tests import planted
 from tests.conftest import SEED_ENGINE
 
@@ -54,9 +61,6 @@ def test_static_stage_rejects_foreign_imports_and_missing_entry_point():
 def test_public_init_hides_a_rope_fault_that_unit_weights_expose(tmp_path):
     """Why the gate adds unit-scaled weights: with 0.02 weights a 24-wide model's logits
     are so small that rotate-half RoPE stays inside the tolerance."""
-    from fitness.gate import InProcessDriver, Tally, check_traces, generated_weights
-    from fitness.references import References
-    from target.toy_weights import write as write_weights
 
     config = ModelConfig(vocab_size=512, hidden_size=24, intermediate_size=96, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=2, head_dim=12,
@@ -72,8 +76,6 @@ def test_public_init_hides_a_rope_fault_that_unit_weights_expose(tmp_path):
 
 
 def test_bf16_configs_are_judged_on_contract_init_weights(tmp_path):
-    from fitness.gate import judging_weights
-
     base = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                        num_attention_heads=2, num_key_value_heads=2, head_dim=16)
     fp16 = torch.load(judging_weights(base, tmp_path) / "model.pt")
@@ -86,11 +88,7 @@ def test_references_read_once_per_request_life_equal_a_history_recomputed_per_ca
     """The judge runs each request's life once and reads every call's logits at its position;
     the contract's reference recomputes the history at each call. Within rounding, the same,
     also when an id is removed and used again (the churn rounds)."""
-    import random
 
-    from fitness import traces
-    from fitness.references import References, histories, row_logits
-    from fitness.traces import materialize
 
     config_path, weight_dir = small_target
     config = ModelConfig.load(config_path)

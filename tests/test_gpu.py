@@ -10,6 +10,7 @@ from fitness.gate import check_module
 from fitness.loader import load_engine_module
 from fitness.model_config import ModelConfig
 from fitness.sandbox import judge
+from target.toy_weights import ensure
 from tests import planted
 from tests.conftest import REPO, SEED_ENGINE
 
@@ -19,8 +20,6 @@ PUBLIC_WEIGHTS = REPO / "target" / "weights"
 
 
 def test_seed_engine_passes_the_gate_on_cuda_public_config(scratch):
-    from target.toy_weights import ensure
-
     ensure(PUBLIC_CONFIG, PUBLIC_WEIGHTS)
     module = load_engine_module(SEED_ENGINE)
     result = check_module(module, ModelConfig.load(PUBLIC_CONFIG), PUBLIC_WEIGHTS, "cuda", 123, scratch)
@@ -65,7 +64,6 @@ def test_graph_engines_alone_on_the_seed_pass_the_gate(operator, scratch, tmp_pa
     """Each graph engine swapped into the seed alone: q, k, v from three projections, whose
     tensors the CUDA allocator can place end to end (a search's first sweep once crashed
     on that, at batch 1, where the CPU tests could not see it)."""
-    from target.toy_weights import ensure
 
     ensure(PUBLIC_CONFIG, PUBLIC_WEIGHTS)
     path = tmp_path / "child.py"

@@ -56,8 +56,6 @@ def test_fuse_linears():
 
 
 def test_fuse_linears_computes_the_same():
-    import torch
-
     namespace = {}
     exec(apply("fuse_linears", '''
         def mlp(x, layer):

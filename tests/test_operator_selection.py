@@ -13,12 +13,12 @@ import pytest
 
 import mutations
 from evolve import checkpoint, history
-from evolve.memo import MERGE, MERGE_DECLINED, Known, Memo, normalized_id
+from evolve.memo import Known, MERGE, MERGE_DECLINED, Memo, normalized_id
 from evolve.operators import (DECLINED, FAILED, IMPROVED, NEUTRAL, OperatorSelector, gain_pairs, outcome,
                               sweep_rank, sweep_size)
 from evolve.scores import Scores
 from evolve.search import run
-from evolve.toolbox import Program
+from evolve.toolbox import MERGE_EVERY_GAIN, Program, Vocabulary, merge, merge_every_gain, sweep
 from mutations import program, requirements
 from tests.conftest import SEED_ENGINE
 from tests.test_evolve_loop import make_config, only_run_dir
@@ -112,8 +112,6 @@ def test_sweep_order_puts_each_device_levers_where_they_pay():
 
 
 def test_a_later_sweep_gives_every_other_place_to_operators_the_run_never_tried():
-    from evolve.toolbox import Vocabulary, sweep
-
     vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover)
     parent = Program(swapped(SEED, "allele.Engine.cuda_graphs_prefill"))
     selector = OperatorSelector()
@@ -184,8 +182,6 @@ def test_gain_pairs_merge_programs_that_improved_apart_over_their_common_ancesto
 
 
 def test_merge_every_gain_composes_all_that_beat_their_parent_the_stronger_last():
-    from evolve.toolbox import MERGE_EVERY_GAIN, Vocabulary, merge_every_gain
-
     scores, memo = Scores(), Memo()
     seed = Program(SEED)
     made = {name: Program(swapped(SEED, name), (seed.id,), name) for name in
@@ -212,7 +208,6 @@ def test_merge_every_gain_composes_all_that_beat_their_parent_the_stronger_last(
 def test_merge_every_gain_keeps_the_best_programs_own_gene_over_a_weaker_gain_on_it():
     """An H100 search: the best (prefill graphs, 5.7x) got the decode-only graphs (2x) on
     its Engine gene from the fold, and the child ran at 0.53x of it."""
-    from evolve.toolbox import Vocabulary, merge, merge_every_gain
 
     scores, memo, seed = Scores(), Memo(), Program(SEED)
     made = {}
