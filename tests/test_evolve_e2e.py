@@ -139,7 +139,8 @@ def test_bad_config_or_weights_stop_before_any_work(small_target, tmp_path, caps
 
 
 def test_the_subreaper_sees_a_process_that_outlives_its_command():
-    escapes = "import subprocess; print(subprocess.Popen(['sleep', '30'], start_new_session=True).pid)"
+    escapes = ("import subprocess as s; print(s.Popen(['sleep', '30'], start_new_session=True, "
+               "stdout=s.DEVNULL, stderr=s.DEVNULL).pid)")  # not the pipes: they end with the wrapper
     out = subprocess.run([sys.executable, "-m", "tests.subreaper", sys.executable, "-c", escapes],
                          cwd=REPO, capture_output=True, text=True, timeout=60)
     os.kill(int(out.stdout.split()[0]), signal.SIGKILL)
