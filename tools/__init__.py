@@ -2,7 +2,8 @@
 
     python -m tools.walk        a random walk from the seed: how many children pass the gate
     python -m tools.gpu_check   every operator's child of the seed judged on a GPU
-    bash tools/gpu_*.sh         one device call each: the checks behind docs/PERF.md
+    bash tools/gpu_issue7.sh    one device call each: the search and its judge (docs/PERF.md)
+    bash tools/gpu_issue8.sh    one device call each: the operators against the targets
 
 They judge what `mutations` makes with `fitness`, which is why they live here: the
 operators themselves never import the judge.

@@ -23,21 +23,21 @@ h = pd.read_csv("history.csv")
 judged = h[h["status"] != "declined"]
 t = pd.to_datetime(judged["timestamp"])
 minutes = max((t.max() - t.min()).total_seconds() / 60, 1e-9)
-print(f"judgements {len(judged)} ({(judged['operator'] == 'confirm').sum()} confirms, {(judged['operator'] == 'final').sum()} final) "
-      f"over {minutes:.1f} min: {len(judged) / minutes:.1f} per minute; mean judge_seconds {judged['judge_seconds'].mean():.1f}")
+confirms, finals = ((judged["operator"] == name).sum() for name in ("confirm", "final"))
+print(f"judgements {len(judged)} ({confirms} confirms, {finals} final) over {minutes:.1f} min: "
+      f"{len(judged) / minutes:.1f} per minute; mean judge_seconds {judged['judge_seconds'].mean():.1f}")
 print(judged.groupby("level")["judge_seconds"].describe()[["count", "mean", "50%", "max"]].round(1).to_string())
 PY
 }
 compare() {
   ENGINES=${ENGINES:-workspace/engine.py}
   python3 -m mutations recipe mutations/recipes/fastest.txt -o /tmp/fastest.py
-  T="$T --cases public"
   for round in $(seq 1 "$1"); do
     for engine in $ENGINES /tmp/fastest.py seed_engine/engine.py; do
-      python3 -m fitness bench --engine $engine $T | python3 -c "import json,sys; print('$round', '$engine', ' '.join(f\"{r['case_name']}={r['tokens_per_second']:.0f}\" for r in json.load(sys.stdin)))"
+      python3 -m fitness bench --engine "$engine" $T --cases public | python3 -m tools.bench_line "$round $engine"
     done
   done | tee "$out/compare.txt"
-  python3 -m fitness check --engine ${ENGINES%% *} --model-config target/model_config.json --weight-dir target/weights --device cuda | head -12
+  python3 -m fitness check --engine "${ENGINES%% *}" $T | head -12
 }
 judge() {
   python3 -m mutations recipe mutations/recipes/fastest.txt -o /tmp/fastest.py > /dev/null
