@@ -4,12 +4,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from evolve.config import RunConfig
 import pandas as pd
 
+from evolve import history
+from evolve.config import RunConfig
+from evolve.final import FINAL
 from evolve.report import (generation_table, operator_table, plot_fitness, plot_pass_rate, plot_tps_vs_memory,
                            winner_of)
-from evolve import history
 from evolve.scores import Scores
 from evolve.search import run
 from tests.test_evolve_stand_in import crossover, fake_judge, random_mutation
@@ -63,6 +64,25 @@ def test_the_winner_is_the_searchs_choice_not_a_lucky_screen(small_target, tmp_p
     lucky = frame[frame["candidate_id"] == winner].iloc[[0]].copy()
     lucky[["candidate_id", "level", "fitness", "baseline_id"]] = ["lucky", "screen", 1e9, ""]
     assert winner_of(pd.concat([frame, lucky])) == winner  # one screen's figure, never confirmed
+
+
+def test_the_winner_is_the_finals_choice_whatever_rows_follow(small_target, tmp_path):
+    # A CPU run's final judged its winner 1.061x the seed, and that row tipped the fit over
+    # the whole history to the winner's parent (391.0 against 390.5 tok/s): the report named,
+    # and wrote the recipe of, a program the run had not returned.
+    frame = history.read(make_history(small_target, tmp_path))
+    final = frame[frame["operator"] == FINAL].iloc[-1]
+    other = frame.loc[(frame["operator"] == "confirm") & (frame["candidate_id"] != final["candidate_id"]),
+                      "candidate_id"].iloc[-1]
+    tipping = frame[frame["operator"] == "confirm"].iloc[[-1]].copy()
+    tipping[["candidate_id", "baseline_id", "ratio", "fitness"]] = [other, final["candidate_id"], 1.5,
+                                                                    1.5 * final["fitness"]]
+    tipped = pd.concat([frame, tipping], ignore_index=True)
+    assert Scores.from_frame(tipped).speed(other) > Scores.from_frame(tipped).speed(final["candidate_id"])
+    assert winner_of(tipped) == final["candidate_id"]
+    lost = tipped.copy()
+    lost.loc[lost["operator"] == FINAL, "ratio"] = 0.9  # no contender beat the seed: the seed stands
+    assert winner_of(lost) == final["baseline_id"]
 
 
 def test_report_of_a_missing_history_is_a_clear_error(tmp_path):
