@@ -111,6 +111,9 @@ def sweep_size(time_left_s: float, judge_s: float, workers: int, population: int
 GPU_LEVERS = ("allele.Engine.cuda_graphs",)
 
 
+DEMOTED = 2  # sweep_rank's last: tried only when nothing else is left, never-tried or not
+
+
 def sweep_rank(name: str, device: str, devices_of) -> int:
     """Where an operator goes in a sweep that cannot take them all (random within a rank):
     on a GPU the GPU-only operators first (kernels and graphs are the large levers there:
@@ -119,7 +122,7 @@ def sweep_rank(name: str, device: str, devices_of) -> int:
     slow made its batch of screens last 3x as long: docs/PERF.md, 2026-11-23)."""
     on_gpu = str(device).startswith("cuda")
     if name.endswith(".seed") or (not on_gpu and name in GPU_LEVERS):
-        return 2
+        return DEMOTED
     return 0 if on_gpu and (devices_of(name) == "cuda" or name in GPU_LEVERS) else 1
 
 

@@ -16,7 +16,7 @@ from deap import base, creator, tools
 
 import mutations
 from evolve.memo import MERGE, MERGE_DECLINED, Known, Memo
-from evolve.operators import (DECLINED, FAILED, OperatorSelector, Vocabulary, gain_pairs,
+from evolve.operators import (DECLINED, DEMOTED, FAILED, OperatorSelector, Vocabulary, gain_pairs,
                               outcome, sweep_rank)
 from fitness.loader import source_hash
 
@@ -93,9 +93,10 @@ def sweep(parent: Program, limit: int, make, vocabulary: Vocabulary, selector: O
     not spent on it, each then spent on it: GPU-only ones first on a GPU (with
     `levers_only`, only those, if any), then by the bandit's score, then at random; on a
     GPU, swaps that put portable code where a kernel runs only when nothing else is left.
-    Operators the run never tried take every other place: an 8-minute H100 search re-swept
-    the GPU-only ones on each new best and never tried `last_token_logits` (docs/PERF.md,
-    2026-11-23, sixth session). [] when the vocabulary cannot name its operators."""
+    Operators the run never tried, the demoted aside, take every other place: an 8-minute
+    H100 search re-swept the GPU-only ones on each new best and never tried
+    `last_token_logits` (docs/PERF.md, 2026-11-23, sixth session). [] when the vocabulary
+    cannot name its operators."""
     if not vocabulary.can_choose:
         return []
     names = open_operators(parent, vocabulary, memo, device)
@@ -103,8 +104,10 @@ def sweep(parent: Program, limit: int, make, vocabulary: Vocabulary, selector: O
     if levers_only and 0 in ranks.values():
         names = [n for n in names if ranks[n] == 0]
     ranked = sorted(names, key=lambda n: (ranks[n], -selector.score(n), rng.random()))
-    untried = [n for n in ranked if n not in selector.tried]
-    ranked = alternate(untried, [n for n in ranked if n in selector.tried])[:limit]
+    # Demoted operators stay last even untried: a CPU run's sweep put CUDA-graph decode
+    # (0.14x there) second for being new.
+    untried = [n for n in ranked if n not in selector.tried and ranks[n] != DEMOTED]
+    ranked = alternate(untried, [n for n in ranked if n not in untried])[:limit]
     children = []
     for name in ranked:
         children.append(apply_named(parent, name, make, vocabulary, selector, memo, rng))

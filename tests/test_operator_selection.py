@@ -14,11 +14,11 @@ import pytest
 import mutations
 from evolve import checkpoint, history
 from evolve.memo import Known, MERGE, MERGE_DECLINED, Memo, normalized_id
-from evolve.operators import (DECLINED, FAILED, IMPROVED, NEUTRAL, OperatorSelector, gain_pairs, outcome,
+from evolve.operators import (DECLINED, DEMOTED, FAILED, IMPROVED, NEUTRAL, OperatorSelector, gain_pairs, outcome,
                               sweep_rank, sweep_size)
 from evolve.scores import Scores
 from evolve.search import run
-from evolve.toolbox import MERGE_EVERY_GAIN, Program, Vocabulary, merge, merge_every_gain, sweep
+from evolve.toolbox import MERGE_EVERY_GAIN, Program, Vocabulary, merge, merge_every_gain, open_operators, sweep
 from mutations import program, requirements
 from tests.conftest import SEED_ENGINE
 from tests.test_evolve_loop import make_config, only_run_dir
@@ -123,6 +123,21 @@ def test_a_later_sweep_gives_every_other_place_to_operators_the_run_never_tried(
     # GPU-only ones still go first among the tried, but the never-tried ones are not left out.
     assert tried == [False, True, False, True, False, True]
     assert mutations.get_operator(children[1].operator).devices == "cuda"
+
+
+def test_a_demoted_operator_stays_last_in_a_sweep_though_never_tried():
+    vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover)
+    parent = Program(swapped(SEED, "allele.rope_tables.cached"))
+    names = open_operators(parent, vocabulary, Memo(), "cpu")
+    demoted = [n for n in names if sweep_rank(n, "cpu", vocabulary.devices_of) == DEMOTED]
+    assert "allele.Engine.cuda_graphs" in demoted  # no CUDA graph on a CPU: it replays eagerly
+    selector = OperatorSelector()
+    for name in names[2:]:
+        if name not in demoted:
+            selector.reward(name, NEUTRAL)
+    children = sweep(parent, len(names), Program, vocabulary, selector, Memo(), random.Random(0), "cpu")
+    made = [c.operator for c in children]
+    assert set(made[-len(demoted):]) == set(demoted), made
 
 
 # --- merge_gains on real programs ----------------------------------------------------------
