@@ -27,6 +27,7 @@ from evolve.scores import geometric_mean_tps
 from evolve.workspace import write_atomically
 from fitness.judge import MAX_GROUP
 from fitness.sandbox import JudgeProcess
+from fitness.weight_files import WeightsChanged, fingerprint
 
 # A judgement may run this long past the budget, so one slow candidate cannot sink it.
 MAX_OVERRUN_S = 120.0
@@ -139,6 +140,9 @@ class Evaluator:
         # Gate traces and their reference logits are the same for every judgement of a
         # run (computed once, by each judge); timed runs draw fresh tokens every time.
         self.gate_seed = int(hashlib.sha256(run.run_id.encode()).hexdigest()[:8], 16) & 0x7FFFFFFF
+        # The target's weights as found before any candidate of this run ran: a judge
+        # started later (a replaced worker, the final's) must not trust a changed file.
+        self.weights_fingerprint = fingerprint(config.weight_dir)
 
     def timeout(self, size: int = 1) -> float:
         """The configured timeout (half as much again for each program beyond the first of
@@ -159,6 +163,7 @@ class Evaluator:
         baseline = self.scores.by_id[batch.baseline_id].source_path if batch.baseline_id else None
         options = dict(timeout=self.timeout(len(paths)), worker=worker, baseline=baseline,
                        seed=None if batch.label == FINAL else self.gate_seed,
+                       weights_fingerprint=self.weights_fingerprint,
                        **self.config.judge_options(batch.level, final=batch.label == FINAL))
         if batch.label != FINAL:  # fewer rounds rather than the final's time (an H100 search of
             # 8m: a last batch of near-equal children ran 5 rounds each and left no final)
@@ -190,6 +195,9 @@ class Evaluator:
                                     generation, worker)[0])
             else:
                 results.append(self.record(program, path, {**verdict, "seconds": share}, generation, batch, worker))
+        changed = next((v for v in verdicts if v and v.get("weights_changed")), None)
+        if changed is not None:  # recorded, and the run stops: no later verdict could be trusted
+            raise WeightsChanged(f"{changed['error']} (judging {', '.join(p.id for p in batch.programs)})")
         return results
 
     def expected_seconds(self, level: str) -> float:

@@ -22,6 +22,7 @@ from evolve.population import initial_population
 from evolve.scores import Scores, target_key
 from evolve.toolbox import default_mate_fn, default_mutate_fn, make_hall_of_fame, make_statistics, make_toolbox
 from evolve.workspace import Workspace, device_label, roofline_tps, with_header, write_atomically
+from fitness.weight_files import WeightsChanged
 
 
 # A screen's share of its batch over the seed's full judgement, before one is measured: on
@@ -285,6 +286,12 @@ def run(config, state: dict | None = None, run_id: str = "", **fns) -> int:
         why = str(err) if isinstance(err, Interrupted) else "SIGINT"
         search.stop(why)
         return 143 if why == "SIGTERM" else 130
+    except WeightsChanged as err:  # a candidate wrote the files the references come from
+        line = f"{err}: the references come from these files; restore them before resuming"
+        search.workspace.log(line)
+        print(line, flush=True)
+        search.stop("changed weights")
+        return 3
     finally:
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, signal.default_int_handler)

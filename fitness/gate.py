@@ -29,11 +29,11 @@ from pathlib import Path
 
 import torch
 
-from fitness import traces
+from fitness import traces, weight_files
 from fitness.model_config import ModelConfig, derived_configs
 from fitness.references import References
 from fitness.runner import retained_bytes
-from target.toy_weights import PUBLIC_STD, write as write_weights
+from target.toy_weights import PUBLIC_STD, generate as generate_weights, save_atomically
 
 ATOL = RTOL = 1e-2
 DEFAULT_MARGIN = 0.5
@@ -203,12 +203,22 @@ WRITING_WEIGHTS = threading.Lock()
 
 
 def generated_weights(config: ModelConfig, scratch, std="unit", seed: int = DERIVED_WEIGHT_SEED) -> Path:
-    """A weight dir for `config` (`std` as target.toy_weights takes it), made once per scratch dir."""
+    """A weight dir for `config` (`std` as target.toy_weights takes it), made by this process
+    before it first uses it, and again if a candidate changed it (fitness.weight_files: a
+    file on disk may be an earlier candidate's)."""
     digest = hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
     weight_dir = Path(scratch) / f"{digest}_{std}_{seed}"
     with WRITING_WEIGHTS:  # a group's gates run in threads: one writes, the others find it written
-        if not (weight_dir / "model.pt").exists():
-            write_weights(config.to_dict(), weight_dir / "model.pt", seed, std)
+        if not weight_files.TRUSTED.intact(weight_dir):
+            wanted = generate_weights(config.to_dict(), seed, std)
+            # Trusted only once read back equal under one fingerprint; rewritten only when not
+            # equal (a run beside this one, sharing the scratch dir, keeps its file).
+            for _ in range(3):
+                if weight_files.holds(weight_dir, wanted):
+                    break
+                save_atomically(wanted, weight_dir / "model.pt")
+            else:
+                raise weight_files.WeightsChanged(f"{weight_dir}/model.pt does not keep what the judge writes")
     return weight_dir
 
 

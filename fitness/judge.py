@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from fitness import gate
+from fitness import gate, weight_files
 from fitness.candidate import CandidateError, RunnerFailure, Spares
 from fitness.cases import CASE_SETS, select_cases
 from fitness.devices import core_siblings, is_cuda, ramp_gpu_clocks
@@ -159,11 +159,13 @@ class Judge:
     def judge_group(self, paths, config_path, weight_dir, seed: int, margin: float = gate.DEFAULT_MARGIN,
                     level: str = "full", bench: str = "public", baseline=None, min_rounds: int = 3,
                     max_rounds: int = 8, timeout: float = 600.0, resolution: float = RESOLUTION,
-                    rounds_within: float | None = None) -> list:
+                    rounds_within: float | None = None, weights_fingerprint=None) -> list:
         """A verdict on each of `paths` (at most MAX_GROUP), each timed beside `baseline` (a
         program judged before) in the same interleaved rounds: the baseline's runs serve
         every candidate's comparison. What is not timed (imports, gates, warm-ups) runs for
-        all at once; each timed run is alone."""
+        all at once; each timed run is alone. `weights_fingerprint`: weight_dir's model.pt
+        as the caller found it before any candidate ran (fitness.weight_files); every
+        verdict is `invalid` at stage `weights` if a trusted weight file changed."""
         assert level in LEVELS and bench in BENCH_CHOICES and 0 < len(paths) <= MAX_GROUP, (level, bench, paths)
         started, deadline = time.monotonic(), time.monotonic() + timeout
         # No timed round starts that would end past this (the first always runs): the caller's budget.
@@ -178,6 +180,8 @@ class Judge:
                 entry.verdict.update(level=level, group=len(entries))
                 entry.attempt(self.static_check, entry, stage="static")
             config = ModelConfig.load(config_path)
+            weight_files.TRUSTED.trust(weight_dir, weights_fingerprint)
+            weight_files.TRUSTED.check()  # nothing changed since the last judgement's end
             self.references.model(config, weight_dir)  # missing or misshapen weights: invalid
             raw_config = json.loads(Path(config_path).read_text())  # the engine gets the file as it is
             cases = select_cases(bench) if bench != "none" else {}
@@ -231,6 +235,12 @@ class Judge:
             for entry in entries:
                 if entry.driver is not None:
                     entry.driver.process.close()
+            try:  # no candidate's code runs now (the kept baseline is paused): did one change them?
+                weight_files.TRUSTED.check()
+            except weight_files.WeightsChanged as err:
+                self.drop_kept()
+                for entry in entries:
+                    entry.fail(err, "weights")
             for entry in entries:
                 if entry.alive:
                     entry.end("ok", "", "")
@@ -354,6 +364,9 @@ class Entry:
             self.end(status, "baseline", f"the baseline failed: {error_text(err.cause)}")
         elif isinstance(err, ConfigError):
             self.end("invalid", "config", str(err))
+        elif isinstance(err, weight_files.WeightsChanged):  # by one of the programs that ran
+            self.end("invalid", "weights", str(err))
+            self.verdict["weights_changed"] = True
         elif isinstance(err, gate.CorrectnessError):
             self.end("incorrect", stage, str(err))
         elif isinstance(err, RunnerFailure):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from fitness import weight_files
 from fitness.model_config import ModelConfig, load_checked_weights
 from fitness.reference import ReferenceModel
 from fitness.traces import materialize
@@ -59,7 +60,10 @@ class References:
         if key not in self.models:
             if len(self.models) >= MAX_MODELS:
                 self.models.popitem(last=False)
-            self.models[key] = ReferenceModel(config, load_checked_weights(config, weight_dir), self.device)
+            weight_files.TRUSTED.trust(weight_dir)  # as first read, or as trusted: not a candidate's
+            weights = load_checked_weights(config, weight_dir)
+            weight_files.TRUSTED.trust(weight_dir)  # and not changed while it was read
+            self.models[key] = ReferenceModel(config, weights, self.device)
         self.models.move_to_end(key)
         return self.models[key]
 

@@ -59,10 +59,14 @@ def generate(config: dict, seed: int = DEFAULT_SEED, std: float | str = PUBLIC_S
 
 def write(config: dict, output: Path, seed: int = DEFAULT_SEED, std: float | str = PUBLIC_STD) -> Path:
     """Generate and save atomically, so a killed run never leaves half a file."""
+    return save_atomically(generate(config, seed, std), output)
+
+
+def save_atomically(weights: dict, output: Path) -> Path:
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_suffix(".tmp")
-    torch.save(generate(config, seed, std), tmp)
+    torch.save(weights, tmp)
     tmp.replace(output)
     return output
 

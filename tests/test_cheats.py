@@ -3,17 +3,20 @@
 The judge keeps the clock, the comparison and the reference in its own process, and
 compares rows of every timed run's outputs (picked after the run) with the reference on
 fresh tokens; the candidate runs in a runner process (fitness.runner), where what it
-patches changes nothing that decides its verdict.
+patches changes nothing that decides its verdict. The weight files it can write are held
+to what they were (fitness.weight_files).
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
 
 from fitness.gate import static_problems
-from fitness.sandbox import judge
+from fitness.sandbox import JudgeProcess, judge
+from fitness.weight_files import fingerprint
 from tests import cheats
 from tests.conftest import REPO, SEED_ENGINE
 
@@ -39,6 +42,27 @@ def test_a_cheat_on_the_comparison_or_on_timed_calls_is_incorrect(name, stage, s
     verdict = judged_beside_the_seed(cheats.write_cheat(name, tmp_path), small_target, scratch)
     assert verdict["status"] == "incorrect", verdict
     assert verdict["stage"] == stage and "tolerance" in verdict["error"], verdict
+
+
+def test_a_cheat_that_rewrites_the_weights_fails_and_so_does_every_judgement_after(small_target, tmp_path):
+    """A reference loaded from a rewritten file would be the cheat's own model: a zeroing
+    engine judged ok at 500x the seed by the next judge process. The search's fingerprint of
+    the target, taken before any candidate ran, holds every later judge to the original."""
+    config_path, weight_dir = small_target
+    own = tmp_path / "weights"  # the cheat destroys the file it is given
+    shutil.copytree(weight_dir, own)
+    before = fingerprint(own)
+    cheat = cheats.write_cheat("rewrites_the_weights", tmp_path)
+    verdicts = []
+    for path in (cheat, cheat, SEED_ENGINE):  # each in a judge process of its own
+        judge_process = JudgeProcess("cpu", scratch=tmp_path / "scratch")
+        try:
+            verdicts.append(judge_process.judge(path, config_path, own, timeout=120, level="screen", bench="none",
+                                                weights_fingerprint=before))
+        finally:
+            judge_process.stop()
+    assert [(v["status"], v["stage"]) for v in verdicts] == [("invalid", "weights")] * 3, verdicts
+    assert all(v["weights_changed"] and "changed on disk" in v["error"] for v in verdicts)
 
 
 def test_every_cheat_passes_the_static_stage():

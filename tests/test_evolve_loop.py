@@ -17,6 +17,7 @@ from evolve.population import seed_sources
 from evolve.scores import Scores, target_key
 from evolve.search import Search, run
 from evolve.toolbox import Program
+from fitness.weight_files import fingerprint
 from tests.test_evolve_stand_in import crossover, fake_judge, random_mutation
 
 STAND_INS = {"mutate_fn": random_mutation, "mate_fn": crossover, "judge_fn": fake_judge}
@@ -68,6 +69,27 @@ def test_workspace_holds_the_best_correct_program(small_target, tmp_path):
     engine = (config.workspace / "engine.py").read_text()
     assert "stand_in_break" not in engine
     assert history.tps_column("prefill") in frame.columns and ok["fitness"].gt(0).all()
+
+
+def test_changed_weights_stop_the_run_with_its_rows_recorded(small_target, tmp_path, capsys):
+    config = make_config(small_target, tmp_path, generations=3)
+    calls = []
+
+    def judge_until_the_weights_change(path, *args, **kwargs):
+        calls.append(path)
+        verdict = fake_judge(path, *args, **kwargs)
+        assert kwargs["weights_fingerprint"] == fingerprint(config.weight_dir)  # as the run found them
+        if len(calls) == 3:  # as fitness.judge says it when a trusted file changed
+            verdict.update(status="invalid", stage="weights", error="model.pt changed on disk", weights_changed=True)
+        return verdict
+
+    assert run(config, **{**STAND_INS, "judge_fn": judge_until_the_weights_change}) == 3
+    assert len(calls) == 5  # the seed, then the batch of four in which it was said; nothing after
+    out = capsys.readouterr().out
+    assert "model.pt changed on disk (judging " in out and "restore them before resuming" in out
+    assert "stopped by changed weights during generation 1" in out
+    rows = history.read(config.history)
+    assert (rows["stage"] == "weights").sum() == 1 and not checkpoint.load(only_run_dir(config))["finished"]
 
 
 def test_resume_after_an_interrupt_continues_generations_and_history(small_target, tmp_path):

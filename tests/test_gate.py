@@ -11,6 +11,7 @@ from fitness.loader import load_engine_module
 from fitness.model_config import ModelConfig
 from fitness.references import References, histories, row_logits
 from fitness.traces import materialize
+from fitness.weight_files import TRUSTED, WeightsChanged
 from target.toy_weights import write as write_weights
 from tests import planted
 from tests.conftest import SEED_ENGINE
@@ -73,6 +74,23 @@ def test_public_init_hides_a_rope_fault_that_unit_weights_expose(tmp_path):
         check_traces(InProcessDriver(module, "cpu"), References("cpu"), config, weight_dir, 3, label, tally)
         worst[label] = tally.worst
     assert worst["public"] < DEFAULT_MARGIN < 1.0 < worst["unit"]
+
+
+def test_generated_weights_are_the_judges_own_whatever_a_candidate_left(tmp_path):
+    config = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2, head_dim=16)
+    weight_dir = generated_weights(config, tmp_path)
+    made = torch.load(weight_dir / "model.pt", weights_only=True)
+    zeroed = {name: torch.zeros_like(tensor) for name, tensor in made.items()}
+    torch.save(zeroed, weight_dir / "model.pt")  # a candidate's rewrite, during a judgement
+    with pytest.raises(WeightsChanged, match="changed on disk while candidates ran"):
+        TRUSTED.check()
+    # Left by an earlier judge process (this one never trusted it): rewritten before use.
+    TRUSTED.known.pop(str(weight_dir.resolve()))
+    assert generated_weights(config, tmp_path) == weight_dir and TRUSTED.intact(weight_dir)
+    restored = torch.load(weight_dir / "model.pt", weights_only=True)
+    assert all(torch.equal(restored[name], made[name]) for name in made)
+    TRUSTED.check()  # and nothing else this process trusts has changed
 
 
 def test_bf16_configs_are_judged_on_contract_init_weights(tmp_path):

@@ -1,0 +1,90 @@
+"""The weight files a judge compares with, held to what they were when it first trusted them.
+
+A candidate runs as its judge's user and is handed the weight directories, so it can
+rewrite model.pt. Its own judgement is unharmed (the judge loaded the reference first), but
+a reference loaded later, by another judge process or after an eviction, would be the
+candidate's model: a planted engine that zeroed the file and answered zeros was judged
+`ok` at 500x the seed on its second judgement. So a file is trusted once: generated weights
+when the judge has read back what it generates (`holds`), the target when first read, or
+as the search found it before any candidate ran. Every trusted file is checked before a
+reference is loaded and after every judgement; any write changes a file's ctime, which no
+process can set back.
+"""
+import os
+import threading
+from pathlib import Path
+
+import torch
+
+
+class WeightsChanged(Exception):
+    """A trusted weight file changed: no verdict given while it could have is trusted."""
+
+
+def fingerprint(weight_dir) -> tuple:
+    """What identifies `weight_dir/model.pt` as written: device, inode, size, mtime, ctime."""
+    st = os.stat(Path(weight_dir) / "model.pt")
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+class TrustedFiles:
+    def __init__(self):
+        self.known = {}  # resolved weight dir -> fingerprint when trusted
+        self.lock = threading.Lock()
+
+    def trust(self, weight_dir, expected=None, anew: bool = False) -> None:
+        """Trust the file as it is now, unless it is already trusted (then it must not have
+        changed) or `expected`, its fingerprint taken elsewhere, differs; `anew`: as it is
+        now (or as `expected`), whatever was trusted before."""
+        key = str(Path(weight_dir).resolve())
+        now = current(key)
+        with self.lock:
+            if now is None and key not in self.known and expected is None:
+                return  # nothing there to trust: its reader says what is missing
+            if anew:
+                self.known[key] = now if expected is None else tuple(expected)
+            trusted = self.known.setdefault(key, now if expected is None else tuple(expected))
+        if trusted != now:
+            raise WeightsChanged(f"{key}/model.pt changed on disk since the judge trusted it")
+
+    def intact(self, weight_dir) -> bool:
+        """Trusted, and unchanged since."""
+        key = str(Path(weight_dir).resolve())
+        with self.lock:
+            return key in self.known and current(key) == self.known[key]
+
+    def check(self) -> None:
+        """WeightsChanged naming every trusted file that changed (they stay trusted as they
+        were: every judgement after fails too)."""
+        with self.lock:
+            changed = [key for key, trusted in self.known.items() if current(key) != trusted]
+        if changed:
+            raise WeightsChanged(f"{', '.join(f'{key}/model.pt' for key in changed)} changed on disk "
+                                 "while candidates ran")
+
+
+def holds(weight_dir, wanted: dict) -> bool:
+    """Whether weight_dir/model.pt holds exactly `wanted`, read under one fingerprint; if so,
+    it is trusted as it is (the judge's own weights, however old the file)."""
+    before = current(weight_dir)
+    if before is None:
+        return False
+    try:
+        found = torch.load(Path(weight_dir) / "model.pt", map_location="cpu", weights_only=True)
+    except Exception:  # a candidate's scribble, or half a file
+        return False
+    equal = found.keys() == wanted.keys() and all(torch.equal(found[k], wanted[k]) for k in wanted)
+    if not equal or current(weight_dir) != before:
+        return False
+    TRUSTED.trust(weight_dir, expected=before, anew=True)  # raises if it changed just now
+    return True
+
+
+def current(weight_dir: str):
+    try:
+        return fingerprint(weight_dir)
+    except OSError:
+        return None
+
+
+TRUSTED = TrustedFiles()  # one per judge process: every judge in it reads the same files
