@@ -106,8 +106,10 @@ def sweep(parent: Program, limit: int, make, vocabulary: Vocabulary, selector: O
     ranked = sorted(names, key=lambda n: (ranks[n], -selector.score(n), rng.random()))
     # Demoted operators stay last even untried: a CPU run's sweep put CUDA-graph decode
     # (0.14x there) second for being new.
-    untried = [n for n in ranked if n not in selector.tried and ranks[n] != DEMOTED]
-    ranked = alternate(untried, [n for n in ranked if n not in untried])[:limit]
+    demoted = [n for n in ranked if ranks[n] == DEMOTED]
+    untried = [n for n in ranked if n not in selector.tried and n not in demoted]
+    tried = [n for n in ranked if n in selector.tried and n not in demoted]
+    ranked = (alternate(untried, tried) + demoted)[:limit]
     children = []
     for name in ranked:
         children.append(apply_named(parent, name, make, vocabulary, selector, memo, rng))

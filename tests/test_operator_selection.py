@@ -135,9 +135,10 @@ def test_a_demoted_operator_stays_last_in_a_sweep_though_never_tried():
     for name in names[2:]:
         if name not in demoted:
             selector.reward(name, NEUTRAL)
-    children = sweep(parent, len(names), Program, vocabulary, selector, Memo(), random.Random(0), "cpu")
-    made = [c.operator for c in children]
-    assert set(made[-len(demoted):]) == set(demoted), made
+    for tried_before in (OperatorSelector(), selector):  # a first sweep, and a later one
+        children = sweep(parent, len(names), Program, vocabulary, tried_before, Memo(), random.Random(0), "cpu")
+        made = [c.operator for c in children]
+        assert set(made[-len(demoted):]) == set(demoted), made
 
 
 # --- merge_gains on real programs ----------------------------------------------------------
