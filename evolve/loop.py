@@ -83,9 +83,10 @@ def breed(search, parents: list, num_children: int) -> Brood:
         if len(brood.children) < num_merges:
             brood.add(toolbox.merge(a, b, base), (a.id, b.id))
     # All but one of the rest sweep on from the best program, GPU-only operators first,
-    # then as the bandit ranks them (never-tried ones every other place): gains measured on the seed do not carry over to a
-    # program 7x faster (on an H100 the Triton norms were noise on the eager seed and
-    # 1.11x on the prefill-graphs program); the other parents are mostly far slower.
+    # then as the bandit ranks them (never-tried ones every other place): gains measured
+    # on the seed do not carry over to a program 7x faster (on an H100 the Triton norms
+    # were noise on the eager seed and 1.11x on the prefill-graphs program); the other
+    # parents are mostly far slower.
     for result in toolbox.sweep(best, num_children - len(brood.children) - 1):
         brood.add(result, (best.id,))
     for _ in range(3 * num_children):

@@ -4,8 +4,8 @@ A per-generation table, the operators that paid off (how often each made a corre
 and one faster than its parent), the winner's lineage, and PNG plots: best and median
 fitness over time, pass rate, tokens/s against peak memory. The winner is the one the
 search's final chose (or, without a final, the best fitted speed of the confirmed programs),
-on the target of the latest run. With --recipe, the winner's lineage is written as a recipe that makes it from the seed
-(evolve/recipe.py).
+on the target of the latest run. With --recipe, the winner's lineage is written as a
+recipe that makes it from the seed (evolve/recipe.py).
 """
 from pathlib import Path
 

@@ -41,9 +41,10 @@ class TrustedFiles:
         with self.lock:
             if now is None and key not in self.known and expected is None:
                 return  # nothing there to trust: its reader says what is missing
+            vouched = now if expected is None else tuple(expected)
             if anew:
-                self.known[key] = now if expected is None else tuple(expected)
-            trusted = self.known.setdefault(key, now if expected is None else tuple(expected))
+                self.known[key] = vouched
+            trusted = self.known.setdefault(key, vouched)
         if trusted != now:
             raise WeightsChanged(f"{key}/model.pt changed on disk since the judge trusted it")
 

@@ -85,24 +85,7 @@ def import_bindings(stmt) -> set:
 
 class NameCollector(cst.CSTVisitor):
     def __init__(self):
-        self.names = set()
-
-    def visit_Name(self, node):
-        self.names.add(node.value)
-
-
-@lru_cache(maxsize=8192)
-def names_used(node) -> frozenset:
-    """Every identifier a node mentions (locals included: a cheap, safe over-estimate).
-    Cached by node identity: libcst nodes are immutable."""
-    collector = NameCollector()
-    node.visit(collector)
-    return frozenset(collector.names)
-
-
-class NameSequence(cst.CSTVisitor):
-    def __init__(self):
-        self.names = {}  # an ordered set
+        self.names = {}  # an ordered set: the order names first appear in
 
     def visit_Name(self, node):
         self.names.setdefault(node.value)
@@ -110,10 +93,17 @@ class NameSequence(cst.CSTVisitor):
 
 @lru_cache(maxsize=8192)
 def names_in_order(node) -> tuple:
-    """The identifiers a node mentions, each once, in the order they first appear."""
-    collector = NameSequence()
+    """Every identifier a node mentions (locals included: a cheap, safe over-estimate), each
+    once, in the order they first appear. Cached by node identity: libcst nodes are immutable."""
+    collector = NameCollector()
     node.visit(collector)
     return tuple(collector.names)
+
+
+@lru_cache(maxsize=8192)
+def names_used(node) -> frozenset:
+    """names_in_order as a set."""
+    return frozenset(names_in_order(node))
 
 
 @lru_cache(maxsize=512)
@@ -301,8 +291,8 @@ def ordered_helpers(module: cst.Module) -> cst.Module:
     body = list(module.body)
     helpers = {}
     for stmt in body:
-        name = defined_name(stmt)
-        if name is not None and name not in GENES and not is_import(stmt):
+        name = defined_name(stmt)  # None for imports and the docstring
+        if name is not None and name not in GENES:
             if name in helpers:
                 return module
             helpers[name] = stmt
@@ -316,7 +306,7 @@ def ordered_helpers(module: cst.Module) -> cst.Module:
                 ordered.append(with_leading(helpers[name], None, blank_lines_for(helpers[name])))
 
     for stmt in body:
-        if defined_name(stmt) not in helpers or is_import(stmt):
+        if defined_name(stmt) not in helpers:
             if not is_import(stmt) and not is_docstring(stmt):
                 place_helpers_of(stmt)
             ordered.append(stmt)
