@@ -10,6 +10,7 @@ from fitness.cases import select_cases
 from fitness.loader import load_engine_module
 from fitness.traces import count_tokens, materialize, public_sequence, replay
 from target import toy_weights
+from tools.memory_peak import live_at_peak
 
 TINY = {"model_type": "tiny_llama", "torch_dtype": "float16", "vocab_size": 128, "hidden_size": 32,
         "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -174,3 +175,24 @@ def test_all_cases_measure_the_public_mixed_schedule_once():
     # prefill_4x128 and hidden_mixed repeat the public prefill and mixed events exactly.
     assert list(every) == ["prefill", "decode", "mixed", "decode_8x128x16", "mixed_128"]
     assert "hidden_mixed" in select_cases("hidden")
+
+
+def test_memory_peak_replays_the_allocator_to_its_highest_total_after_the_reset():
+    # Phases begin at events 0 (warm create), 2 (warm run), 4 (fresh create), 5 (fresh run);
+    # the peak is looked for from event 4 on.
+    events = [
+        {"action": "alloc", "addr": 1, "size": 100, "frames": [{"name": "load", "line": 3}]},
+        {"action": "alloc", "addr": 2, "size": 7},
+        {"action": "alloc", "addr": 3, "size": 50},  # the warm run's pool, kept
+        {"action": "free_requested", "addr": 2, "size": 7},
+        {"action": "alloc", "addr": 4, "size": 100},
+        {"action": "alloc", "addr": 5, "size": 30},  # a fresh run's activation
+        {"action": "free_completed", "addr": 5, "size": 30},  # not a free of allocated bytes
+        {"action": "free_requested", "addr": 5, "size": 30},
+        {"action": "alloc", "addr": 6, "size": 20},
+    ]
+    owner = lambda frames: frames[0]["name"] if frames else "?"
+    found = live_at_peak(events, [0, 2, 4, 5], 4, owner)
+    assert found["peak"] == 280
+    assert found["by_phase"] == {"warm create": 100, "warm run": 50, "fresh create": 100, "fresh run": 30}
+    assert found["by_line"][("warm create", "load")] == 100

@@ -10,6 +10,8 @@
 #                          # ($SEED=1: the seed too)
 #   bash tools/gpu_issue8.sh profile OUT [CONFIG:CASES..]  # where each case's time goes, with
 #                          # the 10 costliest kernels (CONFIG "public": the repository's own)
+#   bash tools/gpu_issue8.sh memory OUT [CONFIG:CASES..]  # what is alive at each case's peak
+#                          # memory, by phase and engine line (default: one_b:large)
 #   bash tools/gpu_issue8.sh gate OUT ["CONFIGS"] ["SEEDS"]  # the worst error of each, and the
 #                          # seed's, on the target weights of configs the search never saw
 #                          # (default: one_b; token seeds 11 12), in tolerances, never cut off
@@ -54,6 +56,15 @@ profile)
         --weight-dir $dir/weights --cases "$cases" --top 10
     done
   done | tee "$out/profile.txt" ;;
+memory)
+  for target in ${3:-one_b:large}; do
+    config=${target%%:*} cases=${target##*:}
+    python3 -m tools.target_configs /tmp/configs --only "$config" > /dev/null
+    for engine in $engines; do
+      python3 -m tools.memory_peak --engine "$engine" --model-config /tmp/configs/$config/model_config.json \
+        --weight-dir /tmp/configs/$config/weights --cases "$cases"
+    done
+  done | tee "$out/memory.txt" ;;
 gate)
   for config in ${3:-one_b}; do
     python3 -m tools.target_configs /tmp/configs --only "$config" > /dev/null

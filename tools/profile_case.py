@@ -64,13 +64,19 @@ def per_kind(times) -> dict:
             for kind, ms in by_kind.items()}
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def case_arguments(description: str) -> argparse.ArgumentParser:
+    """A parser for a tool that runs one engine's benchmark cases on a config."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--engine", type=Path, required=True)
     parser.add_argument("--model-config", type=Path, required=True)
     parser.add_argument("--weight-dir", type=Path, required=True)
     parser.add_argument("--cases", choices=CASE_SETS, default="public")
     parser.add_argument("--case", action="append", help="case names (default: every case of the set)")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = case_arguments(__doc__.splitlines()[0])
     parser.add_argument("--top", type=int, default=0, help="list the N kernels with the most GPU time")
     parser.add_argument("--passes", type=int, default=1, help="run the case this many times on one fresh engine")
     args = parser.parse_args(argv)
