@@ -6,7 +6,8 @@ padding, prompt slots, last rows and the eager fallbacks are all exercised.
 
 Runs it over `paged`, over `paged_chunks` with chunks of 2 pages (the pool grows a chunk at
 a time under it; with fused q/k/v and gate/up weights) and over `slab` with 4 slots at first (it grows, moves, and the engine
-captures again, zeroing its static buffers, as on a GPU). Prints "ok <what>" per check; exits non-zero on the
+captures again, zeroing its static buffers, as on a GPU); then every request is removed (the
+chunked pool gives back all its chunks but one) and the pool grows again. Prints "ok <what>" per check; exits non-zero on the
 first mismatch.
 """
 import json
@@ -44,6 +45,7 @@ def main(config_path, weight_dir) -> int:
     for cache in ("paged", "paged_chunks", "slab"):
         module = child_module(cache)
         module.CHUNK_PAGES, module.SLAB_SLOTS = 2, 4  # both grow under the engine
+        module.EAGER_PREFILL_TOKENS = 8  # the eager prefill below runs in groups of prompts
         compare(module, json.loads(Path(config_path).read_text()), weight_dir, cache)
     return 0
 
@@ -67,7 +69,8 @@ def compare(module, config, weight_dir, cache):
         ("prefill of exactly one bucket, 16 tokens", [3], [16]),
         ("prefill of 17 tokens, the bucket of 24", [4, 5], [9, 8]),
         ("re-prefill of a live id", [1], [11]),
-        (f"prefill of {largest + 1} prompts, eager", list(range(10, 11 + largest)), [2] * (largest + 1)),
+        (f"prefill of {largest + 1} prompts, eager, in groups (one prompt longer than a group)",
+         list(range(10, 11 + largest)), [2] * largest + [11]),
     ]
     for what, ids, lengths in calls:
         inputs = prompts(lengths)
@@ -77,6 +80,16 @@ def compare(module, config, weight_dir, cache):
         tokens = torch.randint(0, config["vocab_size"], (batch,), generator=generator)
         same(f"decode {step} of {batch} requests after the prefills", engine.decode(live[:batch], tokens),
              seed.decode(live[:batch], tokens))
+    everyone = live + list(range(12, 11 + largest))
+    engine.remove(everyone)
+    seed.remove(everyone)
+    if cache == "paged_chunks":
+        assert len(engine.cache.chunks) == 1, f"an empty pool kept {len(engine.cache.chunks)} chunks"
+    inputs = prompts([40, 3] + [1] * largest)  # eager; the pool grows again
+    same("prefill after every request was removed", engine.prefill(everyone[:largest + 2], inputs),
+         seed.prefill(everyone[:largest + 2], inputs))
+    tokens = torch.randint(0, config["vocab_size"], (3,), generator=generator)
+    same("decode after it", engine.decode(everyone[:3], tokens), seed.decode(everyone[:3], tokens))
 
 
 if __name__ == "__main__":

@@ -86,7 +86,7 @@ def check_chunked_cache(head_dim=24, num_heads=4, num_kv_heads=2, lengths=(5, 11
     written by its kernel, read back, and attended by the split-KV decode through its table."""
     torch.manual_seed(5)
     module = load("KVCache", "paged_chunks")
-    module.PAGE_SIZE, module.CHUNK_PAGES = 4, 2
+    module.PAGE_SIZE, module.CHUNK_PAGES, module.MOVING_POOL_PAGES = 4, 2, 2
     decode = load("attend_decode", "triton_split_kv")
     config = {"num_hidden_layers": 2, "max_position_embeddings": 32, "num_key_value_heads": num_kv_heads,
               "head_dim": head_dim}

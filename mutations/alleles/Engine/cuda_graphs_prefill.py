@@ -30,6 +30,9 @@ DEVICES = "cuda"
 
 MAX_PREFILL_TOKENS = 2048  # range: 256..16384; the most packed tokens a captured prefill takes
 MAX_PREFILL_PROMPTS = 16  # range: 4..64; the most prompts a captured prefill takes
+# The most tokens one eager forward takes: above the weights, its activations (about 50 KB a
+# token on a 1B-class model) are what a large prefill's peak memory is made of.
+EAGER_PREFILL_TOKENS = 4096  # range: 512..65536
 
 
 def token_buckets(largest):
@@ -40,6 +43,18 @@ def token_buckets(largest):
         sizes |= {size, size + size // 2}
         size *= 2
     return sorted({s for s in sizes if s < largest} | {largest})
+
+
+def prompt_groups(lengths, limit):
+    """Index ranges [a, b) of consecutive prompts with at most `limit` tokens each (a longer
+    prompt alone)."""
+    groups, start, tokens = [], 0, 0
+    for i, n in enumerate(lengths):
+        if i > start and tokens + n > limit:
+            groups.append((start, i))
+            start, tokens = i, 0
+        tokens += n
+    return groups + [(start, len(lengths))]
 
 
 def adjacent_heads(q, k):
@@ -140,11 +155,10 @@ class Engine:
         lengths = [int(t.numel()) for t in input_ids]
         total = sum(lengths)
         size = next((b for b in self.buckets["prefill"] if b >= total), None)
-        positions = [p for n in lengths for p in range(n)]
         if size is None or len(ids) > MAX_PREFILL_PROMPTS:  # eager: larger than any graph
-            tokens = torch.cat([t.reshape(-1) for t in input_ids]).to(self.device, torch.long)
-            positions = torch.tensor(positions, device=self.device)
-            return self.forward(tokens, Step(ids, [0] * len(ids), lengths, positions, False))
+            return torch.cat([self.prefill_eager(ids[a:b], input_ids[a:b], lengths[a:b])
+                              for a, b in prompt_groups(lengths, EAGER_PREFILL_TOKENS)])
+        positions = [p for n in lengths for p in range(n)]
         slots, _ = self.cache.host_addresses(Step(ids, [0] * len(ids), lengths, None, False))
         starts = [0]
         for n in lengths[:-1]:
@@ -163,6 +177,27 @@ class Engine:
         fill()
         self.recapture_if_moved(fill)
         return self.run_static("prefill", size, len(ids))
+
+    def prefill_eager(self, ids, input_ids, lengths):
+        """Logits of a group of prompts, run eagerly. Its metadata (`metadata`'s, unpadded) is
+        one host array, copied from pinned memory without waiting for the device, so that a
+        group's launches queue behind the last group's work instead of after it."""
+        n, total = len(ids), sum(lengths)
+        step = Step(ids, [0] * n, lengths, None, False)
+        slots, _ = self.cache.host_addresses(step)
+        starts = [0]
+        for length in lengths[:-1]:
+            starts.append(starts[-1] + length)
+        flat = [p for length in lengths for p in range(length)] + slots + starts + lengths
+        flat += [a + length - 1 for a, length in zip(starts, lengths)]
+        host = torch.frombuffer(array.array("q", flat), dtype=torch.long)
+        meta = (host.pin_memory() if self.device.type == "cuda" else host).to(self.device, non_blocking=True)
+        step.positions, step.slots, step.prompt_starts, step.prompt_lengths, last = meta.split(
+            [total, total, n, n, n])
+        step.longest_prompt = max(lengths)  # the varlen attention's grid
+        tokens = torch.cat([t.reshape(-1) for t in input_ids]).to(self.device, torch.long)
+        x = self.hidden_states(tokens, step)[last]
+        return rms_norm(x, self.w["norm"], self.eps) @ self.w["lm_head"].T
 
     @torch.no_grad()
     def decode(self, request_ids, token_ids):
@@ -238,6 +273,7 @@ class Engine:
             self.cache.write(i, step, k, v)
             h, x = add_rms_norm(x, attend(q, k, v, self.cache, i, step) @ layer["o"].T,
                                 layer["post_norm"], self.eps)
+            del q, k, v, both  # not alive through the MLP, where a large prefill's peak is
             if i + 1 == len(layers):
                 return x + mlp(h, layer)
             # The MLP's residual add and the next layer's norm in one add_rms_norm: one

@@ -26,7 +26,7 @@ def varlen_prefill_kernel(q_ptr, k_ptr, v_ptr, out_ptr, starts_ptr, lengths_ptr,
                           BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     seq = tl.program_id(0)
     h = tl.program_id(1)
-    first_row = tl.program_id(2) * BLOCK_M
+    first_row = (tl.num_programs(2) - 1 - tl.program_id(2)) * BLOCK_M  # the longest blocks first
     start = tl.load(starts_ptr + seq)
     length = tl.load(lengths_ptr + seq)
     rows = first_row + tl.arange(0, BLOCK_M)
@@ -75,12 +75,15 @@ def attend_prefill(q, k, v, cache, layer, step):
     block_d = max(16, triton.next_power_of_2(head_dim))  # tl.dot needs 16 or more
     block = 32 if block_d <= 128 else 16  # [BLOCK, BLOCK_D] tiles of q, k, v fit in shared memory
     starts, lengths = getattr(step, "prompt_starts", None), getattr(step, "prompt_lengths", None)
-    if starts is None:
+    if starts is None:  # host lists: one copy (and a wait for the device) a layer
         firsts = [0]
         for n in step.num_new[:-1]:
             firsts.append(firsts[-1] + n)
         starts, lengths = torch.tensor([firsts, step.num_new], device=q.device)
         longest = max(step.num_new)
+        out = torch.empty_like(q)
+    elif getattr(step, "longest_prompt", None):  # an eager call's starts and lengths, copied once
+        longest = step.longest_prompt
         out = torch.empty_like(q)
     else:  # a captured call's static buffers: padded prompts of length 0, padding rows after them
         longest = num_tokens  # the grid cannot depend on the lengths

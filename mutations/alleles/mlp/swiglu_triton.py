@@ -5,6 +5,9 @@
 2 x 265 us a layer in them (docs/PERF.md), and a decode step two launches a layer. Here one
 launch reads gate and up once and writes the product. silu is rounded to the compute dtype
 before the product, as the reference's two ops round; bf16 takes the reference's ops.
+The product overwrites the gate half in place (each program reads its gate and up before it
+writes): the down projection reads it through its row stride, and no [N, intermediate]
+tensor is allocated (on a 1B-class prefill of 4,096 tokens, 44 MB of peak memory).
 """
 import torch
 import torch.nn.functional as F
@@ -35,7 +38,6 @@ def mlp(x, layer):
     if x.dtype == torch.bfloat16 or x.shape[0] == 0:
         gate, up = gate_up.chunk(2, dim=-1)
         return (F.silu(gate) * up) @ layer["down"].T
-    hidden = torch.empty(x.shape[0], width, device=x.device, dtype=x.dtype)
-    swiglu_kernel[(x.shape[0], triton.cdiv(width, SWIGLU_BLOCK))](gate_up, hidden, gate_up.stride(0),
-                                                                  hidden.stride(0), width, BLOCK=SWIGLU_BLOCK)
-    return hidden @ layer["down"].T
+    swiglu_kernel[(x.shape[0], triton.cdiv(width, SWIGLU_BLOCK))](gate_up, gate_up, gate_up.stride(0),
+                                                                  gate_up.stride(0), width, BLOCK=SWIGLU_BLOCK)
+    return gate_up[:, :width] @ layer["down"].T
