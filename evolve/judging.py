@@ -5,9 +5,9 @@ A worker keeps its judge for the whole run: torch, the CUDA context, reference m
 reference logits are made once. Each worker has cores of its own (`cpus`), so two judges
 never time a host-bound engine on the same core. The threads here only wait on judges.
 
-A generation is judged in two steps (`judge_generation`): every new program is screened
-(target traces, timed beside its parent, interleaved); those that could enter the hall of
-fame are then confirmed (derived configs and churn too, timed beside the best program so
+A generation is judged in two steps: every new program is `screen`ed (target traces, timed
+beside its parent, interleaved); those that could enter the hall of fame are then
+`confirm`ed (derived configs and churn too, timed beside the best program so
 far). Programs with no judged parent (the seed, --seed-from) are judged in full at once.
 """
 import functools
@@ -226,22 +226,27 @@ class Evaluator:
         return fitness, verdict
 
 
-def judge_generation(search, generation: int, programs: list) -> list:
-    """Screen every source not judged before (once, however many copies of it there are),
-    then confirm those that could enter the hall of fame. Returns the (fitness, verdict)
-    pairs of the new sources' first judgements."""
+def screen(search, generation: int, programs: list) -> list:
+    """Judge every source not judged before (once, however many copies of it there are):
+    beside its first judged parent (a screen), or in full when it has none. Returns the
+    (fitness, verdict) pairs of their first judgements."""
     toolbox, scores = search.toolbox, search.scores
-    unique = list({p.id: p for p in programs}.values())
-    todo = [p for p in unique if p.id not in scores]
+    todo = [p for p in {p.id: p for p in programs}.values() if p.id not in scores]
     parents = [first_judged_parent(p, scores) for p in todo]
     first = run_jobs(toolbox, generation, [(p, None, "screen" if parent else "full", parent)
                                           for p, parent in zip(todo, parents)], search.config.workers, scores)
     search.update_best(todo)
-    champion = search.hall_of_fame[0].id if len(search.hall_of_fame) else None
-    # Screened earlier but never confirmed (a run stopped in between) counts too.
-    confirm = [p for p in worth_confirming(search, unique) if p.id != champion]
-    run_jobs(toolbox, generation, [(p, CONFIRM, "full", champion) for p in confirm], search.config.workers, scores)
     return [(fitness, verdict) for _, fitness, verdict in first]
+
+
+def confirm(search, generation: int, programs: list) -> None:
+    """Judge in full, beside the champion, the screened programs that could enter the hall
+    of fame (screened earlier but never confirmed, as when a run stopped between, counts)."""
+    champion = search.hall_of_fame[0].id if len(search.hall_of_fame) else None
+    unique = list({p.id: p for p in programs}.values())
+    todo = [p for p in worth_confirming(search, unique) if p.id != champion]
+    run_jobs(search.toolbox, generation, [(p, CONFIRM, "full", champion) for p in todo],
+             search.config.workers, search.scores)
 
 
 def batches(jobs: list, workers: int, max_size=MAX_GROUP) -> list:

@@ -1,4 +1,5 @@
-"""The generation loop: breed, judge, learn, score, select, remember, report, checkpoint.
+"""The generation loop: breed, screen, merge, confirm, learn, score, select, remember,
+report, checkpoint.
 
 Generation 0 judges the first population (the seed and --seed-from programs). Generation 1
 sweeps: one child of the best program by each operator that applies to it (on a GPU, each
@@ -6,12 +7,14 @@ GPU-only one). Every later one merges gains made apart (up to a third of its chi
 sweeps on from the best program with all but one of the rest (operators not tried on it,
 GPU-only first, then as the bandit ranks them, those the run never tried every other
 place), then breeds the last by crossover or by the operator the bandit draws (more when
-operators decline or repeat), up to as many children as the population holds.
+operators decline or repeat), up to as many children as the population holds. From
+generation 1 on, once its children are screened, the gains among them that the best lacks
+are merged into it in one more child, screened too, before the fastest are confirmed.
 evolve/README.md ("How the search chooses") says why.
 """
 import time
 
-from evolve.judging import judge_generation
+from evolve.judging import confirm, screen
 from evolve.memo import Known
 from evolve.operators import sweep_size
 from evolve.toolbox import Program
@@ -29,9 +32,15 @@ def evolve(search) -> None:
             parents = search.population
             brood = breed(search, parents, config.population)
         offspring = brood.children
-        # Judge each new source once, beside its parent; confirm the ones that could be kept.
+        # Judge each new source once, beside its parent.
         num_cached = brood.num_known + sum(p.id in search.scores for p in offspring)
-        new = judge_generation(search, gen, offspring)
+        new = screen(search, gen, offspring)
+        # Merge the gains just screened into the best at once, not a generation later: two
+        # H100 searches of 8 minutes ended on screened gains no later generation merged.
+        if gen > 0 and brood.add_if_new(toolbox.merge_every_gain(best_of(search), search.scores)):
+            new += screen(search, gen, offspring[-1:])
+        # Confirm the ones that could be kept.
+        confirm(search, gen, offspring)
         # Learn: each mutant's outcome against its parent is credited to its operator.
         toolbox.learn(offspring, search.scores)
         # Score: a program's fitness is the mean of its measurements so far.
@@ -51,6 +60,12 @@ class Brood:
     def __init__(self, search, children=()):
         self.search, self.children, self.num_known, self.num_declined = search, list(children), 0, 0
 
+    def add_if_new(self, result) -> bool:
+        """Add a child, and nothing else: no decline recorded, no known one counted."""
+        if isinstance(result, Program):
+            self.children.append(result)
+        return isinstance(result, Program)
+
     def add(self, result, parent_ids: tuple) -> None:
         if isinstance(result, Program):
             self.children.append(result)
@@ -67,7 +82,7 @@ def breed(search, parents: list, num_children: int) -> Brood:
     toolbox, brood = search.toolbox, Brood(search)
     toolbox.memo.see(parents + list(search.hall_of_fame))
     if search.generation == 1:
-        best = search.hall_of_fame[0] if len(search.hall_of_fame) else search.seed
+        best = best_of(search)
         limit = sweep_size(search.clock.left() - search.estimated_final_s(), search.estimated_screen_s(),
                            search.config.workers, num_children)
         # On a GPU the GPU-only operators alone (graphs and kernels: docs/PERF.md); the rest
@@ -76,7 +91,7 @@ def breed(search, parents: list, num_children: int) -> Brood:
             brood.add(result, (best.id,))
         if brood.children:
             return brood
-    best = search.hall_of_fame[0] if len(search.hall_of_fame) else search.seed
+    best = best_of(search)
     brood.add(toolbox.merge_every_gain(best, search.scores), (best.id,))
     num_merges = num_children // 3  # a merge can decline (b's gains in a already): twice as many trios
     for a, b, base in toolbox.pairs_to_merge(search.scores, search.seed, 2 * num_merges):
@@ -94,6 +109,11 @@ def breed(search, parents: list, num_children: int) -> Brood:
             break
         brood.add(*mutate_or_mate(search, parents))
     return brood
+
+
+def best_of(search) -> Program:
+    """The best confirmed program, or the seed before any."""
+    return search.hall_of_fame[0] if len(search.hall_of_fame) else search.seed
 
 
 def mutate_or_mate(search, parents: list) -> tuple:

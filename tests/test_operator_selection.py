@@ -371,7 +371,7 @@ def test_the_loop_sweeps_merges_and_skips_what_is_known(small_target, tmp_path):
     config, frame, state = toy_run(small_target, tmp_path)
     judged = history.judged_rows(frame)
     seed_id = judged["candidate_id"].iloc[0]
-    swept = judged[judged["generation"] == 1]
+    swept = judged[(judged["generation"] == 1) & (judged["operator"] != "merge_every_gain")]
     # The sweep: one child of the seed by each operator that applies, but the comment-only one.
     assert sorted(swept["operator"]) == sorted(set(TOY) - {"note"})
     assert set(swept["parent_ids"]) == {seed_id}
@@ -380,6 +380,11 @@ def test_the_loop_sweeps_merges_and_skips_what_is_known(small_target, tmp_path):
     # Gains made apart are merged: the two fast lines together, 1.5 * 1.5 the seed.
     merged = judged[judged["operator"].isin(["merge_gains", "merge_every_gain"])]
     assert len(merged) >= 1 and merged["fitness"].max() == pytest.approx(2250.0)
+    # ... in the sweep's own generation: merged once screened, and confirmed with them.
+    late = judged[(judged["generation"] == 1) & (judged["operator"] == "merge_every_gain")]
+    assert len(late) == 1 and late["parent_ids"].iloc[0].startswith(seed_id)
+    assert late["fitness"].iloc[0] == pytest.approx(2250.0)
+    assert late["candidate_id"].iloc[0] in set(frame.loc[frame["operator"] == "confirm", "candidate_id"])
     assert all(line_of(n) in (config.workspace / "engine.py").read_text() for n in FAST)
     # Nothing judged twice, no deterministic operator applied twice to one parent.
     assert not judged["candidate_id"].duplicated().any()
