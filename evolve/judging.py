@@ -209,6 +209,9 @@ class Evaluator:
 
     def record(self, program, path, verdict: dict, generation: int, batch: Batch, worker: Worker) -> tuple:
         fitness = geometric_mean_tps(verdict)
+        # A label names a re-judgement; a program's first row names the operator that made
+        # it (the final's closing merge is judged first there).
+        label = batch.label if program.id in self.scores else None
         self.scores.add(program.id, verdict["status"], fitness, verdict.get("peak_memory_mb"),
                         verdict["seconds"], path, verdict.get("tokens_per_second"), batch.level)
         if batch.baseline_id and verdict["status"] == "ok":
@@ -216,8 +219,8 @@ class Evaluator:
                                 verdict.get("ratio_high"), verdict.get("rounds"))
         self.history.append({
             **self.run.row_base(generation), "candidate_id": program.id,
-            "parent_ids": program.parent_ids, "operator": batch.label or program.operator,
-            "operator_args": program.operator_args if batch.label is None else {},
+            "parent_ids": program.parent_ids, "operator": label or program.operator,
+            "operator_args": program.operator_args if label is None else {},
             "source_path": str(path.resolve()), **history.verdict_row(verdict, fitness),
             # The level the search asked for: "full" confirms a program even where the run
             # has no derived configs to judge (--no-derived).

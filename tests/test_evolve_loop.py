@@ -250,6 +250,9 @@ def test_no_batch_but_the_final_starts_inside_the_final_s_reserve(small_target, 
     assert 30.0 < asked[-1]["rounds_within"] <= 40.0  # its rounds end before the final's reserve
     search.evaluator(Batch((search.seed,), FINAL, "full", None), 1, worker)
     assert "rounds_within" not in asked[-1]
+    # A label names a re-judgement: the first row of a program judged first in the final
+    # (the closing merge) names its operator.
+    assert list(history.read(config.history)["operator"]) == ["seed", "seed", "final"]
 
 
 def test_one_worker_per_visible_gpu_pinned_by_cuda_visible_devices(small_target, tmp_path, monkeypatch):
@@ -376,11 +379,24 @@ def test_the_final_choice_weighs_the_contenders_paired_comparison_not_their_rati
         return results
 
     monkeypatch.setattr(final, "run_jobs", final_judgements)
-    search = SimpleNamespace(seed=seed, scores=scores, hall_of_fame=[child, parent], toolbox=None, generation=4,
-                             config=SimpleNamespace(final_top=2, workers=1),
+    nothing_to_merge = SimpleNamespace(merge_every_gain=lambda best, scores: None)
+    search = SimpleNamespace(seed=seed, scores=scores, hall_of_fame=[child, parent], toolbox=nothing_to_merge,
+                             generation=4, config=SimpleNamespace(final_top=2, workers=1),
                              clock=SimpleNamespace(left=lambda: 1e9), estimated_final_s=lambda n: 0.0)
     winner, ratio, table, how = final.choose_winner(search)
     assert winner is child and ratio == 16.38 and table == [("decode", 7_000.0 * 16.38, 7_000.0)]
     assert "16.380x the seed" in how
     finals[child.id] = finals[parent.id] = (0.9, 0.8, 1.0)  # none beats the seed: the seed wins
     assert final.choose_winner(search)[0] is seed
+    # The closing merge: the best with the gains it lacks, judged first in the final, second
+    # in line (before the best's runner-up when only two fit), and the winner when faster.
+    closing = Program("child = 2\nmerged = 3\n", (child.id, parent.id), "merge_every_gain")
+    search.toolbox = SimpleNamespace(merge_every_gain=lambda best, scores: closing if best is child else None)
+    finals.update({child.id: (16.38, 15.0, 17.9), parent.id: (16.53, 15.5, 17.6), closing.id: (19.0, 17.5, 20.6)})
+    judged = []
+    monkeypatch.setattr(final, "run_jobs", lambda *args: judged.extend(p.id for p, *_ in args[2]) or
+                        final_judgements(*args))
+    search.estimated_final_s = lambda n: 100.0 * n
+    search.clock = SimpleNamespace(left=lambda: 250.0)  # two fit
+    winner, ratio, _, _ = final.choose_winner(search)
+    assert judged == [child.id, closing.id] and winner is closing and ratio == 19.0
