@@ -183,8 +183,9 @@ class Vocabulary:
             self.intents[key] = set(self.intended_genes(child.source, parent.source, child.operator_args))
         return self.intents[key]
 
-    def merge(self, a: str, b: str, base: str, rng: random.Random, genes: set | None = None):
-        """merge_gains, taking from b only `genes` if given (`intended` named them)."""
-        if genes is None:  # the stand-ins' merge_gains takes no `genes`
+    def merge(self, a: str, b: str, base: str, rng: random.Random, genes: set | None = None, b_whole=False):
+        """merge_gains, taking from b only `genes` if given (`intended` named them); with
+        `b_whole`, a child that is b itself is kept, not declined."""
+        if genes is None:  # the stand-ins' merge_gains takes neither
             return self.merge_gains(a, b, base, rng)
-        return self.merge_gains(a, b, base, rng, genes=genes)
+        return self.merge_gains(a, b, base, rng, genes=genes, b_whole=b_whole)

@@ -162,7 +162,9 @@ def merge_every_gain(best: Program, scores, make, vocabulary: Vocabulary, memo: 
     by any margin (the child is judged beside `best`; the recipe's lead over an 8-minute
     search's best was gains of 2-10% each, inside a screen's noise), merged weakest first,
     each bringing only the genes its operator meant to change, so that where two changed
-    the same gene the stronger one's stays. `best`'s own gain counts too: an H100 search
+    the same gene the stronger one's stays, and where a stronger one's requirements take
+    back a weaker one's genes it displaces it whole (an H100 search: fused_both at 1.12x
+    lost to fuse_linears at 1.02x, its merge declined as a copy). `best`'s own gain counts too: an H100 search
     folded a 2x decode-graphs gain over its 5.7x prefill-graphs best and got 0.53x of it.
     Pair merges combine two gains a generation; a sweep finds many at once. Declined when
     nothing new comes of it, or Known."""
@@ -187,9 +189,11 @@ def merge_every_gain(best: Program, scores, make, vocabulary: Vocabulary, memo: 
         if source == parent.source and genes in (None, intended):  # nothing added yet: the gain is the program
             source, merged = program.source, merged + [program.id]
             continue
-        result = vocabulary.merge(source, program.source, parent.source, rng, genes)
+        # A stronger gain whose requirements take back the weaker's genes displaces it whole.
+        result = vocabulary.merge(source, program.source, parent.source, rng, genes, b_whole=True)
         if hasattr(result, "source"):
-            source, merged = result.source, merged + [program.id]
+            displaced = result.source == program.source  # every gene merged before, taken back
+            source, merged = result.source, ([] if displaced else merged) + [program.id]
     merged = [pid for pid in merged if pid != best.id]
     if not merged or source == best.source:
         return mutations.Declined(MERGE_EVERY_GAIN, f"no gain that {best.id} lacks")

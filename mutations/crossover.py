@@ -38,9 +38,11 @@ def crossover(a: str, b: str, rng: random.Random) -> Applied | Declined:
     return settled_child(NAME, parents, (a, b), origin)
 
 
-def merge_gains(a: str, b: str, base: str, rng: random.Random, genes=None) -> Applied | Declined:
+def merge_gains(a: str, b: str, base: str, rng: random.Random, genes=None, b_whole=False) -> Applied | Declined:
     """`a` with the genes `b` changed since `base` (those of them in `genes`, if given) taken
-    from `b`; rng unused (deterministic)."""
+    from `b`; rng unused (deterministic). A child that is `b` itself (its requirements took
+    back every gene of `a`'s) declines, unless `b_whole`: folding many gains into one child,
+    a stronger gain may displace a weaker one whole (fused weights over fused linears)."""
     try:
         parents = {"a": program.parse(a), "b": program.parse(b)}
         ancestor = program.definitions(program.parse(base))
@@ -54,7 +56,7 @@ def merge_gains(a: str, b: str, base: str, rng: random.Random, genes=None) -> Ap
     if not changed:
         return Declined(MERGE_NAME, "b carries no gene that differs from the base")
     origin = {g: "b" if g in changed else "a" for g in shared}
-    return settled_child(MERGE_NAME, parents, (a, b), origin)
+    return settled_child(MERGE_NAME, parents, (a, b), origin, copies_of=("b",) if b_whole else ())
 
 
 def intended_genes(child: str, parent: str, args: dict) -> set:
@@ -80,10 +82,10 @@ def gene_key(stmt) -> tuple:
     return program.allele_of(stmt), program.code(stmt.with_changes(leading_lines=[]))
 
 
-def settled_child(name: str, parents: dict, sources: tuple, origin: dict) -> Applied | Declined:
+def settled_child(name: str, parents: dict, sources: tuple, origin: dict, copies_of=()) -> Applied | Declined:
     """The child taking each gene from the parent `origin` names, once requirements are
     settled (`origin` is repaired in place); Declined when they cannot settle or the child
-    is a copy of a parent."""
+    is a copy of a parent (but of those in `copies_of`)."""
     carried = {p: program.gene_alleles(mod) for p, mod in parents.items()}
     repairs = settle(origin, carried)
     if isinstance(repairs, str):
@@ -95,7 +97,7 @@ def settled_child(name: str, parents: dict, sources: tuple, origin: dict) -> App
     # Missing helpers come from b first: the child is a's module, so all it lacks is b's.
     child = program.finish(module, [parents["b"], parents["a"], program.seed_module()])
     for p, source in zip(("a", "b"), sources):
-        if child == source:
+        if child == source and p not in copies_of:
             return Declined(name, f"the child is a copy of parent {p}")
     return Applied(child, name, {"genes": origin, "repairs": repairs})
 

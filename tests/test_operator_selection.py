@@ -253,6 +253,33 @@ def test_merge_every_gain_keeps_the_best_programs_own_gene_over_a_weaker_gain_on
     assert carried["Engine"] == "cuda_graphs_prefill" and carried["rms_norm"] == "triton"
 
 
+def test_merge_every_gain_lets_a_stronger_gain_displace_a_weaker_one_whole():
+    """An H100 search screened fuse_linears (1.02x) and fused_both (1.12x) on its best: fused
+    weights need the fused mlp and q/k/v, so merging them into fuse_linears' child gave
+    fused_both's own program, declined as a copy, and the fold kept the weaker gain."""
+    scores, memo, seed = Scores(), Memo(), Program(SEED)
+    best = Program(swapped(SEED, "allele.Engine.cuda_graphs_prefill"), (seed.id,), "allele.Engine.cuda_graphs_prefill")
+    scores.add(seed.id, "ok", 100.0, 1.0, 1.0)
+    scores.add(best.id, "ok", 1000.0, 1.0, 1.0)
+    made = {}
+    for name, speed in (("fuse_linears", 1017.0), ("allele.load_weights.fused_both", 1115.0),
+                        ("allele.apply_rope.triton", 1154.0)):
+        result = mutations.apply_operator(name, best.source, random.Random(0))
+        made[name] = Program(result.source, (best.id,), name, result.args)
+        scores.add(made[name].id, "ok", speed, 1.0, 1.0)
+    memo.see([seed, best, *made.values()])
+    vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover)
+    child = merge_every_gain(best, scores, Program, vocabulary, memo, random.Random(0))
+    carried = program.gene_alleles(program.parse(child.source))
+    assert carried["load_weights"] == "fused_both" and carried["apply_rope"] == "triton"
+    assert child.operator_args["merged"] == [made["allele.load_weights.fused_both"].id,
+                                             made["allele.apply_rope.triton"].id]  # fuse_linears displaced
+    # A pair merge still declines a child that is b itself: b is judged already.
+    pair = mutations.merge_gains(made["fuse_linears"].source, made["allele.load_weights.fused_both"].source,
+                                 best.source, random.Random(0), genes={"load_weights"})
+    assert isinstance(pair, mutations.Declined) and "copy of parent b" in pair.reason
+
+
 def test_a_swap_that_puts_portable_code_where_a_gpu_kernel_runs_unports():
     graphs = swapped(SEED, "allele.Engine.cuda_graphs_prefill")  # brings Triton attention and pages
     assert mutations.unports("allele.Engine.cuda_graphs", graphs)
