@@ -183,6 +183,13 @@ class Vocabulary:
             self.intents[key] = set(self.intended_genes(child.source, parent.source, child.operator_args))
         return self.intents[key]
 
+    def differing(self, a, b) -> set:
+        """The genes in which programs `a` and `b` differ (needs `intended_genes`)."""
+        key = (a.id, b.id, None)
+        if key not in self.intents:
+            self.intents[key] = set(self.intended_genes(a.source, b.source, {}))
+        return self.intents[key]
+
     def merge(self, a: str, b: str, base: str, rng: random.Random, genes: set | None = None, b_whole=False):
         """merge_gains, taking from b only `genes` if given (`intended` named them); with
         `b_whole`, a child that is b itself is kept, not declined."""

@@ -280,6 +280,25 @@ def test_merge_every_gain_lets_a_stronger_gain_displace_a_weaker_one_whole():
     assert isinstance(pair, mutations.Declined) and "copy of parent b" in pair.reason
 
 
+def test_merge_every_gain_takes_a_refinement_of_a_gene_a_stronger_gain_brought():
+    """An H100 search: `last_token_logits` on the best (prefill graphs) changes its Engine
+    gene, which the 9x prefill-graphs gain on the seed owned, so the fold never took it."""
+    scores, memo, seed = Scores(), Memo(), Program(SEED)
+    result = mutations.apply_operator("allele.Engine.cuda_graphs_prefill", SEED, random.Random(0))
+    best = Program(result.source, (seed.id,), result.operator, result.args)
+    rms = Program(swapped(best.source, "allele.rms_norm.triton"), (best.id,), "allele.rms_norm.triton",
+                  {"repairs": {}})
+    last = Program(swapped(best.source, "last_token_logits"), (best.id,), "last_token_logits", {})
+    for program, speed in ((seed, 100.0), (best, 906.0), (rms, 940.0), (last, 906.5)):
+        scores.add(program.id, "ok", speed, 1.0, 1.0)
+    memo.see([seed, best, rms, last])
+    vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover)
+    assert vocabulary.intended(last, best) == {"Engine"} == vocabulary.intended(best, seed)
+    child = merge_every_gain(best, scores, Program, vocabulary, memo, random.Random(0))
+    assert child.operator_args["merged"] == [last.id, rms.id]
+    assert child.source == swapped(best.source, "last_token_logits", "allele.rms_norm.triton")
+
+
 def test_a_swap_that_puts_portable_code_where_a_gpu_kernel_runs_unports():
     graphs = swapped(SEED, "allele.Engine.cuda_graphs_prefill")  # brings Triton attention and pages
     assert mutations.unports("allele.Engine.cuda_graphs", graphs)
