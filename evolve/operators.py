@@ -169,6 +169,7 @@ class Vocabulary:
         self.intended_genes = getattr(module, "intended_genes", None)
         self.intents = {}  # (child id, parent id) -> the genes its operator meant to change
         get_operator = getattr(module, "get_operator", None)
+        self.get_operator = get_operator if callable(get_operator) else None
         self.devices_of = (lambda name: get_operator(name).devices) if callable(get_operator) else (lambda name: "any")
         self.is_deterministic = getattr(module, "is_deterministic", lambda name: False)
         self.unports = getattr(module, "unports", lambda name, source: False)
@@ -182,6 +183,17 @@ class Vocabulary:
         if key not in self.intents:
             self.intents[key] = set(self.intended_genes(child.source, parent.source, child.operator_args))
         return self.intents[key]
+
+    def replay(self, program, source: str):
+        """`program`'s operator applied to `source` with the args it was applied with; None
+        when the vocabulary cannot replay."""
+        if self.get_operator is None:
+            return None
+        try:
+            operator = self.get_operator(program.operator)
+        except KeyError:
+            return None
+        return operator.replay(source, program.operator_args) if hasattr(operator, "replay") else None
 
     def differing(self, a, b) -> set:
         """The genes in which programs `a` and `b` differ (needs `intended_genes`)."""

@@ -299,6 +299,28 @@ def test_merge_every_gain_takes_a_refinement_of_a_gene_a_stronger_gain_brought()
     assert child.source == swapped(best.source, "last_token_logits", "allele.rms_norm.triton")
 
 
+def test_merge_every_gain_replays_a_gain_that_changed_no_gene():
+    """Two H100 searches found PAGE_SIZE 32 at 1.10x and 1.19x on their best: a constant is
+    no gene, so the fold had nothing to take and left it out."""
+    scores, memo, seed = Scores(), Memo(), Program(SEED)
+    result = mutations.apply_operator("allele.Engine.cuda_graphs_prefill", SEED, random.Random(0))
+    best = Program(result.source, (seed.id,), result.operator, result.args)
+    rms = Program(swapped(best.source, "allele.rms_norm.triton"), (best.id,), "allele.rms_norm.triton",
+                  {"repairs": {}})
+    args = {"constant": "PAGE_SIZE", "new": 32}
+    pages = Program(mutations.get_operator("tune_constant").replay(best.source, args).source, (best.id,),
+                    "tune_constant", args)
+    for program, speed in ((seed, 100.0), (best, 906.0), (rms, 940.0), (pages, 1070.0)):
+        scores.add(program.id, "ok", speed, 1.0, 1.0)
+    memo.see([seed, best, rms, pages])
+    vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover)
+    assert vocabulary.intended(pages, best) == set()
+    child = merge_every_gain(best, scores, Program, vocabulary, memo, random.Random(0))
+    assert child.operator_args["merged"] == [rms.id, pages.id]
+    assert "PAGE_SIZE = 32  # range" in child.source and "def rms_norm" in child.source
+    assert child.source == mutations.get_operator("tune_constant").replay(rms.source, args).source
+
+
 def test_a_swap_that_puts_portable_code_where_a_gpu_kernel_runs_unports():
     graphs = swapped(SEED, "allele.Engine.cuda_graphs_prefill")  # brings Triton attention and pages
     assert mutations.unports("allele.Engine.cuda_graphs", graphs)
