@@ -58,8 +58,12 @@ def choose_winner(search):
 def closing_merge(search, best):
     """`best` with the gains it lacks, in one child never judged (two 8-minute H100 searches
     screened gains of 2-11% in their last generation, with no time left to merge them), or
-    None."""
+    None. The last generation's own merge of them, bred but not screened for lack of time,
+    is that child (a 7-minute H100 search)."""
     child = search.toolbox.merge_every_gain(best, search.scores)
+    twin = getattr(child, "twin", None)
+    if twin is not None:
+        child = search.toolbox.memo.program(twin)
     return child if hasattr(child, "source") and child.id not in search.scores else None
 
 

@@ -27,9 +27,11 @@ MERGE_DECLINED = "merge declined"  # ... and (a, b) when it declined: b had noth
 
 @dataclass(frozen=True)
 class Known:
-    """A child not worth judging, and why; it counts as cached."""
+    """A child not worth judging, and why; it counts as cached. `twin`: the id of the known
+    program with its code, when that is why."""
     operator: str
     reason: str
+    twin: str | None = None
 
 
 def normalized_id(source: str) -> str:
@@ -81,16 +83,16 @@ class Memo:
         if deterministic:
             self.spend(child.operator, child.parent_ids)
         key = (child.operator, json.dumps(child.operator_args, sort_keys=True, default=str), child.parent_ids)
+        twin = self.by_code.get(normalized_id(child.source))
         if key in self.applied:
             self.spend(child.operator, child.parent_ids)
-            return Known(child.operator, "applied to the same parents before")
+            return Known(child.operator, "applied to the same parents before", twin)
         self.applied.add(key)
         # Its own id too: an H100 search's merge and sweep bred one source twice in a
         # generation, judged once, and the brood was a child short.
-        twin = self.by_code.get(normalized_id(child.source))
         if twin is not None:
             self.twins.append((child.operator, twin, child.parent_ids))  # its operator made `twin`
-            return Known(child.operator, f"the code of {twin}, comments and layout aside")
+            return Known(child.operator, f"the code of {twin}, comments and layout aside", twin)
         self.see([child])
         return child
 

@@ -5,14 +5,16 @@ This module is also a toy operator vocabulary (`applicable_operators`, `apply_op
 `merge_gains`, ...) for the loop tests: each operator appends a line of code to the
 program; the fake judge below makes "fast_*" lines faster and a "bad" line incorrect.
 """
+import functools
 import json
 import pickle
 import random
+from types import SimpleNamespace
 
 import pytest
 
 import mutations
-from evolve import checkpoint, history
+from evolve import checkpoint, final, history
 from evolve.memo import Known, MERGE, MERGE_DECLINED, Memo, normalized_id
 from evolve.operators import (DECLINED, DEMOTED, FAILED, IMPROVED, NEUTRAL, OperatorSelector, gain_pairs, outcome,
                               sweep_rank, sweep_size)
@@ -319,6 +321,27 @@ def test_merge_every_gain_replays_a_gain_that_changed_no_gene():
     assert child.operator_args["merged"] == [rms.id, pages.id]
     assert "PAGE_SIZE = 32  # range" in child.source and "def rms_norm" in child.source
     assert child.source == mutations.get_operator("tune_constant").replay(rms.source, args).source
+
+
+def test_the_closing_merge_is_the_last_generations_merge_when_that_was_bred_but_not_judged():
+    """A 7-minute H100 search: the last generation's merge was bred, then skipped for time;
+    the final's merge of the same gains was known to the memo, and no closing merge ran."""
+    scores, memo, seed = Scores(), Memo(), Program(SEED)
+    best = Program(swapped(SEED, "allele.Engine.cuda_graphs_prefill"), (seed.id,), "allele.Engine.cuda_graphs_prefill")
+    rms = Program(swapped(best.source, "allele.rms_norm.triton"), (best.id,), "allele.rms_norm.triton", {"repairs": {}})
+    rope = Program(swapped(best.source, "allele.apply_rope.triton"), (best.id,), "allele.apply_rope.triton",
+                   {"repairs": {}})
+    for program, speed in ((seed, 100.0), (best, 906.0), (rms, 940.0), (rope, 950.0)):
+        scores.add(program.id, "ok", speed, 1.0, 1.0)
+    memo.see([seed, best, rms, rope])
+    vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover)
+    fold = functools.partial(merge_every_gain, make=Program, vocabulary=vocabulary, memo=memo, rng=random.Random(0))
+    search = SimpleNamespace(toolbox=SimpleNamespace(merge_every_gain=fold, memo=memo), scores=scores)
+    late = fold(best, scores)  # bred in the last generation, never screened
+    assert isinstance(late, Program) and isinstance(fold(best, scores), Known)
+    assert final.closing_merge(search, best) is late
+    scores.add(late.id, "ok", 990.0, 1.0, 1.0, level="screen")  # judged after all: nothing left to close
+    assert final.closing_merge(search, best) is None
 
 
 def test_a_swap_that_puts_portable_code_where_a_gpu_kernel_runs_unports():
