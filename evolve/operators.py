@@ -168,9 +168,10 @@ class Vocabulary:
         self.merge_gains = getattr(module, "merge_gains", None)
         self.intended_genes = getattr(module, "intended_genes", None)
         self.intents = {}  # (child id, parent id) -> the genes its operator meant to change
+        self.differences = {}  # (id, id) -> the genes in which the two programs differ
         get_operator = getattr(module, "get_operator", None)
         self.get_operator = get_operator if callable(get_operator) else None
-        self.devices_of = (lambda name: get_operator(name).devices) if callable(get_operator) else (lambda name: "any")
+        self.devices_of = (lambda name: get_operator(name).devices) if self.get_operator else (lambda name: "any")
         self.is_deterministic = getattr(module, "is_deterministic", lambda name: False)
         self.unports = getattr(module, "unports", lambda name, source: False)
 
@@ -197,10 +198,10 @@ class Vocabulary:
 
     def differing(self, a, b) -> set:
         """The genes in which programs `a` and `b` differ (needs `intended_genes`)."""
-        key = (a.id, b.id, None)
-        if key not in self.intents:
-            self.intents[key] = set(self.intended_genes(a.source, b.source, {}))
-        return self.intents[key]
+        key = (a.id, b.id)
+        if key not in self.differences:
+            self.differences[key] = set(self.intended_genes(a.source, b.source, {}))
+        return self.differences[key]
 
     def merge(self, a: str, b: str, base: str, rng: random.Random, genes: set | None = None, b_whole=False):
         """merge_gains, taking from b only `genes` if given (`intended` named them); with

@@ -164,8 +164,9 @@ def merge_every_gain(best: Program, scores, make, vocabulary: Vocabulary, memo: 
     each bringing only the genes its operator meant to change, so that where two changed
     the same gene the stronger one's stays, and where a stronger one's requirements take
     back a weaker one's genes it displaces it whole (an H100 search: fused_both at 1.12x
-    lost to fuse_linears at 1.02x, its merge declined as a copy). `best`'s own gain counts too: an H100 search
-    folded a 2x decode-graphs gain over its 5.7x prefill-graphs best and got 0.53x of it.
+    lost to fuse_linears at 1.02x, its merge declined as a copy). `best`'s own gain counts
+    too: an H100 search folded a 2x decode-graphs gain over its 5.7x prefill-graphs best
+    and got 0.53x of it.
     Pair merges combine two gains a generation; a sweep finds many at once. Declined when
     nothing new comes of it, or Known."""
     if vocabulary.merge_gains is None:
