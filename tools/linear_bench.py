@@ -1,0 +1,123 @@
+"""Skinny matmuls on a GPU: cuBLAS against tools.skinny_matmul's kernels, microseconds a projection.
+
+    python -m tools.linear_bench [--rows 1 8 64] [--configs public one_b] [--sweep] [--json OUT]
+
+For each projection of the public, 12-layer and 1B-class configs (q/k/v stacked, o, gate/up
+stacked, down, lm_head) and each row count: cuBLAS on `x @ w.T` and on a weight stored
+transposed (`x @ wt`); `skinny_matmul` with its plan (`--sweep`: every setting, the best
+named); `prefetched_matmul` without and with programmatic dependent launch. Each way is
+captured in a CUDA graph over enough copies of the weight to overflow the L2 cache (a decode
+step reads every layer's weights from memory once), one call after another as a step's
+kernels run, and replayed; microseconds a call and the weight's bytes over them (GB/s).
+Every way's output is checked against fp32 first.
+"""
+import argparse
+import itertools
+import json
+from pathlib import Path
+
+import torch
+import triton
+
+from tools import skinny_matmul as kernels
+
+CONFIGS = {  # hidden, query width, K/V width, intermediate, vocab
+    "public": (768, 768, 768, 3072, 6000),
+    "twelve_layer": (768, 768, 768, 3072, 4096),
+    "one_b": (2048, 2048, 256, 5632, 32000),
+}
+L2_BYTES = 256 << 20  # weight copies a graph cycles through: far above an H100's 50 MB of L2
+
+
+def projections(hidden, q_width, kv_width, intermediate, vocab) -> dict:
+    """name -> (out, in) of each weight a layer (and the head) multiplies by."""
+    return {"qkv": (q_width + 2 * kv_width, hidden), "o": (hidden, q_width),
+            "gate_up": (2 * intermediate, hidden), "down": (hidden, intermediate), "lm_head": (vocab, hidden)}
+
+
+def time_calls(fn, weights, replays=10) -> float:
+    """Microseconds a call of fn(w), captured once per weight copy in one graph and replayed."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn(weights[0])  # compiles and warms outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for w in weights:
+            fn(w)
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / (replays * len(weights))
+
+
+def checked(fn, x, weight, want) -> None:
+    got = fn(weight).float()
+    error = ((got - want).norm() / want.norm()).item()
+    assert error < 2e-3, error
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[1, 4, 8, 16, 32, 64])
+    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--sweep", action="store_true", help="time every kernel setting too")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    rows_out = []
+    for config in args.configs:
+        for name, (out, inner) in projections(*CONFIGS[config]).items():
+            copies = max(1, -(-L2_BYTES // (out * inner * 2)))
+            weights = [torch.randn(out, inner, device="cuda", dtype=torch.float16) * 0.02 for _ in range(copies)]
+            transposed = [w.T.contiguous() for w in weights]
+            for num_rows in args.rows:
+                x = torch.randn(num_rows, inner, device="cuda", dtype=torch.float16)
+                want = x.float() @ weights[0].float().T
+                plan = kernels.skinny_plan(num_rows, out, inner)
+                ways = {"cublas": lambda w: x @ w.T,
+                        "plan": lambda w, p=plan: kernels.skinny_matmul(x, w, *p)}
+                for share in (512, 1024):
+                    block_n, split_k = kernels.prefetch_plan(num_rows, out, inner, share)
+                    for pdl in (False, True):
+                        ways[f"prefetch{share}{'_pdl' if pdl else ''}"] = \
+                            lambda w, b=block_n, s=split_k, p=pdl: kernels.prefetched_matmul(x, w, b, s, p)
+                row = {"config": config, "proj": name, "rows": num_rows, "out": out, "in": inner,
+                       "plan": list(plan)}
+                for way, fn in ways.items():
+                    checked(fn, x, weights[0], want)
+                    row[way + "_us"] = round(time_calls(fn, weights), 2)
+                row["cublas_nn_us"] = round(time_calls(lambda wt: x @ wt, transposed), 2)
+                if args.sweep:
+                    best = None
+                    for block_n, block_k, split_k, stages in itertools.product((16, 32, 64), (64, 128, 256),
+                                                                               (1, 2, 4, 8), (3, 5)):
+                        if inner // split_k < block_k:
+                            continue
+                        fn = lambda w: kernels.skinny_matmul(x, w, block_n, block_k, split_k, 4, stages)
+                        try:
+                            checked(fn, x, weights[0], want)
+                        except triton.runtime.errors.OutOfResources:
+                            continue
+                        us = time_calls(fn, weights, replays=5)
+                        if best is None or us < best[0]:
+                            best = (round(us, 2), [block_n, block_k, split_k, stages])
+                    row["best_us"], row["best"] = best
+                gb = out * inner * 2 / 1e3
+                for key in [k for k in row if k.endswith("_us")]:
+                    row[key.replace("_us", "_gbps")] = round(gb / row[key])
+                print(json.dumps(row), flush=True)
+                rows_out.append(row)
+            del weights, transposed
+            torch.cuda.empty_cache()
+    if args.json:
+        args.json.write_text(json.dumps(rows_out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
