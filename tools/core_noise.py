@@ -58,7 +58,8 @@ def measure(cores: list, seconds: float) -> dict:
     for w in workers:
         w.join()
     per_core = {c: [s for _, s in results[c]] for c in cores}
-    summary = {"busy": len(cores), "per_core_median_ms": {c: round(statistics.median(v) * 1e3, 2) for c, v in per_core.items()},
+    summary = {"busy": len(cores),
+               "per_core_median_ms": {c: round(statistics.median(v) * 1e3, 2) for c, v in per_core.items()},
                "per_core_cv": {c: round(statistics.stdev(v) / statistics.fmean(v), 3) for c, v in per_core.items()}}
     if len(cores) > 1:
         seconds_windows = {c: window_medians(results[c], 1.0) for c in cores}
@@ -72,7 +73,8 @@ def measure(cores: list, seconds: float) -> dict:
         total_var = statistics.pvariance(all_values)
         summary["window_spread_across_cores"] = {"median": round(statistics.median(spreads), 3),
                                                  "max": round(max(spreads), 3)}
-        summary["variance_shared_by_all_cores"] = round(statistics.pvariance(shared) / total_var, 3) if total_var else None
+        shared_share = statistics.pvariance(shared) / total_var if total_var else None
+        summary["variance_shared_by_all_cores"] = shared_share and round(shared_share, 3)
         five = {c: window_medians(results[c], 5.0) for c in cores}
         keys = sorted(set.intersection(*(set(w) for w in five.values())))
         correlations = []

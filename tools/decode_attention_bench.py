@@ -16,6 +16,8 @@ from types import SimpleNamespace
 
 import torch
 
+from tools.graph_timing import time_graph
+
 ALLELES = Path(__file__).resolve().parents[1] / "mutations" / "alleles"
 # (name, batch, query heads, K/V heads, head_dim, tokens a request holds, max_positions)
 SHAPES = [("public decode", 8, 4, 4, 192, 48, 6000), ("public mixed", 8, 4, 4, 192, 130, 6000),
@@ -49,26 +51,6 @@ def make_call(batch, heads, kv_heads, head_dim, tokens, max_positions):
     return cache, step, torch.randn(batch, heads, head_dim, device="cuda", dtype=torch.float16)
 
 
-def time_graph(fn, replays=200) -> float:
-    """Microseconds a replay of fn captured in a CUDA graph."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()  # compiles and warms outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / replays
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--programs", type=int, nargs="+", default=[128, 256, 512, 1024, 2048])
@@ -79,7 +61,8 @@ def main(argv=None) -> int:
     for name, *shape in SHAPES:
         cache, step, q = make_call(*shape)
         want = module.table_attention(q, cache, 0, step)
-        row = {"shape": name, "reference_us": round(time_graph(lambda: module.table_attention(q, cache, 0, step)), 2)}
+        reference_us = time_graph([lambda: module.table_attention(q, cache, 0, step)], 200)
+        row = {"shape": name, "reference_us": round(reference_us, 2)}
         for tile in args.tiles:
             module.DECODE_TILE = tile or default_tile
             for programs in args.programs:
@@ -92,7 +75,7 @@ def main(argv=None) -> int:
                     continue
                 error = (got.float() - want.float()).abs().max().item()
                 assert error < 1e-2, (name, programs, tile, error)
-                row[key] = round(time_graph(lambda: module.attend_decode(q, None, None, cache, 0, step)), 2)
+                row[key] = round(time_graph([lambda: module.attend_decode(q, None, None, cache, 0, step)], 200), 2)
         print(json.dumps(row), flush=True)
     return 0
 

@@ -20,6 +20,7 @@ import torch
 import triton
 
 from tools import skinny_matmul as kernels
+from tools.graph_timing import time_graph
 
 CONFIGS = {  # hidden, query width, K/V width, intermediate, vocab
     "public": (768, 768, 768, 3072, 6000),
@@ -36,24 +37,8 @@ def projections(hidden, q_width, kv_width, intermediate, vocab) -> dict:
 
 
 def time_calls(fn, weights, replays=10) -> float:
-    """Microseconds a call of fn(w), captured once per weight copy in one graph and replayed."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn(weights[0])  # compiles and warms outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for w in weights:
-            fn(w)
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / (replays * len(weights))
+    """Microseconds a call of fn(w), once per weight copy, one after another in one graph."""
+    return time_graph([lambda w=w: fn(w) for w in weights], replays)
 
 
 def checked(fn, x, weight, want) -> None:
