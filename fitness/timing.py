@@ -28,6 +28,16 @@ CLEAR_LOSS = 1 / 3  # a candidate this much slower than its baseline in every ro
                     # (after one round: the worst single run on a GPU was 1.5x its median)
 RESOLUTION = 0.02  # a ratio is clear when its ~95% interval excludes 1, or is narrower than +-2%
                   # (a caller may accept a coarser one: a screen only needs to know a 5% gain)
+# A program timed alone has no baseline to share its drift: its rounds go on until the
+# standard error of its mean log fitness is under ALONE_ERROR and they have spanned
+# ALONE_MIN_SPAN_S, up to ALONE_MAX_ROUNDS or ALONE_MAX_SPAN_S. On the GPU machines a
+# host-bound engine's rounds vary by ~15% and a core's slow spells last seconds: 3 rounds
+# left the seed's fitness at a CV of 17% from one judgement to the next, and two judgements
+# of 3-4 steady rounds each drew 7,470 and 9,276 tokens/s (docs/PERF.md).
+ALONE_ERROR = 0.025
+ALONE_MIN_SPAN_S = 10.0
+ALONE_MAX_SPAN_S = 20.0
+ALONE_MAX_ROUNDS = 20
 # Two-sided 95% quantiles of Student's t by degrees of freedom: with few rounds the spread
 # is itself uncertain, and a normal quantile would call differences clear too soon.
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23,
@@ -101,12 +111,18 @@ class Outcome:
         return bool(logs) and max(logs) < math.log(CLEAR_LOSS)
 
     def is_clear(self, candidate: Contender, resolution: float = RESOLUTION) -> bool:
+        """Beside a baseline: the ratio is known well enough. Alone: `is_precise`."""
         if self.baseline is None:
-            return True
+            return self.is_precise(candidate)
         if candidate.rounds < 2:
             return False
         ratio, low, high = self.ratio(candidate)
         return low > 1.0 or high < 1.0 or (high / low) ** 0.5 < 1.0 + resolution
+
+    def is_precise(self, candidate: Contender) -> bool:
+        """Timed alone: the standard error of its mean log fitness over rounds is under ALONE_ERROR."""
+        logs = [math.log(candidate.round_fitness(self.cases, i)) for i in range(candidate.rounds)]
+        return len(logs) >= 2 and statistics.stdev(logs) / math.sqrt(len(logs)) <= ALONE_ERROR
 
 
 class TimedOutputCheck:
@@ -166,13 +182,18 @@ def measure(candidates: list, baseline, cases: dict, raw_config: dict, weight_di
             resolution: float = RESOLUTION) -> Outcome:
     """Interleaved rounds of warmed-up candidates and their baseline. A candidate leaves
     once its comparison with the baseline is clear (after `min_rounds`), or when it fails
-    (its `failure`); the rounds end when none is left. In each case of a round every
-    runner makes its engine at once (untimed), then each runs in turn, alone: the others
-    are stopped (SIGSTOP) while it is timed. A failure of the baseline ends them all."""
+    (its `failure`); the rounds end when none is left. Alone (no baseline), a candidate's
+    rounds go on until its own fitness is precise (`Outcome.is_precise`) over at least
+    ALONE_MIN_SPAN_S, up to the larger of `max_rounds` and ALONE_MAX_ROUNDS, or for
+    ALONE_MAX_SPAN_S. In each case of a round every runner makes its engine at once
+    (untimed), then each runs in turn, alone: the others are stopped (SIGSTOP) while it is
+    timed. A failure of the baseline ends them all."""
     ramp_gpu_clocks(device)
     outcome = Outcome(baseline, cases)
     active = list(candidates)
-    round_seconds = 0.0
+    round_seconds, first_round = 0.0, time.monotonic()
+    if baseline is None:
+        max_rounds = max(max_rounds, ALONE_MAX_ROUNDS)
     while active and outcome.rounds < max_rounds and (outcome.rounds == 0 or time_left() > 2 * round_seconds):
         started = time.monotonic()
         everyone = active + ([baseline] if baseline else [])
@@ -206,9 +227,17 @@ def measure(candidates: list, baseline, cases: dict, raw_config: dict, weight_di
                     attempt(contender, baseline, check, outputs, events, seed, f"{contender.name}/timed/{name}")
             order = [c for c in order if c.failure is None]
         outcome.rounds += 1
-        round_seconds = time.monotonic() - started
-        active = [c for c in active if c.failure is None and not outcome.is_far_behind(c) and
-                  not (outcome.rounds >= min_rounds and outcome.is_clear(c, resolution))]
+        round_seconds, span = time.monotonic() - started, time.monotonic() - first_round
+
+        def is_done(c: Contender) -> bool:
+            if c.failure is not None or outcome.is_far_behind(c):
+                return True
+            if baseline is None:  # alone: rounds over a slow spell of the host, not one moment of it
+                return span >= ALONE_MAX_SPAN_S or (span >= ALONE_MIN_SPAN_S and outcome.rounds >= min_rounds
+                                                     and outcome.is_precise(c))
+            return outcome.rounds >= min_rounds and outcome.is_clear(c, resolution)
+
+        active = [c for c in active if not is_done(c)]
     return outcome
 
 

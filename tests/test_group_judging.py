@@ -8,7 +8,9 @@ import pytest
 from evolve.judging import batches, group_size
 from fitness.candidate import CandidateProcess
 from fitness.judge import MAX_GROUP, Judge
-from fitness.timing import Contender, Outcome, measure
+from fitness import timing
+from fitness.timing import ALONE_ERROR, ALONE_MAX_ROUNDS, Contender, Outcome, measure
+from fitness.traces import prefill
 from tests import cheats, planted
 from tests.cheats import at_import
 from tests.conftest import SEED_ENGINE
@@ -98,6 +100,56 @@ def test_a_candidate_far_behind_its_baseline_leaves_after_one_round():
     outcome = measure([slow, near], base, {"one": []}, {}, None, "cpu", lambda *args: 0.0, 2, 4, lambda: 60.0)
     assert slow.rounds == 1 and outcome.is_far_behind(slow)  # 0.3x: clear at once
     assert near.rounds >= 2 and not outcome.is_far_behind(near)
+
+
+class Drifting(Stub):
+    """A runner whose timed runs take each of `seconds` in turn, `wall` seconds of the
+    judge's time each."""
+
+    def __init__(self, name, everyone, seconds, wall=0.0):
+        super().__init__(name, everyone, seconds)
+        self.runs, self.wall = 0, wall
+
+    def go(self, timed=False):
+        self.runs += 1
+        time.sleep(self.wall)
+        return self.seconds[(self.runs - 1) % len(self.seconds)]
+
+
+def timed_alone(seconds, wall=0.0) -> tuple:
+    """(outcome, contender) of a Drifting runner timed alone on one case, 3 to 5 rounds asked."""
+    runners = []
+    runners.append(Drifting("alone", runners, seconds, wall))
+    contender = Contender("alone", runners[0])
+    outcome = measure([contender], None, {"one": [prefill([0], [8])]}, {}, None, "cpu", lambda *args: 0.0, 3, 5,
+                      lambda: 60.0)
+    return outcome, contender
+
+
+def test_a_program_timed_alone_is_timed_until_its_fitness_is_precise(monkeypatch):
+    """Alone, no baseline shares the host's drift: a steady program stops at the least
+    rounds, a host-bound one swinging by 15% goes on until the standard error of its mean
+    log fitness is under ALONE_ERROR, and one that never settles stops at ALONE_MAX_ROUNDS."""
+    monkeypatch.setattr(timing, "ALONE_MIN_SPAN_S", 0.0)
+    assert timed_alone([0.010, 0.0101, 0.0099])[1].rounds == 3
+    outcome, swinging = timed_alone([0.010, 0.0115, 0.0087, 0.0104, 0.0094])
+    assert 5 < swinging.rounds < ALONE_MAX_ROUNDS and outcome.is_precise(swinging)
+    assert not outcome.is_precise(Contender("short", None, {"one": swinging.seconds["one"][:3]}))
+    outcome, wild = timed_alone([0.010, 0.030])
+    assert wild.rounds == ALONE_MAX_ROUNDS and not outcome.is_precise(wild)
+    assert ALONE_ERROR < 0.05
+
+
+def test_a_program_timed_alone_is_timed_over_a_span_not_a_moment(monkeypatch):
+    """A host's slow spells last seconds, so steady rounds are not enough alone: they go on
+    for ALONE_MIN_SPAN_S of the judge's time, and never past ALONE_MAX_SPAN_S."""
+    monkeypatch.setattr(timing, "ALONE_MIN_SPAN_S", 0.3)
+    monkeypatch.setattr(timing, "ALONE_MAX_SPAN_S", 10.0)
+    steady = timed_alone([0.010, 0.0101, 0.0099], wall=0.05)[1]
+    assert 6 <= steady.rounds < ALONE_MAX_ROUNDS  # ~0.05 s a round: six or more to span 0.3 s
+    monkeypatch.setattr(timing, "ALONE_MAX_SPAN_S", 0.3)
+    wild = timed_alone([0.010, 0.030], wall=0.05)[1]
+    assert 6 <= wild.rounds < ALONE_MAX_ROUNDS  # never precise: stopped by the span
 
 
 def test_a_baseline_runner_is_kept_warm_for_the_next_judgement_beside_it(small_target, scratch, tmp_path):
