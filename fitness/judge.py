@@ -53,9 +53,9 @@ class RunnerDriver:
     engine, on the runner's own core, beside other runners preparing theirs), `go` (on
     the timing core, every other runner stopped, when timed) and `fetch`."""
 
-    def __init__(self, process, device: str, deadline: float, home_cpu=None, timing_cpu=None):
+    def __init__(self, process, device: str, deadline: float, home_cpu=None, timing=None):
         self.process, self.device, self.deadline = process, device, deadline
-        self.home_cpu, self.timing_cpu = home_cpu, timing_cpu
+        self.home_cpu, self.timing = home_cpu, timing  # timing: TimingCores (a GPU's), or None
         self.last_seconds, self.last_checksum, self.last_peak_bytes = 0.0, None, 0
 
     def left(self) -> float:
@@ -71,12 +71,13 @@ class RunnerDriver:
 
     def go(self, timed: bool = False) -> float:
         """Run the prepared calls. Every run is timed the same way; a `timed` one (a
-        measurement) runs on the timing core, on a GPU whose clocks were just busy."""
+        measurement) runs on the round's timing core, on a GPU whose clocks were just busy."""
+        cpu = self.timing.current() if timed and self.timing is not None else None
         if timed:
-            self.place(self.timing_cpu)
+            self.place(cpu)
             ramp_gpu_clocks(self.device, CLOCK_BURST_S)
-        awake = timed and self.timing_cpu is not None  # on a GPU: the judge waits busy, off the runner's core
-        with kept_off(core_siblings(self.timing_cpu) if awake else frozenset()):
+        awake = cpu is not None  # on a GPU: the judge waits busy, off the runner's core
+        with kept_off(core_siblings(cpu) if awake else frozenset()):
             self.last_seconds, self.last_checksum = self.process.timed_go(self.left(), awake=awake)
         return self.last_seconds
 
@@ -109,6 +110,22 @@ class RunnerDriver:
         return int(header["retained_bytes"])
 
 
+class TimingCores:
+    """The core each round's timed runs go to: on a GPU, the judge's cores in turn, one a
+    round, every contender of a round on the same one. The GPU machines' cores have slow
+    spells of their own lasting seconds (only 8-18% of a core's variance is shared by all:
+    docs/PERF.md, 2026-11-24), so a judgement timed on one core took that core's spell whole."""
+
+    def __init__(self, cores):
+        self.cores, self.turn = list(cores), 0
+
+    def current(self):
+        return self.cores[self.turn % len(self.cores)]
+
+    def advance(self) -> None:
+        self.turn += 1
+
+
 @contextlib.contextmanager
 def kept_off(cpus):
     """The calling thread kept off `cpus` for the block."""
@@ -139,13 +156,12 @@ class Judge:
         self.kept = None  # the last baseline's runner, warm, for the next judgement beside it
         # Threads that only wait on runners: the untimed work of a group runs at once.
         self.helpers = ThreadPoolExecutor(MAX_GROUP + 1, thread_name_prefix="untimed")
-        # On a GPU: every timed run on one core (the last), each runner's untimed work on
-        # a core of its own, so runners can make engines and pass gates at once; the
-        # timing core's SMT siblings, if any, are left idle.
+        # On a GPU: each runner's untimed work on a core of its own, so runners can make
+        # engines and pass gates at once; timed runs on every core in turn, one a round
+        # (every other runner is stopped meanwhile, and the judge waits off its SMT siblings).
         cores = sorted(os.sched_getaffinity(0))
-        self.timing_cpu = cores[-1] if is_cuda(device) else None
-        quiet = core_siblings(cores[-1])
-        self.home_cpus = ([c for c in cores if c not in quiet] or cores[:-1] or cores) if is_cuda(device) else [None]
+        self.timing = TimingCores(cores) if is_cuda(device) else None
+        self.home_cpus = cores if is_cuda(device) else [None]
 
     def close(self) -> None:
         self.drop_kept()
@@ -191,7 +207,7 @@ class Judge:
             live = [e for e in entries if e.alive]
             for entry, process in zip(live, self.spares.take_many(len(live))):
                 entry.bind(RunnerDriver(process, self.device, deadline, self.home_cpus[entry.index % len(self.home_cpus)],
-                                        self.timing_cpu))
+                                        self.timing))
                 entry.attempt(self.load, entry.driver, entry.path, stage="import")
             if baseline is not None and any(e.alive for e in entries):
                 with blamed_on_baseline():
@@ -214,7 +230,8 @@ class Judge:
                     # Only the baseline's failures leave `measure`: a candidate's is its own.
                     outcome = measure([e.contender for e in live], base.contender() if base else None, cases,
                                       raw_config, weight_dir, self.device, check, min_rounds, max_rounds,
-                                      lambda: rounds_end - time.monotonic(), resolution)
+                                      lambda: rounds_end - time.monotonic(), resolution,
+                                      self.timing.advance if self.timing else None)
                 for entry in live:
                     entry.record_timing(outcome, cases)
         except Exception as err:  # the config, the baseline, or our reading of a runner's answer
@@ -295,7 +312,7 @@ class Judge:
             self.drop_kept()
         if self.kept is None:  # it outlives the judgement: not among the runners closed with it
             driver = RunnerDriver(self.spares.take_many(1)[0], self.device, deadline, self.home_cpus[-1],
-                                  self.timing_cpu)
+                                  self.timing)
             self.kept = KeptRunner(key, driver)
             self.load(driver, path)
         self.kept.driver.process.resume()

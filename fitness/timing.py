@@ -179,7 +179,7 @@ def check_warm_up(check: TimedOutputCheck, label: str, runs: list) -> None:
 
 def measure(candidates: list, baseline, cases: dict, raw_config: dict, weight_dir, device: str,
             check: TimedOutputCheck, min_rounds: int, max_rounds: int, time_left,
-            resolution: float = RESOLUTION) -> Outcome:
+            resolution: float = RESOLUTION, next_round=None) -> Outcome:
     """Interleaved rounds of warmed-up candidates and their baseline. A candidate leaves
     once its comparison with the baseline is clear (after `min_rounds`), or when it fails
     (its `failure`); the rounds end when none is left. Alone (no baseline), a candidate's
@@ -187,7 +187,8 @@ def measure(candidates: list, baseline, cases: dict, raw_config: dict, weight_di
     ALONE_MIN_SPAN_S, up to the larger of `max_rounds` and ALONE_MAX_ROUNDS, or for
     ALONE_MAX_SPAN_S. In each case of a round every runner makes its engine at once
     (untimed), then each runs in turn, alone: the others are stopped (SIGSTOP) while it is
-    timed. A failure of the baseline ends them all."""
+    timed. A failure of the baseline ends them all. `next_round()`, when given, is called
+    before each round (the judge moves its timing core)."""
     ramp_gpu_clocks(device)
     outcome = Outcome(baseline, cases)
     active = list(candidates)
@@ -196,6 +197,8 @@ def measure(candidates: list, baseline, cases: dict, raw_config: dict, weight_di
         max_rounds = max(max_rounds, ALONE_MAX_ROUNDS)
     while active and outcome.rounds < max_rounds and (outcome.rounds == 0 or time_left() > 2 * round_seconds):
         started = time.monotonic()
+        if next_round is not None:
+            next_round()
         everyone = active + ([baseline] if baseline else [])
         shift = outcome.rounds % len(everyone)
         order = everyone[shift:] + everyone[:shift]  # each takes every place in turn

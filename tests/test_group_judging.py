@@ -7,7 +7,7 @@ import pytest
 
 from evolve.judging import batches, group_size
 from fitness.candidate import CandidateProcess
-from fitness.judge import MAX_GROUP, Judge
+from fitness.judge import MAX_GROUP, Judge, TimingCores
 from fitness import timing
 from fitness.timing import ALONE_ERROR, ALONE_MAX_ROUNDS, Contender, Outcome, measure
 from fitness.traces import prefill
@@ -86,8 +86,11 @@ def test_measure_times_each_contender_with_every_other_stopped():
     everyone += [Stub("a", everyone, 0.01), Stub("b", everyone, 0.02), Stub("base", everyone, 0.03)]
     a, b, base = (Contender(s.name, s) for s in everyone)
     cases = {"one": [], "two": []}
-    outcome = measure([a, b], base, cases, {}, None, "cpu", lambda *args: 0.0, 2, 3, lambda: 60.0)
+    rounds_begun = []
+    outcome = measure([a, b], base, cases, {}, None, "cpu", lambda *args: 0.0, 2, 3, lambda: 60.0,
+                      next_round=lambda: rounds_begun.append(len(a.seconds.get("one", []))))
     assert isinstance(outcome, Outcome) and outcome.rounds == 2  # both clear after two rounds
+    assert rounds_begun == [0, 1]  # the judge hears of each round before it runs (its timing core moves)
     assert b.seconds == {"one": [0.02, 0.02], "two": [0.02, 0.02]}
     assert outcome.ratio(a)[0] == pytest.approx(3.0) and outcome.ratio(b)[0] == pytest.approx(1.5)
     assert not any(s.paused for s in everyone)
@@ -150,6 +153,16 @@ def test_a_program_timed_alone_is_timed_over_a_span_not_a_moment(monkeypatch):
     monkeypatch.setattr(timing, "ALONE_MAX_SPAN_S", 0.3)
     wild = timed_alone([0.010, 0.030], wall=0.05)[1]
     assert 6 <= wild.rounds < ALONE_MAX_ROUNDS  # never precise: stopped by the span
+
+
+def test_timing_cores_take_turns_one_a_round():
+    """A judgement's rounds meet several cores' slow spells, not one core's whole."""
+    cores = TimingCores([3, 5, 7])
+    seen = []
+    for _ in range(4):
+        cores.advance()
+        seen.append(cores.current())
+    assert seen == [5, 7, 3, 5]
 
 
 def test_a_baseline_runner_is_kept_warm_for_the_next_judgement_beside_it(small_target, scratch, tmp_path):
