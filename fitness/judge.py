@@ -111,16 +111,23 @@ class RunnerDriver:
 
 
 class TimingCores:
-    """The core each round's timed runs go to: on a GPU, the judge's cores in turn, one a
-    round, every contender of a round on the same one. The GPU machines' cores have slow
-    spells of their own lasting seconds (only 8-18% of a core's variance is shared by all:
-    docs/PERF.md, 2026-11-24), so a judgement timed on one core took that core's spell whole."""
+    """The core a timed run goes to, on a GPU. Beside a baseline: the judge's last core,
+    which no runner calls home; both contenders of a round meet its state, and their ratio
+    cancels it (the seed beside itself: ratios' CV 1.3%). Alone (`rotating`): the judge's
+    cores in turn, one a round. The GPU machines' cores have slow spells of their own lasting
+    seconds (only 8-18% of a core's variance is shared by all), and a judgement alone on one
+    core took its spell whole: the seed's fitness drew a CV of 8% over five judgements of
+    20 rounds on one core, 4% in turn over 16 (docs/PERF.md, 2026-11-24)."""
 
     def __init__(self, cores):
-        self.cores, self.turn = list(cores), 0
+        self.cores, self.turn, self.rotating = list(cores), 0, False
+
+    @property
+    def quiet(self):
+        return self.cores[-1]
 
     def current(self):
-        return self.cores[self.turn % len(self.cores)]
+        return self.cores[self.turn % len(self.cores)] if self.rotating else self.quiet
 
     def advance(self) -> None:
         self.turn += 1
@@ -157,11 +164,12 @@ class Judge:
         # Threads that only wait on runners: the untimed work of a group runs at once.
         self.helpers = ThreadPoolExecutor(MAX_GROUP + 1, thread_name_prefix="untimed")
         # On a GPU: each runner's untimed work on a core of its own, so runners can make
-        # engines and pass gates at once; timed runs on every core in turn, one a round
-        # (every other runner is stopped meanwhile, and the judge waits off its SMT siblings).
+        # engines and pass gates at once; timed runs as TimingCores says, the quiet core's
+        # SMT siblings, if any, left to it.
         cores = sorted(os.sched_getaffinity(0))
         self.timing = TimingCores(cores) if is_cuda(device) else None
-        self.home_cpus = cores if is_cuda(device) else [None]
+        quiet = core_siblings(cores[-1])
+        self.home_cpus = ([c for c in cores if c not in quiet] or cores[:-1] or cores) if is_cuda(device) else [None]
 
     def close(self) -> None:
         self.drop_kept()
@@ -228,10 +236,10 @@ class Judge:
                         base.warm = True
                     self.spares.settle()
                     # Only the baseline's failures leave `measure`: a candidate's is its own.
-                    outcome = measure([e.contender for e in live], base.contender() if base else None, cases,
-                                      raw_config, weight_dir, self.device, check, min_rounds, max_rounds,
-                                      lambda: rounds_end - time.monotonic(), resolution,
-                                      self.timing.advance if self.timing else None)
+                    with self.cores_for(alone=base is None) as next_round:
+                        outcome = measure([e.contender for e in live], base.contender() if base else None, cases,
+                                          raw_config, weight_dir, self.device, check, min_rounds, max_rounds,
+                                          lambda: rounds_end - time.monotonic(), resolution, next_round)
                 for entry in live:
                     entry.record_timing(outcome, cases)
         except Exception as err:  # the config, the baseline, or our reading of a runner's answer
@@ -265,6 +273,18 @@ class Judge:
                 runners = [entry.driver.process] if entry.driver else []
                 entry.verdict["phases"] = phases(marks, runners + ([base.driver.process] if base else []))
         return [entry.verdict for entry in entries]
+
+    @contextlib.contextmanager
+    def cores_for(self, alone: bool):
+        """The timing cores' rule for one measurement; yields measure's `next_round`."""
+        if self.timing is None or not alone:
+            yield None
+            return
+        self.timing.rotating = True
+        try:
+            yield self.timing.advance
+        finally:
+            self.timing.rotating = False
 
     def static_check(self, entry: "Entry") -> None:
         source = entry.path.read_text()

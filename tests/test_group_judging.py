@@ -155,14 +155,23 @@ def test_a_program_timed_alone_is_timed_over_a_span_not_a_moment(monkeypatch):
     assert 6 <= wild.rounds < ALONE_MAX_ROUNDS  # never precise: stopped by the span
 
 
-def test_timing_cores_take_turns_one_a_round():
-    """A judgement's rounds meet several cores' slow spells, not one core's whole."""
-    cores = TimingCores([3, 5, 7])
-    seen = []
-    for _ in range(4):
-        cores.advance()
-        seen.append(cores.current())
-    assert seen == [5, 7, 3, 5]
+def test_timing_cores_take_turns_alone_and_stay_on_the_quiet_core_beside_a_baseline():
+    """Alone, a judgement's rounds meet several cores' slow spells, not one core's whole;
+    beside a baseline, both contenders share the quiet core (the ratio cancels its state)."""
+    judge = Judge("cpu")
+    judge.timing = cores = TimingCores([3, 5, 7])
+    try:
+        seen = []
+        with judge.cores_for(alone=True) as next_round:
+            for _ in range(4):
+                next_round()
+                seen.append(cores.current())
+        assert seen == [5, 7, 3, 5]
+        with judge.cores_for(alone=False) as next_round:
+            assert next_round is None and cores.current() == 7
+        assert cores.current() == 7  # the rotation ends with the measurement
+    finally:
+        judge.close()
 
 
 def test_a_baseline_runner_is_kept_warm_for_the_next_judgement_beside_it(small_target, scratch, tmp_path):
