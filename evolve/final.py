@@ -5,9 +5,9 @@ speed (evolve.scores: every paired comparison, this one included) wins; the seed
 unless beaten. A contender that fails this fresh judgement is out.
 
 Beside them, when the time allows, the closing merge: the best with every gain it lacks
-(`merge_every_gain`), a child no generation had time to judge. Its first judgement is this
-one, in full (derived configs and churn too, as a confirmation), so the gate it passes is
-the one every winner passes.
+(`merge_every_gain`), a child no generation had time to confirm. Its judgement here is in
+full (derived configs and churn too, as a confirmation), so the gate it passes is the one
+every winner passes.
 
 What results.log gets about the winner: its ratio to the seed with a ~95% interval, the
 confidence that it is faster at all, and the coefficient of variation of its fitness
@@ -56,15 +56,20 @@ def choose_winner(search):
 
 
 def closing_merge(search, best):
-    """`best` with the gains it lacks, in one child never judged (two 8-minute H100 searches
-    screened gains of 2-11% in their last generation, with no time left to merge them), or
-    None. The last generation's own merge of them, bred but not screened for lack of time,
-    is that child (a 7-minute H100 search)."""
+    """`best` with the gains it lacks, in one child never confirmed (two 8-minute H100
+    searches screened gains of 2-11% in their last generation, with no time left to merge
+    them), or None. The last generation's own merge of them is that child when it was bred
+    but not screened for lack of time (a 7-minute H100 search), or screened but not
+    confirmed (an 8-minute one: 1.08x the best in its screen, then no time to confirm it,
+    and the winner stayed at 0.68-0.82x the recipe)."""
     child = search.toolbox.merge_every_gain(best, search.scores)
     twin = getattr(child, "twin", None)
     if twin is not None:
         child = search.toolbox.memo.program(twin)
-    return child if hasattr(child, "source") and child.id not in search.scores else None
+    if not hasattr(child, "source"):
+        return None
+    scores = search.scores
+    return child if child.id not in scores or (scores.is_ok(child.id) and not scores.is_confirmed(child.id)) else None
 
 
 def describe(verdict: dict) -> str:

@@ -323,9 +323,10 @@ def test_merge_every_gain_replays_a_gain_that_changed_no_gene():
     assert child.source == mutations.get_operator("tune_constant").replay(rms.source, args).source
 
 
-def test_the_closing_merge_is_the_last_generations_merge_when_that_was_bred_but_not_judged():
+def test_the_closing_merge_is_the_last_generations_merge_when_that_was_bred_but_not_confirmed():
     """A 7-minute H100 search: the last generation's merge was bred, then skipped for time;
-    the final's merge of the same gains was known to the memo, and no closing merge ran."""
+    the final's merge of the same gains was known to the memo, and no closing merge ran. An
+    8-minute one screened it (1.08x the best), had no time to confirm it, and left it out."""
     scores, memo, seed = Scores(), Memo(), Program(SEED)
     best = Program(swapped(SEED, "allele.Engine.cuda_graphs_prefill"), (seed.id,), "allele.Engine.cuda_graphs_prefill")
     rms = Program(swapped(best.source, "allele.rms_norm.triton"), (best.id,), "allele.rms_norm.triton", {"repairs": {}})
@@ -340,7 +341,13 @@ def test_the_closing_merge_is_the_last_generations_merge_when_that_was_bred_but_
     late = fold(best, scores)  # bred in the last generation, never screened
     assert isinstance(late, Program) and isinstance(fold(best, scores), Known)
     assert final.closing_merge(search, best) is late
-    scores.add(late.id, "ok", 990.0, 1.0, 1.0, level="screen")  # judged after all: nothing left to close
+    scores.add(late.id, "ok", 990.0, 1.0, 1.0, level="screen")  # screened, never confirmed: still to close
+    assert final.closing_merge(search, best) is late
+    scores.add(late.id, "ok", 985.0, 1.0, 1.0, level="full")  # confirmed after all: nothing left to close
+    assert final.closing_merge(search, best) is None
+    failed = Program(late.source + "\n# failed its screen\n", late.parent_ids, late.operator, late.operator_args)
+    search.toolbox.merge_every_gain = lambda best, scores: failed
+    scores.add(failed.id, "incorrect", 0.0, 1.0, 1.0, level="screen")
     assert final.closing_merge(search, best) is None
 
 
