@@ -20,7 +20,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-from fitness.devices import ramp_gpu_clocks
+from fitness.devices import is_cuda, ramp_gpu_clocks
 from fitness.gate import CorrectnessError, error_ratio, snapshot
 from fitness.traces import count_tokens
 
@@ -33,9 +33,11 @@ RESOLUTION = 0.02  # a ratio is clear when its ~95% interval excludes 1, or is n
 # ALONE_MIN_SPAN_S, up to ALONE_MAX_ROUNDS or ALONE_MAX_SPAN_S. On the GPU machines a
 # host-bound engine's rounds vary by ~15% and a core's slow spells last seconds: 3 rounds
 # left the seed's fitness at a CV of 17% from one judgement to the next, and two judgements
-# of 3-4 steady rounds each drew 7,470 and 9,276 tokens/s (docs/PERF.md).
+# of 3-4 steady rounds each drew 7,470 and 9,276 tokens/s (docs/PERF.md). This
+# repository's CPU machine has no such spells (a core's loop CV 3-5%), and its rounds are
+# long: no span there.
 ALONE_ERROR = 0.025
-ALONE_MIN_SPAN_S = 10.0
+ALONE_MIN_SPAN_S = {"cuda": 10.0, "cpu": 0.0}
 ALONE_MAX_SPAN_S = 20.0
 ALONE_MAX_ROUNDS = 20
 # Two-sided 95% quantiles of Student's t by degrees of freedom: with few rounds the spread
@@ -184,7 +186,7 @@ def measure(candidates: list, baseline, cases: dict, raw_config: dict, weight_di
     once its comparison with the baseline is clear (after `min_rounds`), or when it fails
     (its `failure`); the rounds end when none is left. Alone (no baseline), a candidate's
     rounds go on until its own fitness is precise (`Outcome.is_precise`) over at least
-    ALONE_MIN_SPAN_S, up to the larger of `max_rounds` and ALONE_MAX_ROUNDS, or for
+    ALONE_MIN_SPAN_S (on a GPU), up to the larger of `max_rounds` and ALONE_MAX_ROUNDS, or for
     ALONE_MAX_SPAN_S. In each case of a round every runner makes its engine at once
     (untimed), then each runs in turn, alone: the others are stopped (SIGSTOP) while it is
     timed. A failure of the baseline ends them all. `next_round()`, when given, is called
@@ -193,6 +195,7 @@ def measure(candidates: list, baseline, cases: dict, raw_config: dict, weight_di
     outcome = Outcome(baseline, cases)
     active = list(candidates)
     round_seconds, first_round = 0.0, time.monotonic()
+    min_span = ALONE_MIN_SPAN_S["cuda" if is_cuda(device) else "cpu"]
     if baseline is None:
         max_rounds = max(max_rounds, ALONE_MAX_ROUNDS)
     while active and outcome.rounds < max_rounds and (outcome.rounds == 0 or time_left() > 2 * round_seconds):
@@ -236,7 +239,7 @@ def measure(candidates: list, baseline, cases: dict, raw_config: dict, weight_di
             if c.failure is not None or outcome.is_far_behind(c):
                 return True
             if baseline is None:  # alone: rounds over a slow spell of the host, not one moment of it
-                return span >= ALONE_MAX_SPAN_S or (span >= ALONE_MIN_SPAN_S and outcome.rounds >= min_rounds
+                return span >= ALONE_MAX_SPAN_S or (span >= min_span and outcome.rounds >= min_rounds
                                                      and outcome.is_precise(c))
             return outcome.rounds >= min_rounds and outcome.is_clear(c, resolution)
 

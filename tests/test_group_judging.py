@@ -133,7 +133,7 @@ def test_a_program_timed_alone_is_timed_until_its_fitness_is_precise(monkeypatch
     """Alone, no baseline shares the host's drift: a steady program stops at the least
     rounds, a host-bound one swinging by 15% goes on until the standard error of its mean
     log fitness is under ALONE_ERROR, and one that never settles stops at ALONE_MAX_ROUNDS."""
-    monkeypatch.setattr(timing, "ALONE_MIN_SPAN_S", 0.0)
+    monkeypatch.setattr(timing, "ALONE_MIN_SPAN_S", {"cuda": 0.0, "cpu": 0.0})
     assert timed_alone([0.010, 0.0101, 0.0099])[1].rounds == 3
     outcome, swinging = timed_alone([0.010, 0.0115, 0.0087, 0.0104, 0.0094])
     assert 5 < swinging.rounds < ALONE_MAX_ROUNDS and outcome.is_precise(swinging)
@@ -145,8 +145,10 @@ def test_a_program_timed_alone_is_timed_until_its_fitness_is_precise(monkeypatch
 
 def test_a_program_timed_alone_is_timed_over_a_span_not_a_moment(monkeypatch):
     """A host's slow spells last seconds, so steady rounds are not enough alone: they go on
-    for ALONE_MIN_SPAN_S of the judge's time, and never past ALONE_MAX_SPAN_S."""
-    monkeypatch.setattr(timing, "ALONE_MIN_SPAN_S", 0.3)
+    for ALONE_MIN_SPAN_S of the judge's time (10 s on a GPU machine), and never past
+    ALONE_MAX_SPAN_S."""
+    assert timing.ALONE_MIN_SPAN_S["cuda"] >= 10.0
+    monkeypatch.setattr(timing, "ALONE_MIN_SPAN_S", {"cuda": 10.0, "cpu": 0.3})
     monkeypatch.setattr(timing, "ALONE_MAX_SPAN_S", 10.0)
     steady = timed_alone([0.010, 0.0101, 0.0099], wall=0.05)[1]
     assert 6 <= steady.rounds < ALONE_MAX_ROUNDS  # ~0.05 s a round: six or more to span 0.3 s
