@@ -69,7 +69,8 @@ def closing_merge(search, best):
     if not hasattr(child, "source"):
         return None
     scores = search.scores
-    return child if child.id not in scores or (scores.is_ok(child.id) and not scores.is_confirmed(child.id)) else None
+    never_confirmed = child.id not in scores or (scores.is_ok(child.id) and not scores.is_confirmed(child.id))
+    return child if never_confirmed else None
 
 
 def describe(verdict: dict) -> str:
