@@ -236,12 +236,10 @@ def measure(candidates: list, baseline, cases: dict, raw_config: dict, weight_di
         round_seconds, span = time.monotonic() - started, time.monotonic() - first_round
 
         def is_done(c: Contender) -> bool:
-            if c.failure is not None or outcome.is_far_behind(c):
+            if c.failure is not None or outcome.is_far_behind(c) or (baseline is None and span >= ALONE_MAX_SPAN_S):
                 return True
-            if baseline is None:  # alone: rounds over a slow spell of the host, not one moment of it
-                return span >= ALONE_MAX_SPAN_S or (span >= min_span and outcome.rounds >= min_rounds
-                                                     and outcome.is_precise(c))
-            return outcome.rounds >= min_rounds and outcome.is_clear(c, resolution)
+            settled = baseline is not None or span >= min_span  # alone: over a slow spell of the host
+            return settled and outcome.rounds >= min_rounds and outcome.is_clear(c, resolution)
 
         active = [c for c in active if not is_done(c)]
     return outcome

@@ -41,7 +41,7 @@ def time_calls(fn, weights, replays=10) -> float:
     return time_graph([lambda w=w: fn(w) for w in weights], replays)
 
 
-def checked(fn, x, weight, want) -> None:
+def checked(fn, weight, want) -> None:
     got = fn(weight).float()
     error = ((got - want).norm() / want.norm()).item()
     assert error < 2e-3, error
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
                 row = {"config": config, "proj": name, "rows": num_rows, "out": out, "in": inner,
                        "plan": list(plan)}
                 for way, fn in ways.items():
-                    checked(fn, x, weights[0], want)
+                    checked(fn, weights[0], want)
                     row[way + "_us"] = round(time_calls(fn, weights), 2)
                 row["cublas_nn_us"] = round(time_calls(lambda wt: x @ wt, transposed), 2)
                 if args.sweep:
@@ -85,7 +85,7 @@ def main(argv=None) -> int:
                             continue
                         fn = lambda w: kernels.skinny_matmul(x, w, block_n, block_k, split_k, 4, stages)
                         try:
-                            checked(fn, x, weights[0], want)
+                            checked(fn, weights[0], want)
                         except triton.runtime.errors.OutOfResources:
                             continue
                         us = time_calls(fn, weights, replays=5)

@@ -95,6 +95,13 @@ def prefetch_plan(num_rows, num_out, num_in, max_share=1024):
     return 16, triton.cdiv(num_in, max_share)
 
 
+def outputs(x, num_out, split_k) -> tuple:
+    """(out [M, N] in x's dtype, where the kernel writes: out itself, or fp32 shares [split_k, M, N])."""
+    out = torch.empty(x.shape[0], num_out, device=x.device, dtype=x.dtype)
+    part = out if split_k == 1 else torch.empty(split_k, x.shape[0], num_out, device=x.device, dtype=torch.float32)
+    return out, part
+
+
 def sum_splits(part, out, split_k, pdl):
     sum_splits_kernel[(out.shape[0], triton.cdiv(out.shape[1], 1024))](
         part, out, out.shape[1], part.stride(0), part.stride(1), out.stride(0), SPLIT_K=split_k, BLOCK=1024,
@@ -105,9 +112,8 @@ def skinny_matmul(x, weight, block_n, block_k, split_k, num_warps=4, num_stages=
     """x [M, K] @ weight [N, K].T in the Triton kernel with the given blocks and shares."""
     num_rows, num_in = x.shape
     num_out = weight.shape[0]
-    out = torch.empty(num_rows, num_out, device=x.device, dtype=x.dtype)
+    out, part = outputs(x, num_out, split_k)
     block_m = max(16, triton.next_power_of_2(num_rows))
-    part = out if split_k == 1 else torch.empty(split_k, num_rows, num_out, device=x.device, dtype=torch.float32)
     skinny_matmul_kernel[(triton.cdiv(num_out, block_n), split_k)](
         x, weight, part, num_rows, num_out, num_in, x.stride(0), weight.stride(0), part.stride(-2),
         part.stride(0) if split_k > 1 else 0, split_k, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
@@ -123,8 +129,7 @@ def prefetched_matmul(x, weight, block_n, split_k, pdl=True, num_warps=4):
     num_rows, num_in = x.shape
     num_out = weight.shape[0]
     share = triton.cdiv(num_in, split_k)
-    out = torch.empty(num_rows, num_out, device=x.device, dtype=x.dtype)
-    part = out if split_k == 1 else torch.empty(split_k, num_rows, num_out, device=x.device, dtype=torch.float32)
+    out, part = outputs(x, num_out, split_k)
     prefetched_matmul_kernel[(triton.cdiv(num_out, block_n), split_k)](
         x, weight, part, num_rows, num_out, num_in, x.stride(0), weight.stride(0), part.stride(-2),
         part.stride(0) if split_k > 1 else 0, share, BLOCK_M=max(16, triton.next_power_of_2(num_rows)),
