@@ -2,8 +2,9 @@
 
 `python -m evolve report HISTORY --recipe OUT.txt` writes the winner's. Each step of the
 lineage (history.lineage: first parents, back to the seed) is one line, its args as
-history.csv recorded them; a step with two parents (a crossover) becomes the allele swaps
-and constant settings that turn its first parent into the child
+history.csv recorded them; a step with two parents (a crossover, a merge) becomes the allele
+swaps, the rewrites (among those the history recorded anywhere: a merged gene may carry one)
+and the constant settings that turn its first parent into the child
 (mutations.recipe.crossover_steps), found by comparing the judged sources at
 `source_path`. Every step is replayed as written and checked against the candidate id the
 history recorded, so a recipe that is written reproduces the program exactly; when none
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+import mutations
 from evolve import history
 from mutations import program, recipe
 
@@ -50,11 +52,20 @@ def recipe_steps(step: dict, source: str, frame: pd.DataFrame, history_path) -> 
     if not has_two_parents(step):
         return [recipe.Step(step["operator"], recorded_args(step["operator_args"]))]
     child = judged_source(frame, step["candidate_id"], history_path)
-    made = recipe.crossover_steps(source, child)
+    made = recipe.crossover_steps(source, child, recorded_rewrites(frame))
     if isinstance(made, str):
         raise LineageError(f"the {step['operator']} that made {step['candidate_id']} cannot be written as "
                            f"allele swaps from its first parent: {made}")
     return made
+
+
+def recorded_rewrites(frame: pd.DataFrame) -> list:
+    """Every structural rewrite the history recorded, once each, as recipe steps (constants
+    aside: crossover_steps sets those from the child)."""
+    structural = {op.name for op in mutations.all_operators() if op.kind == "structural"} - {"tune_constant"}
+    rows = frame[frame["operator"].isin(structural)]
+    pairs = {(op, str(args)) for op, args in zip(rows["operator"], rows["operator_args"])}
+    return [recipe.Step(op, recorded_args(args)) for op, args in sorted(pairs)]
 
 
 def has_two_parents(step: dict) -> bool:

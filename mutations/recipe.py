@@ -7,8 +7,8 @@ recorded choice, never a random one, so a recipe makes the same source every tim
 that declines is an error naming it, never skipped.
 
 A recipe is linear and crossover has two parents, so a crossover step is written as the
-allele swaps and constant settings that turn its first parent into the child
-(`crossover_steps`), when some do.
+allele swaps, then the rewrites, then the constant settings that turn its first parent into
+the child (`crossover_steps`), when some do.
 """
 import hashlib
 import json
@@ -92,25 +92,32 @@ def apply(steps: list[Step], source: str | None = None, log=None) -> str:
 
 # --- a crossover as swaps ----------------------------------------------------------------------
 
-def crossover_steps(parent: str, child: str) -> list[Step] | str:
-    """The allele swaps, then the constant settings, that turn `parent` (a crossover's first
-    parent) into `child` exactly; or why they do not. Where helpers and imports sit follows
-    from a program's code (program.finish orders them), so a merge that took a gene away and
-    back needs no swap for the trip."""
+def crossover_steps(parent: str, child: str, rewrites=()) -> list[Step] | str:
+    """The allele swaps, then rewrites of `rewrites` (Steps, as recorded where the donor was
+    made), then the constant settings that turn `parent` (a crossover's first parent) into
+    `child` exactly; or why they do not. A gene the donor got from a structural rewrite
+    (last_token_logits on its Engine) still names its allele, so a swap alone brings the
+    allele's code, not the rewritten one. Where helpers and imports sit follows from a
+    program's code (program.finish orders them), so a merge that took a gene away and back
+    needs no swap for the trip."""
     wanted = program.gene_alleles(program.parse(child))
     made = swaps_to(parent, child, wanted)
     if isinstance(made, str):
         return made
     source, steps = made
+    source, rewritten = rewrites_to(source, child, rewrites)
+    source, tuned = constants_to(source, child)
+    if isinstance(tuned, str):
+        return tuned
     if source == child:
-        return steps
+        return steps + rewritten + tuned
     return "swaps give every gene its allele, yet the program differs from the child " \
            f"({first_difference(source, child)})"
 
 
 def swaps_to(source: str, child: str, wanted: dict) -> tuple | str:
-    """(program, steps): `source` once swaps give every gene its `wanted` allele and constants
-    take the child's values; or why they cannot."""
+    """(program, steps): `source` once swaps give every gene its `wanted` allele; or why they
+    cannot."""
     steps = []
     while missing := unmatched(source, wanted):
         found = closer_swap(source, wanted, len(missing))
@@ -118,12 +125,41 @@ def swaps_to(source: str, child: str, wanted: dict) -> tuple | str:
             return f"no allele swap brings {', '.join(f'{g}={wanted[g]}' for g in missing)} closer"
         source, step = found
         steps.append(step)
-    child_values = declared_values(program.parse(child))
-    for name, value in child_values.items():
+    return source, steps
+
+
+def rewrites_to(source: str, child: str, rewrites) -> tuple:
+    """(program, steps): `source` after each of `rewrites` that leaves fewer genes whose
+    code differs from the child's, tried in turn until none does."""
+    steps, distance = [], gene_distance(source, child)
+    while distance:
+        for step in rewrites:
+            result = apply_step(source, step)
+            if isinstance(result, Applied) and gene_distance(result.source, child) < distance:
+                source, distance = result.source, gene_distance(result.source, child)
+                steps.append(Step(result.operator, result.args))
+                break
+        else:
+            break
+    return source, steps
+
+
+def gene_distance(source: str, child: str) -> int:
+    """Top-level definitions (genes, helpers, constants) whose code differs between the two."""
+    ours, theirs = (program.definitions(program.parse(s)) for s in (source, child))
+    return sum(1 for g in set(ours) | set(theirs) if g not in ours or g not in theirs
+               or program.code(ours[g]) != program.code(theirs[g]))
+
+
+def constants_to(source: str, child: str) -> tuple:
+    """(program, steps): `source` once its declared constants take the child's values; the
+    steps are why not when one cannot."""
+    steps = []
+    for name, value in declared_values(program.parse(child)).items():
         if declared_values(program.parse(source)).get(name) != value:
             result = apply_step(source, Step("tune_constant", {"constant": name, "new": value}))
             if isinstance(result, Declined):
-                return f"cannot set {name} = {value}: {result.reason}"
+                return source, f"cannot set {name} = {value}: {result.reason}"
             source = result.source
             steps.append(Step(result.operator, result.args))
     return source, steps

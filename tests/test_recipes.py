@@ -192,13 +192,39 @@ def crossover_seed(a, b, **origins) -> int:
     raise AssertionError(f"no crossover seed under 100 takes {origins}")
 
 
-def test_a_crossover_swaps_cannot_make_is_said_so(tmp_path, capsys):
+def test_a_crossover_of_a_rewritten_gene_is_written_with_the_rewrite_the_history_recorded(tmp_path):
     built = HistoryBuilder(tmp_path)
     paged = built.child(SEED, "allele.KVCache.paged", 1.1)
     fused = built.add(mutations.get_operator("fuse_linears").replay(SEED, {"function": "mlp"}).source, (SEED,),
                       "fuse_linears", {"function": "mlp"}, 1.2)  # a rewritten mlp: still the seed allele
     crossed = built.cross(paged, fused, seed=crossover_seed(paged, fused, mlp="b", KVCache="a"), fitness=1.5)
-    assert "differs from the child" in recipe.crossover_steps(paged, crossed)
+    assert "differs from the child" in recipe.crossover_steps(paged, crossed)  # swaps alone cannot
+    text = lineage_recipe(history.read(built.path), source_hash(crossed), built.path)
+    assert 'fuse_linears {"function": "mlp"' in text.split("as swaps:")[1]
+    assert recipe.apply(recipe.parse(text)) == crossed
+
+
+def test_a_merge_of_every_gain_that_took_last_token_logits_is_written_with_it(tmp_path):
+    # An H100 search's winner (merge_every_gain of a last_token_logits gain into a best whose
+    # Engine was a graphs allele) had no recipe: swaps gave the Engine its allele's plain code.
+    built = HistoryBuilder(tmp_path)
+    graphs = built.child(SEED, "allele.Engine.cuda_graphs", 1.5)
+    logits = built.child(graphs, "last_token_logits", 1.6)
+    best = built.child(graphs, "allele.add_rms_norm.triton", 1.7)
+    merged = mutations.merge_gains(best, logits, graphs, random.Random(0), {"Engine"})
+    assert isinstance(merged, mutations.Applied), merged
+    built.add(merged.source, (best, logits), "merge_every_gain", {}, 2.0)
+    text = lineage_recipe(history.read(built.path), source_hash(merged.source), built.path)
+    assert "last_token_logits" in text.split("as swaps:")[1]
+    assert recipe.apply(recipe.parse(text)) == merged.source
+
+
+def test_a_crossover_nothing_recorded_can_make_is_said_so(tmp_path, capsys):
+    built = HistoryBuilder(tmp_path)
+    paged = built.child(SEED, "allele.KVCache.paged", 1.1)
+    edited = built.add(mutations.get_operator("fuse_linears").replay(SEED, {"function": "mlp"}).source, (SEED,),
+                       "by_hand", {}, 1.2)  # no operator the history recorded makes this mlp
+    crossed = built.cross(paged, edited, seed=crossover_seed(paged, edited, mlp="b", KVCache="a"), fitness=1.5)
     with pytest.raises(LineageError, match=f"the crossover that made {source_hash(crossed)} cannot be written"):
         lineage_recipe(history.read(built.path), source_hash(crossed), built.path)
     assert report(built.path, tmp_path / "plots", tmp_path / "w.txt") == 1
