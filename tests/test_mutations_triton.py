@@ -38,7 +38,7 @@ def test_prefill_graph_engine_matches_the_seed_on_cpu(small_target):
     config_path, weight_dir = small_target
     done = interpreted(FIXTURES / "prefill_graphs.py", config_path, weight_dir, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert all(done.stdout.count(f"ok {cache}: ") == 11 for cache in ("paged", "paged_chunks", "slab"))
+    assert all(done.stdout.count(f"ok {cache}: ") == 12 for cache in ("paged", "paged_chunks", "slab"))
 
 
 @pytest.mark.skipif(os.environ.get("MUTATIONS_SLOW") != "1", reason="about 40 s per allele; MUTATIONS_SLOW=1 runs it")

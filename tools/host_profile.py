@@ -1,59 +1,62 @@
-"""Where an engine's host time goes: the public decode case run many times on one warm
-engine, with no synchronisation between calls (as the benchmark runs it), timed, then again
-under cProfile (Python functions by their own time; a C call's time counts in its caller).
+"""Where an engine's host time goes in one benchmark case: the case run on a fresh engine
+each time (as the benchmark times it: created untimed, no synchronisation between calls),
+timed, then again under cProfile, the profiler on only while the case runs (Python functions
+by their own time; a C call's time counts in its caller).
 
-    python -m tools.host_profile --engine E --model-config C --weight-dir W [--repeats 50]
+    python -m tools.host_profile --engine E --model-config C --weight-dir W [--case decode] [--repeats 50]
 """
-import argparse
 import cProfile
 import json
 import pstats
+import statistics
 import time
-from pathlib import Path
 
 import torch
 
+from fitness.bench import CASE_SEED
+from fitness.cases import select_cases
 from fitness.loader import load_engine_module
+from fitness.traces import materialize, replay
+from tools.profile_case import case_arguments
+
+
+def timed_case(engine, calls, profiler=None) -> float:
+    """Seconds of one pass over the calls, from an idle GPU to an idle GPU."""
+    torch.cuda.synchronize()
+    if profiler is not None:
+        profiler.enable()
+    started = time.perf_counter()
+    for call in calls:
+        replay(engine, call)
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - started
+    if profiler is not None:
+        profiler.disable()
+    return seconds
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engine", type=Path, required=True)
-    parser.add_argument("--model-config", type=Path, required=True)
-    parser.add_argument("--weight-dir", type=Path, required=True)
+    parser = case_arguments(__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--top", type=int, default=22, help="functions listed")
     args = parser.parse_args(argv)
     config = json.loads(args.model_config.read_text())
-    engine = load_engine_module(args.engine).create_engine(config, str(args.weight_dir), "cuda")
-    generator = torch.Generator().manual_seed(0)
-    ids = list(range(8))
-    prompts = [torch.randint(0, config["vocab_size"], (32,), generator=generator).cuda() for _ in ids]
-    tokens = torch.randint(0, config["vocab_size"], (len(ids),), generator=generator).cuda()
-
-    def case():  # the public decode case: 8 prompts of 32, 16 steps of all 8, remove
-        engine.prefill(ids, prompts)
-        for _ in range(16):
-            engine.decode(ids, tokens)
-        engine.remove(ids)
-
-    with torch.no_grad():
-        for _ in range(5):
-            case()
-        torch.cuda.synchronize()
-        started = time.perf_counter()
-        for _ in range(args.repeats):
-            case()
-        torch.cuda.synchronize()
-        print(f"{args.engine}: {(time.perf_counter() - started) / args.repeats * 1e3:.3f} ms a decode case "
-              "(no profiler)", flush=True)
-        profiler = cProfile.Profile()
-        profiler.enable()
-        for _ in range(args.repeats):
-            case()
-        torch.cuda.synchronize()
-        profiler.disable()
-    pstats.Stats(profiler).sort_stats("tottime").print_stats(args.top)
+    module = load_engine_module(args.engine)
+    cases = select_cases(args.cases)
+    for name in args.case or ["decode"]:
+        calls = materialize(cases[name], config["vocab_size"], CASE_SEED, "cuda")
+        make = lambda: module.create_engine(dict(config), str(args.weight_dir), "cuda")  # noqa: E731
+        with torch.no_grad():
+            warm = make()
+            timed_case(warm, calls)
+            plain = [timed_case(make(), calls) for _ in range(args.repeats)]
+            profiler = cProfile.Profile()
+            profiled = [timed_case(make(), calls, profiler) for _ in range(args.repeats)]
+            del warm
+        print(f"{args.engine} {name}: {statistics.median(plain) * 1e3:.3f} ms a case on a fresh engine "
+              f"(min {min(plain) * 1e3:.3f}, max {max(plain) * 1e3:.3f}; "
+              f"{statistics.median(profiled) * 1e3:.3f} under the profiler)", flush=True)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(args.top)
     return 0
 
 

@@ -142,6 +142,13 @@ def prepare_pages(cache, step):
     step.slots = torch.tensor(slots, dtype=torch.long, device=cache.device)
 
 
+def reserved_tables(cache, step):
+    """A paged cache's host_tables: pages reserved, then each request's block table row
+    (a graph prefill finds its tokens' slots on the device from these)."""
+    reserve_pages(cache, step)
+    return [cache.pages_of[rid] for rid in step.request_ids]
+
+
 def host_pages(cache, step):
     """A paged cache's host_addresses: pages reserved, then (slot of every new token, block
     table row of every request) as plain lists: a graph engine copies them to the device in

@@ -70,6 +70,7 @@ def compare(module, config, weight_dir, cache):
         ("prefill of exactly one bucket, 16 tokens", [3], [16]),
         ("prefill of 17 tokens, the bucket of 24", [4, 5], [9, 8]),
         ("re-prefill of a live id", [1], [11]),
+        ("prefill of 2 prompts over 3 and 2 pages, the bucket of 64", [6, 7], [40, 21]),
         (f"prefill of {largest + 1} prompts, eager, in groups (one prompt longer than a group)",
          list(range(10, 11 + largest)), [2] * largest + [11]),
     ]
@@ -81,7 +82,7 @@ def compare(module, config, weight_dir, cache):
         tokens = torch.randint(0, config["vocab_size"], (batch,), generator=generator)
         same(f"decode {step} of {batch} requests after the prefills", engine.decode(live[:batch], tokens),
              seed.decode(live[:batch], tokens))
-    everyone = live + list(range(12, 11 + largest))
+    everyone = live + [6, 7] + list(range(12, 11 + largest))
     engine.remove(everyone)
     seed.remove(everyone)
     if cache == "paged_chunks":

@@ -3,12 +3,15 @@
 A prefill is host-bound without graphs: one call launches a few hundred kernels from
 Python for well under a millisecond of GPU work (issue 8: 6.3 ms of wall time for 0.49 ms
 of GPU). Here a prefill of N packed tokens from at most MAX_PREFILL_PROMPTS prompts
-replays the graph of the smallest token bucket >= N: its tokens, positions and cache rows
-fill the first N rows of static buffers, the padding rows after them write to the cache's
-scratch row 0 (owned by no request) and belong to no prompt, so no prompt attends to them;
-the varlen attention reads each prompt's start and length from static device buffers
-(padding prompts have length 0) over a grid fixed by the bucket. Logits are taken at each
-prompt's last row inside the graph. Decode works as in `cuda_graphs`: batch buckets.
+replays the graph of the smallest token bucket >= N: its tokens fill the first N rows of a
+static buffer; the host sends only each prompt's start, length, last row and pages, and the
+graph's first kernel gives every row its position and cache slot (the host's per-token lists
+took ~0.3 ms of a 1.1 ms prefill of 4 x 128 on an H100's host). The padding rows after them
+write to the cache's scratch row 0 (owned by no request) and belong to no prompt, so no
+prompt attends to them; the varlen attention reads each prompt's start and length from
+static device buffers (padding prompts have length 0) over a grid fixed by the bucket.
+Logits are taken at each prompt's last row inside the graph. Decode works as in
+`cuda_graphs`: batch buckets.
 
 A call's metadata is one host list copied once; every graph is launched once inside
 create_engine (a first launch is slower). Per layer, the MLP's residual add joins the next
@@ -21,6 +24,8 @@ largest first. When the cache grows, its tensors move, and every graph is captur
 import array
 
 import torch
+import triton
+import triton.language as tl
 
 # Allowed alleles in order of preference (a swap repairs to the first): the chunked pool and
 # the split-KV kernel were the fastest on an H100/H200 and the chunked pool the smallest.
@@ -33,6 +38,26 @@ MAX_PREFILL_PROMPTS = 16  # range: 4..64; the most prompts a captured prefill ta
 # The most tokens one eager forward takes: above the weights, its activations (about 50 KB a
 # token on a 1B-class model) are what a large prefill's peak memory is made of.
 EAGER_PREFILL_TOKENS = 4096  # range: 512..65536
+
+
+@triton.jit
+def prefill_rows_kernel(starts_ptr, lengths_ptr, page_starts_ptr, pages_ptr, positions_ptr, slots_ptr,
+                        num_rows, page_size, PROMPTS: tl.constexpr, BLOCK: tl.constexpr):
+    """Each packed row's position in its prompt and its cache slot (the page its position
+    falls in, from the prompt's run of `pages`); rows of no prompt (padding): 0 and 0."""
+    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    pos = tl.zeros([BLOCK], dtype=tl.int64) - 1
+    first_page = tl.zeros([BLOCK], dtype=tl.int64)
+    for p in range(PROMPTS):
+        start = tl.load(starts_ptr + p)
+        inside = (r >= start) & (r < start + tl.load(lengths_ptr + p))
+        pos = tl.where(inside, r - start, pos)
+        first_page = tl.where(inside, tl.load(page_starts_ptr + p), first_page)
+    valid = pos >= 0
+    page = tl.load(pages_ptr + first_page + pos // page_size, mask=valid, other=0)
+    ok = r < num_rows
+    tl.store(positions_ptr + r, tl.where(valid, pos, 0), mask=ok)
+    tl.store(slots_ptr + r, tl.where(valid, page * page_size + pos % page_size, 0), mask=ok)
 
 
 def token_buckets(largest):
@@ -125,12 +150,15 @@ class Engine:
         torch.cuda.synchronize(self.device)
 
     @staticmethod
-    def metadata(meta, size):
-        """The views of `meta` a graph of `size` rows reads: every row's position, then its
-        cache slot, then (a prefill's) each prompt's start, length and last row, one after
-        another, so that one copy of a call's host list fills them all."""
+    def metadata(meta, kind, size):
+        """The views of `meta` a graph of `size` rows reads, one after another, so that one
+        copy of a call's host list fills them all. A decode's: every row's position, then its
+        cache slot. A prefill's: each prompt's start, length, last row and first page in
+        `pages`, then the prompts' pages, one run each (at most a page a token and one more
+        a prompt)."""
         prompts = MAX_PREFILL_PROMPTS
-        ends = [size, 2 * size, 2 * size + prompts, 2 * size + 2 * prompts, 2 * size + 3 * prompts]
+        sizes = [size, size] if kind == "decode" else [prompts] * 4 + [size + prompts]
+        ends = [sum(sizes[:i + 1]) for i in range(len(sizes))]
         return [meta[a:b] for a, b in zip([0] + ends, ends)]
 
     def recapture_if_moved(self, fill):
@@ -158,15 +186,17 @@ class Engine:
         if size is None or len(ids) > MAX_PREFILL_PROMPTS:  # eager: larger than any graph
             return torch.cat([self.prefill_eager(ids[a:b], input_ids[a:b], lengths[a:b])
                               for a, b in prompt_groups(lengths, EAGER_PREFILL_TOKENS)])
-        positions = [p for n in lengths for p in range(n)]
-        slots, _ = self.cache.host_addresses(Step(ids, [0] * len(ids), lengths, None, False))
-        starts = [0]
-        for n in lengths[:-1]:
+        tables = self.cache.host_tables(Step(ids, [0] * len(ids), lengths, None, False))
+        starts, page_starts = [0], [0]
+        for n, table in zip(lengths[:-1], tables):
             starts.append(starts[-1] + n)
-        # `metadata`'s layout. Padding rows: position 0, the scratch row; padding prompts: length 0.
-        rows, prompts = [0] * (size - total), [0] * (MAX_PREFILL_PROMPTS - len(ids))
-        flat = positions + rows + slots + rows + starts + prompts + lengths + prompts
-        flat += [a + n - 1 for a, n in zip(starts, lengths)] + prompts
+            page_starts.append(page_starts[-1] + len(table))
+        # `metadata`'s layout; padding prompts have length 0 (their rows: position 0, the scratch row).
+        prompts = [0] * (MAX_PREFILL_PROMPTS - len(ids))
+        flat = starts + prompts + lengths + prompts + [a + n - 1 for a, n in zip(starts, lengths)] + prompts
+        flat += page_starts + prompts
+        for table in tables:
+            flat += table
         host = torch.frombuffer(array.array("q", flat), dtype=torch.long)
         tokens = self.static["tokens"][:total]
 
@@ -243,11 +273,17 @@ class Engine:
         """Logits of the static buffers' first `size` rows: one per row for a decode, one
         per prompt (MAX_PREFILL_PROMPTS, padding included) for a prefill."""
         s = self.static
-        positions, slots, starts, lengths, last = self.metadata(s["meta"], size)
         if kind == "decode":
+            positions, slots = self.metadata(s["meta"], kind, size)
             step = Step([], [], [1] * size, positions, True, slots, s["block_table"][:size])
             x = self.hidden_states(s["tokens"][:size], step)
         else:
+            starts, lengths, last, page_starts, pages = self.metadata(s["meta"], kind, size)
+            positions, slots = (torch.empty(size, dtype=torch.long, device=self.device) for _ in range(2))
+            block = 256
+            prefill_rows_kernel[(triton.cdiv(size, block),)](
+                starts, lengths, page_starts, pages, positions, slots, size, self.cache.page_size,
+                PROMPTS=MAX_PREFILL_PROMPTS, BLOCK=block)
             step = Step([], [], [], positions, False, slots)
             # Read by the varlen attention instead of the host's num_new (see its allele).
             step.prompt_starts, step.prompt_lengths = starts, lengths

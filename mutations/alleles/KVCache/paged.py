@@ -57,6 +57,10 @@ class KVCache:
         """prepare's bookkeeping, its addresses as host lists: (slots, block table rows)."""
         return host_pages(self, step)
 
+    def host_tables(self, step):
+        """prepare's bookkeeping; each request's block table row, as host lists."""
+        return reserved_tables(self, step)
+
     def write(self, layer, step, k, v):
         """Store packed k, v [N, kv_heads, head_dim] at the rows `prepare` chose."""
         self.k[layer].view(-1, *self.row_shape)[step.slots] = k  # flat view: [pages*page_size, ...]

@@ -77,12 +77,16 @@ class KVCache:
         else:
             if len(self.chunks) == MAX_CHUNKS:
                 raise RuntimeError(f"the K/V pool is full: {MAX_CHUNKS} chunks of {CHUNK_PAGES} pages")
-            chunk = torch.zeros(shape, device=self.device, dtype=self.dtype)
+            # Chunks after the first are left unwritten: every kernel masks its K/V loads to
+            # the rows a request wrote (a chunk grows inside a timed call: zeros cost a fill).
+            chunk = torch.empty(shape, device=self.device, dtype=self.dtype) if self.chunks else \
+                torch.zeros(shape, device=self.device, dtype=self.dtype)
             anchor = self.chunks[0] if self.chunks else chunk
             self.chunk_offsets[len(self.chunks)] = (chunk.data_ptr() - anchor.data_ptr()) // chunk.element_size()
             self.chunks.append(chunk)
-        self.k = [self.chunks[0][layer, 0] for layer in range(self.num_layers)]  # [pages, page_size, kv_heads, D]
-        self.v = [self.chunks[0][layer, 1] for layer in range(self.num_layers)]
+        if self.moves or len(self.chunks) == 1:  # chunk 0 is new: the views every kernel anchors on
+            self.k = [self.chunks[0][layer, 0] for layer in range(self.num_layers)]  # [pages, page_size, kv_heads, D]
+            self.v = [self.chunks[0][layer, 1] for layer in range(self.num_layers)]
         self.free += range(self.num_pages + count - 1, max(self.num_pages, 1) - 1, -1)  # popped lowest first
         self.num_pages += count
 
@@ -101,6 +105,10 @@ class KVCache:
     def host_addresses(self, step):
         """prepare's bookkeeping, its addresses as host lists: (slots, block table rows)."""
         return host_pages(self, step)
+
+    def host_tables(self, step):
+        """prepare's bookkeeping; each request's block table row, as host lists."""
+        return reserved_tables(self, step)
 
     def write(self, layer, step, k, v):
         """Store packed k, v [N, kv_heads, head_dim] at the rows `prepare` chose."""

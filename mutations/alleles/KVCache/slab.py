@@ -66,6 +66,11 @@ class KVCache:
         rows = [s * self.page_size + p for s, e, n in zip(slots, ends, step.num_new) for p in range(e - n, e)]
         return rows, [[s] for s in slots]
 
+    def host_tables(self, step):
+        """prepare's bookkeeping; each request's block table row (its slot), as host lists."""
+        self.reserve(step)
+        return [[self.slot_of[rid]] for rid in step.request_ids]
+
     def reserve(self, step):
         """A slot for each new request; the lengths after this step."""
         for rid, n in zip(step.request_ids, step.num_new):
