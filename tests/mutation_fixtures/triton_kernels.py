@@ -126,18 +126,26 @@ def check_chunked_cache(head_dim=24, num_heads=4, num_kv_heads=2, lengths=(5, 11
     check("bf16 pool indexed as k[layer]", table_k.float(), read_k.float(), tol=1e-12)
 
 
-def check_prefill(head_dim, lengths=(3, 7, 1), num_heads=4, num_kv_heads=2):
+def check_prefill(head_dim, lengths=(3, 7, 1), num_heads=4, num_kv_heads=2, strided_v=False):
+    """`strided_v`: v a view of a fused projection's rows, k its own tensor (rotated apart),
+    as a graph engine passes them: each read with its own strides, no copy."""
     torch.manual_seed(2)
     module = load("attend_prefill", "triton_varlen")
     n = sum(lengths)
     q, k, v = (torch.randn(n, h, head_dim) for h in (num_heads, num_kv_heads, num_kv_heads))
+    if strided_v:
+        fused = torch.randn(n, num_heads + 2 * num_kv_heads, head_dim)
+        fused[:, num_heads + num_kv_heads:] = v
+        v = fused[:, num_heads + num_kv_heads:]
+        assert v.stride() != k.stride()
     got = module.attend_prefill(q, k, v, None, 0, SimpleNamespace(num_new=list(lengths)))
     start = 0
     for i, t in enumerate(lengths):
         sl = slice(start, start + t)
         want = reference_attention(q[sl].transpose(0, 1), k[sl].transpose(0, 1), v[sl].transpose(0, 1),
                                    torch.ones(t, t, dtype=torch.bool).tril())  # [heads, t, D]
-        check(f"varlen D={head_dim} prompt {i}", got[sl], want.transpose(0, 1).flatten(1))
+        check(f"varlen D={head_dim}{' strided v' if strided_v else ''} prompt {i}", got[sl],
+              want.transpose(0, 1).flatten(1))
         start += t
 
 
@@ -195,6 +203,7 @@ if __name__ == "__main__":
     check_chunked_cache()
     check_prefill(head_dim=24)
     check_prefill(head_dim=256, lengths=(5, 2), num_heads=2, num_kv_heads=1)
+    check_prefill(head_dim=24, strided_v=True)
     check_prefill_static()
     check_rope(head_dim=24)
     check_rope(head_dim=256, num_heads=1)

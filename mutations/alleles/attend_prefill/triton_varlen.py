@@ -28,7 +28,7 @@ PREFILL_BLOCK_N = 32  # range: 16..64; keys a step of its loop reads
 
 @triton.jit
 def varlen_prefill_kernel(q_ptr, k_ptr, v_ptr, out_ptr, starts_ptr, lengths_ptr, stride_qt, stride_qh,
-                          stride_kt, stride_kh, stride_ot, stride_oh, sm_scale,
+                          stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh, sm_scale,
                           GROUPS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
                           BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     seq = tl.program_id(0)
@@ -51,9 +51,9 @@ def varlen_prefill_kernel(q_ptr, k_ptr, v_ptr, out_ptr, starts_ptr, lengths_ptr,
     for n0 in range(0, end, BLOCK_N):
         cols = n0 + tl.arange(0, BLOCK_N)
         col_ok = cols < length
-        kv_rows = (start + cols)[:, None].to(tl.int64) * stride_kt + kv_head * stride_kh + d[None, :]
+        token = (start + cols)[:, None].to(tl.int64)
         kv_ok = col_ok[:, None] & d_ok[None, :]
-        k = tl.load(k_ptr + kv_rows, mask=kv_ok, other=0.0)
+        k = tl.load(k_ptr + token * stride_kt + kv_head * stride_kh + d[None, :], mask=kv_ok, other=0.0)
         scores = tl.dot(q, tl.trans(k)).to(tl.float32) * sm_scale  # [BLOCK_M, BLOCK_N]
         # Key 0 is in the first block and visible to every row, so no row is all -inf.
         scores = tl.where((cols[None, :] <= rows[:, None]) & col_ok[None, :], scores, float("-inf"))
@@ -61,7 +61,7 @@ def varlen_prefill_kernel(q_ptr, k_ptr, v_ptr, out_ptr, starts_ptr, lengths_ptr,
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(scores - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(v_ptr + kv_rows, mask=kv_ok, other=0.0)
+        v = tl.load(v_ptr + token * stride_vt + kv_head * stride_vh + d[None, :], mask=kv_ok, other=0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)  # probabilities in the compute dtype
         m_i = m_new
     out = acc / l_i[:, None]
@@ -74,11 +74,9 @@ def attend_prefill(q, k, v, cache, layer, step):
     if q.dtype == torch.bfloat16:  # the kernel's fp32 probabilities miss a bf16 reference (see sdpa)
         return per_request_attention(q, k, v, step.num_new)
     num_tokens, num_heads, head_dim = q.shape
-    # Rows may be strided (views of a fused projection): only each head's values must be
-    # adjacent, and k, v share one set of strides (the kernel reads both with k's).
-    q = q if q.stride(-1) == 1 else q.contiguous()
-    if k.stride() != v.stride() or k.stride(-1) != 1:
-        k, v = k.contiguous(), v.contiguous()
+    # Rows may be strided (views of a fused projection, k rotated apart from v): only each
+    # head's values must be adjacent (copying k and v to one layout cost two kernels a layer).
+    q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
     block_d = max(16, triton.next_power_of_2(head_dim))  # tl.dot needs 16 or more
     starts, lengths = getattr(step, "prompt_starts", None), getattr(step, "prompt_lengths", None)
     if starts is None:  # host lists: one copy (and a wait for the device) a layer
@@ -97,7 +95,7 @@ def attend_prefill(q, k, v, cache, layer, step):
     grid = (starts.shape[0], num_heads, triton.cdiv(longest, PREFILL_BLOCK_M))
     varlen_prefill_kernel[grid](
         q, k, v, out, starts, lengths,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), out.stride(0), out.stride(1),
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
         1.0 / math.sqrt(head_dim), GROUPS=num_heads // k.shape[1], HEAD_DIM=head_dim,
         BLOCK_M=PREFILL_BLOCK_M, BLOCK_N=PREFILL_BLOCK_N, BLOCK_D=block_d, num_stages=2,
         num_warps=8 if PREFILL_BLOCK_M > 64 else 4)
