@@ -200,9 +200,13 @@ class Engine:
         host = torch.frombuffer(array.array("q", flat), dtype=torch.long)
         tokens = self.static["tokens"][:total]
 
+        # Prompts already on the device, 1-D (as the benchmark draws them): one cat, no per-prompt
+        # reshape and move (~20 us of host time for 4 prompts on an H100's host, ~70 on a slow one).
+        on_device = all(t.device.type == self.device.type and t.dim() == 1 for t in input_ids)
+
         def fill():
             self.meta[:host.shape[0]].copy_(host, non_blocking=True)
-            torch.cat([t.reshape(-1).to(self.device) for t in input_ids], out=tokens)
+            torch.cat(input_ids if on_device else [t.reshape(-1).to(self.device) for t in input_ids], out=tokens)
 
         fill()
         self.recapture_if_moved(fill)
