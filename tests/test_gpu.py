@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import mutations
+from mutations import recipe
 from fitness.gate import check_module
 from fitness.loader import load_engine_module
 from fitness.model_config import ModelConfig
@@ -70,4 +71,17 @@ def test_graph_engines_alone_on_the_seed_pass_the_gate(operator, scratch, tmp_pa
     path.write_text(mutations.get_operator(operator).apply(SEED_ENGINE.read_text(), random.Random(0)).source)
     result = check_module(load_engine_module(path), ModelConfig.load(PUBLIC_CONFIG), PUBLIC_WEIGHTS, "cuda", 123,
                           scratch)
+    assert result.passed, result.error
+
+
+def test_the_recipe_under_programmatic_launch_passes_the_gate(scratch, tmp_path):
+    """fastest.txt's program with every Triton kernel under programmatic dependent launch,
+    inside its CUDA graphs (on a GPU before Hopper the flag is off: the plain program)."""
+    ensure(PUBLIC_CONFIG, PUBLIC_WEIGHTS)
+    source = recipe.apply(recipe.parse((REPO / "mutations" / "recipes" / "fastest.txt").read_text()))
+    path = tmp_path / "child.py"
+    path.write_text(mutations.get_operator("programmatic_launch").apply(source, random.Random(0)).source)
+    module = load_engine_module(path)
+    assert module.PDL_LAUNCH == (torch.cuda.get_device_capability()[0] >= 9)
+    result = check_module(module, ModelConfig.load(PUBLIC_CONFIG), PUBLIC_WEIGHTS, "cuda", 123, scratch)
     assert result.passed, result.error

@@ -212,3 +212,71 @@ def test_rewrites_keep_comments_and_markers_through_the_seed():
         child = mutations.get_operator(name).apply(child, random.Random(0)).source
     assert "# allele: slab\nclass KVCache" in child
     assert "# [N, hidden]" in child and "# broadcast over heads" in child
+
+
+PDL_BEFORE = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def share(n, BLOCK: tl.constexpr):
+    return n // BLOCK
+
+
+@triton.jit
+def double_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    """x *= 2."""
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK) + share(n, BLOCK) * 0
+    tl.store(x_ptr + i, tl.load(x_ptr + i, mask=i < n) * 2, mask=i < n)
+
+
+def rms_norm(x, w, eps):
+    double_kernel[(1,)](x, x.numel(), BLOCK=16,)
+    return x
+'''
+
+
+def test_programmatic_launch():
+    result = mutations.get_operator("programmatic_launch").apply(PDL_BEFORE, random.Random(0))
+    assert isinstance(result, mutations.Applied), result
+    assert result.args == {"kernels": ["double_kernel"]}  # `share` is called by a kernel: a device function
+    assert result.source == '''\
+import os
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+
+@triton.jit
+def share(n, BLOCK: tl.constexpr):
+    return n // BLOCK
+
+
+@triton.jit
+def double_kernel(x_ptr, n, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+    """x *= 2."""
+    if PDL:  # wait for the kernel before (all of it, its writes visible); let the next one start
+        gdc_wait()
+        gdc_launch_dependents()
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK) + share(n, BLOCK) * 0
+    tl.store(x_ptr + i, tl.load(x_ptr + i, mask=i < n) * 2, mask=i < n)
+
+# Programmatic dependent launch needs a Hopper or later GPU, and Triton's interpreter has none.
+PDL_LAUNCH = (os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available()
+              and torch.cuda.get_device_capability()[0] >= 9)
+
+
+def rms_norm(x, w, eps):
+    double_kernel[(1,)](x, x.numel(), BLOCK=16, PDL=PDL_LAUNCH, launch_pdl=PDL_LAUNCH)
+    return x
+'''
+    again = mutations.get_operator("programmatic_launch").apply(result.source, random.Random(0))
+    assert isinstance(again, mutations.Declined) and "without programmatic" in again.reason
+
+
+def test_programmatic_launch_declines_programs_without_triton_kernels():
+    assert "no Triton kernel" in mutations.get_operator("programmatic_launch").applies(program.SEED_PATH.read_text())

@@ -5,7 +5,7 @@ padding, prompt slots, last rows and the eager fallbacks are all exercised.
     TRITON_INTERPRET=1 python tests/mutation_fixtures/prefill_graphs.py CONFIG.json WEIGHT_DIR
 
 Runs it over `paged`, over `paged_chunks` with chunks of 2 pages (the pool grows a chunk at
-a time under it; with fused q/k/v and gate/up weights) and over `slab` with 4 slots at first (it grows, moves, and the engine
+a time under it; with fused q/k/v and gate/up weights, under programmatic_launch) and over `slab` with 4 slots at first (it grows, moves, and the engine
 captures again, zeroing its static buffers, as on a GPU); then every request is removed (the
 chunked pool gives back all its chunks but one) and the pool grows again. Prints "ok <what>" per check; exits non-zero on the
 first mismatch.
@@ -33,7 +33,9 @@ def child_module(cache):
     source = (REPO / "seed_engine" / "engine.py").read_text()
     # Over the chunked pool, fused weights too: q, k and v are then views of one projection,
     # rotated in one launch and read through their strides.
-    fused = ("allele.load_weights.fused_both",) if cache == "paged_chunks" else ()
+    # and every kernel launched as under programmatic dependent launch (off in the interpreter:
+    # the flag and launch argument must still reach each kernel).
+    fused = ("allele.load_weights.fused_both", "programmatic_launch") if cache == "paged_chunks" else ()
     for name in (f"allele.KVCache.{cache}", *OPERATORS, *fused):
         source = mutations.get_operator(name).apply(source, random.Random(0)).source
     path = Path(tempfile.mkdtemp()) / "child.py"

@@ -1,0 +1,116 @@
+"""Programmatic dependent launch (PDL) for every Triton kernel of a program.
+
+Inside a CUDA graph one kernel after another still pays its launch and ramp-up: an H100's
+decode step of the public model is ~90 kernels of 1-6 us. Under PDL a kernel launched with
+`launch_pdl=True` may start while the one before it is finishing; it waits for that one's
+results at `gdc_wait()` (all of its grid done and its writes visible), and lets the next
+one start early once it has called `gdc_launch_dependents()`. Both calls come first in
+the kernel here, so every kernel still reads only finished results: what is saved is the
+launch and ramp-up, not any ordering.
+
+Each kernel gets a `PDL: tl.constexpr = False` parameter that guards both calls, and each
+launch of one (`kernel[grid](...)`) passes `PDL=PDL_LAUNCH, launch_pdl=PDL_LAUNCH`, where
+PDL_LAUNCH is true on a Hopper or later GPU outside Triton's interpreter. The flag travels
+with the launch, so a launch under PDL of a kernel without the wait cannot happen: a kernel
+without the parameter rejects the argument (a crossover that pairs them fails loudly, in
+the gate). Declines when every kernel already has the parameter, or there is none.
+"""
+import random
+
+import libcst as cst
+import libcst.matchers as m
+
+from mutations import program
+from mutations.base import Applied, Declined
+from mutations.rewrites import StructuralRewrite
+
+DESCRIPTION = "launch every Triton kernel under programmatic dependent launch (Hopper and later)"
+FLAG = "PDL"
+SWITCH = "PDL_LAUNCH"
+JIT = m.Decorator(decorator=m.Attribute(value=m.Name("triton"), attr=m.Name("jit"))
+                  | m.Call(func=m.Attribute(value=m.Name("triton"), attr=m.Name("jit"))))
+IMPORTS = ["import os\n", "import torch\n", "from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait\n"]
+SWITCH_STATEMENT = f"""\
+# Programmatic dependent launch needs a Hopper or later GPU, and Triton's interpreter has none.
+{SWITCH} = (os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available()
+              and torch.cuda.get_device_capability()[0] >= 9)
+"""
+GUARD = f"""\
+if {FLAG}:  # wait for the kernel before (all of it, its writes visible); let the next one start
+    gdc_wait()
+    gdc_launch_dependents()
+"""
+
+
+def is_kernel(stmt) -> bool:
+    return isinstance(stmt, cst.FunctionDef) and any(m.matches(d, JIT) for d in stmt.decorators)
+
+
+def has_flag(kernel: cst.FunctionDef) -> bool:
+    return any(p.name.value == FLAG for p in kernel.params.params)
+
+
+def kernels_without_flag(module: cst.Module) -> list:
+    """Names of the program's Triton kernels not yet under PDL, in source order; a jit
+    function another one calls (`split_share(...)`) is a device function, not launched."""
+    called = {c.func.value for c in m.findall(module, m.Call(func=m.Name()))}
+    return [s.name.value for s in module.body if is_kernel(s) and not has_flag(s) and s.name.value not in called]
+
+
+def launched(call: cst.Call, names: set) -> bool:
+    """`NAME[grid](...)` of one of `names`, or of a parameter named like one (`kernel`)."""
+    return m.matches(call.func, m.Subscript(value=m.Name())) \
+        and (call.func.value.value in names or call.func.value.value.endswith("kernel")) \
+        and not any(a.keyword is not None and a.keyword.value == FLAG for a in call.args)
+
+
+class UnderPDL(cst.CSTTransformer):
+    """The flag and the guarded calls into each kernel, the flag into each launch."""
+
+    def __init__(self, names):
+        self.names = set(names)
+
+    def leave_FunctionDef(self, original_node, updated_node):
+        if updated_node.name.value not in self.names or not is_kernel(updated_node):
+            return updated_node
+        flag = cst.Param(name=cst.Name(FLAG), annotation=cst.Annotation(cst.parse_expression("tl.constexpr")),
+                         default=cst.Name("False"))
+        params = updated_node.params.with_changes(params=[*updated_node.params.params, flag])
+        lines = list(updated_node.body.body)
+        at = 1 if lines and program.is_docstring(lines[0]) else 0
+        lines.insert(at, cst.parse_statement(GUARD))
+        return updated_node.with_changes(params=params, body=updated_node.body.with_changes(body=lines))
+
+    def leave_Call(self, original_node, updated_node):
+        if not launched(original_node, self.names):
+            return updated_node
+        args = list(updated_node.args)
+        if args:  # the call may end in a trailing comma: one comma before the new arguments
+            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        args += [cst.Arg(keyword=cst.Name(key), value=cst.Name(SWITCH), equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if key == FLAG else cst.MaybeSentinel.DEFAULT)
+            for key in (FLAG, "launch_pdl")]
+        return updated_node.with_changes(args=args)
+
+
+class ProgrammaticLaunchOperator(StructuralRewrite):
+    name = "programmatic_launch"
+    devices = "cuda"
+    description = DESCRIPTION
+    declined_because = "no Triton kernel without programmatic dependent launch"
+    find = staticmethod(kernels_without_flag)
+
+    def rewrite(self, source: str, rng: random.Random) -> Applied | Declined:
+        module = program.parse(source)
+        names = kernels_without_flag(module)
+        module = module.visit(UnderPDL(names))
+        module = program.add_imports(module, [cst.parse_statement(line) for line in IMPORTS])
+        if SWITCH not in program.definitions(module):
+            body = list(module.body)
+            first = next(i for i, s in enumerate(body) if not program.is_import(s) and not program.is_docstring(s))
+            switch = cst.parse_statement(SWITCH_STATEMENT)
+            body.insert(first, switch.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine(), *switch.leading_lines]))
+            module = module.with_changes(body=body)
+        child = program.finish(module, [program.seed_module()])
+        return Applied(child, self.name, {"kernels": names})
