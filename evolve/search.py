@@ -30,6 +30,9 @@ from fitness.weight_files import WeightsChanged
 # but reckoned at 2/3 (or 1/3) the default 9-minute run swept 5 (or 11) children and had
 # no time for a third generation: a CPU reckons the whole judgement, as before.
 SCREEN_SHARE = {"cuda": 1 / 3, "cpu": 1.0}
+# A best program this much faster than the seed clears the final's comparison in the rounds
+# of a confirmation; a closer one may take up to final_rounds.
+CLEAR_GAIN = 1.25
 
 
 class Clock:
@@ -127,11 +130,16 @@ class Search:
         if contenders is None:
             contenders = sum(1 for p in self.hall_of_fame if p.id != self.seed.id)
         # One batch per worker: its untimed steps side by side, its rounds one runner more
-        # each, and more rounds allowed (most comparisons with the seed are clear in three:
-        # an H100 final of two took 38 s, 1.5x a confirmation).
+        # each. H100 finals of 3 and 2 took 1.39x and 0.95x a confirmation: a quarter more a
+        # contender (half more kept an 8-minute search from a generation that fitted, its
+        # final estimated at 77 s took 36). More rounds only for a close call: a program
+        # well ahead of the seed clears its interval in a confirmation's rounds.
         together = math.ceil(min(self.config.final_top, contenders) / self.config.workers)
-        longer = 1 + (self.config.final_rounds / self.config.max_rounds - 1) / 4
-        return (1 + (together - 1) / 2) * longer * self.scores.mean_judge_seconds(ok_only=True, level="full")
+        best = next((p for p in self.hall_of_fame if p.id != self.seed.id), None)
+        gain = self.scores.gain(best.id, self.seed.id) if best is not None else None
+        close = gain is None or gain < CLEAR_GAIN
+        longer = 1 + (self.config.final_rounds / self.config.max_rounds - 1) / 4 if close else 1.0
+        return (1 + (together - 1) / 4) * longer * self.scores.mean_judge_seconds(ok_only=True, level="full")
 
     def final_reserve_s(self) -> float:
         """The final's time, kept from other batches once there is a winner to compare."""

@@ -400,3 +400,20 @@ def test_the_final_choice_weighs_the_contenders_paired_comparison_not_their_rati
     search.clock = SimpleNamespace(left=lambda: 250.0)  # two fit
     winner, ratio, _, _ = final.choose_winner(search)
     assert judged == [child.id, closing.id] and winner is closing and ratio == 19.0
+
+
+def test_the_final_is_reckoned_longer_only_for_a_close_call():
+    """As long as a confirmation, a quarter more for each further contender; up to
+    final_rounds' worth more only when the best is within CLEAR_GAIN of the seed (an
+    8-minute H100 search skipped a generation that fitted: its final, reckoned at 77 s,
+    took 36)."""
+    seed, best = SimpleNamespace(id="seed"), SimpleNamespace(id="best")
+    gains = {"best": 15.0}
+    fake = SimpleNamespace(
+        seed=seed, hall_of_fame=[best, seed],
+        scores=SimpleNamespace(gain=lambda a, b: gains[a], mean_judge_seconds=lambda **_: 40.0),
+        config=SimpleNamespace(final_top=2, workers=1, final_rounds=12, max_rounds=5))
+    assert Search.estimated_final_s(fake, 1) == 40.0
+    assert Search.estimated_final_s(fake, 2) == 50.0
+    gains["best"] = 1.05  # a close call: 12 rounds allowed where a confirmation has 5
+    assert Search.estimated_final_s(fake, 1) == pytest.approx(40.0 * (1 + (12 / 5 - 1) / 4))
