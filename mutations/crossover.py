@@ -10,15 +10,18 @@ Two ways to say which parent gives each gene, one way to build the child:
 
 Requirements are then settled by pulling genes from the parent that has what is needed: for
 a violation (gene G, from parent p, needs gene H in a set of alleles), H is taken from
-whichever parent carries an allowed allele, preferring p; failing that, G is taken from the
-other parent. Each gene is moved once at most, so this ends; if it cannot settle, or the
-child is a copy of a parent, the operator declines. The child brings each gene's helpers
+whichever parent carries an allele every gene of the child allows, preferring p; when
+neither does, from the library (fused q/k/v from one parent and SwiGLU over fused gate/up
+from the other need load_weights' fused_both, which neither carries: two H100 searches'
+winners each kept one half); failing that, from the parent that carries an allowed allele;
+failing that, G is taken from the other parent. Each gene is moved once at most, so this
+ends; if it cannot settle, or the child is a copy of a parent, the operator declines. The child brings each gene's helpers
 and imports from the parent that gave the gene (then from the seed), and drops what
 nothing uses.
 """
 import random
 
-from mutations import program, requirements
+from mutations import alleles, program, requirements
 from mutations.base import Applied, Declined
 
 NAME = "crossover"
@@ -87,15 +90,22 @@ def settled_child(name: str, parents: dict, sources: tuple, origin: dict, copies
     settled (`origin` is repaired in place); Declined when they cannot settle or the child
     is a copy of a parent (but of those in `copies_of`)."""
     carried = {p: program.gene_alleles(mod) for p, mod in parents.items()}
+    carried[LIBRARY] = {}
     repairs = settle(origin, carried)
     if isinstance(repairs, str):
         return Declined(name, repairs)
-    module, defs_b = parents["a"], program.definitions(parents["b"])
+    module, defs_b, taken = parents["a"], program.definitions(parents["b"]), []
     for gene in origin:
         if origin[gene] == "b":
             module = program.replace_gene(module, gene, defs_b[gene])
-    # Missing helpers come from b first: the child is a's module, so all it lacks is b's.
-    child = program.finish(module, [parents["b"], parents["a"], program.seed_module()])
+        elif origin[gene] == LIBRARY:
+            allele = alleles.get(gene, carried[LIBRARY][gene])
+            module = program.add_imports(program.replace_gene(module, gene, allele.definition()), allele.imports())
+            taken.append(allele.module)
+    # Missing helpers come from b first: the child is a's module, so all it lacks is b's
+    # (and a library allele's, from its own file).
+    library = [*taken, alleles.shared_module()] if taken else []
+    child = program.finish(module, library + [parents["b"], parents["a"], program.seed_module()])
     for p, source in zip(("a", "b"), sources):
         if child == source and p not in copies_of:
             return Declined(name, f"the child is a copy of parent {p}")
@@ -103,15 +113,22 @@ def settled_child(name: str, parents: dict, sources: tuple, origin: dict, copies
 
 
 def settle(origin: dict, carried: dict) -> dict | str:
-    """Move genes between parents until the child's alleles meet every requirement; the
-    repairs (gene -> the parent it now comes from), or why they cannot settle."""
+    """Move genes between parents (or to the library's allele, `carried[LIBRARY]`) until the
+    child's alleles meet every requirement; the repairs (gene -> where it now comes from),
+    or why they cannot settle."""
     def other(p):
         return "b" if p == "a" else "a"
 
     pinned, repairs = set(), {}
-    while (violation := requirements.first_violation({g: carried[p][g] for g, p in origin.items()})) is not None:
+    while (violation := requirements.first_violation(assignment := {g: carried[p][g] for g, p in origin.items()})) \
+            is not None:
         gene, needed, allowed = violation
-        donor = next((p for p in (origin[gene], other(origin[gene])) if carried[p][needed] in allowed), None)
+        wanted = allowed_by_all(assignment, needed, allowed)
+        parents = (origin[gene], other(origin[gene])) if origin[gene] != LIBRARY else ("a", "b")
+        donor = next((p for p in parents if carried[p][needed] in wanted), None)
+        if donor is None and (shared := library_allele(needed, wanted, carried)) is not None:
+            carried[LIBRARY][needed], donor = shared, LIBRARY
+        donor = donor or next((p for p in parents if carried[p][needed] in allowed), None)
         if needed not in pinned and donor is not None:
             moved, origin[needed] = needed, donor
         elif gene not in pinned:
@@ -121,3 +138,27 @@ def settle(origin: dict, carried: dict) -> dict | str:
         pinned.add(moved)
         repairs[moved] = origin[moved]
     return repairs
+
+
+LIBRARY = "library"  # where a gene comes from when neither parent carries what the child needs
+
+
+def allowed_by_all(assignment: dict, needed: str, allowed) -> tuple:
+    """The alleles of `needed` that `allowed` and every other gene's requirement admit."""
+    wanted = list(allowed)
+    for gene, allele in assignment.items():
+        if gene != needed and needed in (demands := alleles.requirements(gene, allele)):
+            wanted = [a for a in wanted if a in demands[needed]]
+    return tuple(wanted)
+
+
+def library_allele(gene: str, wanted, carried: dict) -> str | None:
+    """The first of `wanted` the library has, that runs wherever the parents do (a CUDA-only
+    allele only for parents that already carry one)."""
+    on_cuda = any(getattr(alleles.get(g, a), "devices", "any") == "cuda"
+                  for p in ("a", "b") for g, a in carried[p].items())
+    for name in wanted:
+        allele = alleles.get(gene, name)
+        if allele is not None and (allele.devices == "any" or on_cuda):
+            return name
+    return None

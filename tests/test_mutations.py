@@ -208,6 +208,25 @@ def test_crossover_of_paged_attention_and_per_request_cache_is_repaired():
             assert not (carried["attend_decode"] == "table_sdpa" and carried["KVCache"] == "seed")
 
 
+@pytest.mark.parametrize("mlp", ["fused", "swiglu_triton"])
+def test_a_merge_needing_an_allele_neither_parent_carries_takes_it_from_the_library(mlp):
+    # Fused q/k/v needs load_weights in (fused_qkv, fused_both), a fused gate/up MLP needs it
+    # in (fused_gate_up, fused_both): merged, only fused_both serves both. Without it the
+    # stronger gain took the gene and the weaker went (two H100 searches' winners).
+    qkv = mutations.get_operator("allele.qkv_proj.fused").apply(SEED, random.Random(0)).source
+    gate_up = mutations.get_operator(f"allele.mlp.{mlp}").apply(SEED, random.Random(0)).source
+    for a, b, genes in ((qkv, gate_up, {"mlp"}), (gate_up, qkv, {"qkv_proj"})):
+        child = mutations.merge_gains(a, b, SEED, random.Random(0), genes)
+        assert isinstance(child, mutations.Applied), child
+        carried = program.gene_alleles(program.parse(child.source))
+        assert (carried["load_weights"], carried["qkv_proj"], carried["mlp"]) == ("fused_both", "fused", mlp)
+        assert child.args["repairs"] == {"load_weights": "library"}
+        assert static_problems(child.source) == []
+    both = mutations.get_operator("allele.load_weights.fused_both").apply(SEED, random.Random(0)).source
+    assert child.source == (both if mlp == "fused" else
+                            mutations.get_operator(f"allele.mlp.{mlp}").apply(both, random.Random(0)).source)
+
+
 def test_crossover_of_identical_parents_declines():
     assert isinstance(mutations.crossover(SEED, SEED, random.Random(0)), mutations.Declined)
 
