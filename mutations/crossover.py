@@ -26,6 +26,7 @@ from mutations.base import Applied, Declined
 
 NAME = "crossover"
 MERGE_NAME = "merge_gains"
+LIBRARY = "library"  # where a gene comes from when neither parent carries what the child needs
 
 
 def crossover(a: str, b: str, rng: random.Random) -> Applied | Declined:
@@ -138,9 +139,6 @@ def settle(origin: dict, carried: dict) -> dict | str:
         pinned.add(moved)
         repairs[moved] = origin[moved]
     return repairs
-
-
-LIBRARY = "library"  # where a gene comes from when neither parent carries what the child needs
 
 
 def allowed_by_all(assignment: dict, needed: str, allowed) -> tuple:
