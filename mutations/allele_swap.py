@@ -72,8 +72,7 @@ class AlleleSwapOperator(Operator):
         for gene, name in closed.items():
             if name != carried[gene]:
                 allele = alleles.get(gene, name)
-                module = program.replace_gene(module, gene, allele.definition())
-                module = program.add_imports(module, allele.imports())
+                module = allele.placed(module)
                 sources.append(allele.module)
         source = program.finish(module, sources + [alleles.shared_module(), program.seed_module()])
         args = {"gene": self.allele.gene, "allele": self.allele.name, "repairs": repairs}

@@ -101,7 +101,7 @@ def settled_child(name: str, parents: dict, sources: tuple, origin: dict, copies
             module = program.replace_gene(module, gene, defs_b[gene])
         elif origin[gene] == LIBRARY:
             allele = alleles.get(gene, carried[LIBRARY][gene])
-            module = program.add_imports(program.replace_gene(module, gene, allele.definition()), allele.imports())
+            module = allele.placed(module)
             taken.append(allele.module)
     # Missing helpers come from b first: the child is a's module, so all it lacks is b's
     # (and a library allele's, from its own file).

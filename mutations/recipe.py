@@ -135,8 +135,9 @@ def rewrites_to(source: str, child: str, rewrites) -> tuple:
     while distance:
         for step in rewrites:
             result = apply_step(source, step)
-            if isinstance(result, Applied) and gene_distance(result.source, child) < distance:
-                source, distance = result.source, gene_distance(result.source, child)
+            closer = gene_distance(result.source, child) if isinstance(result, Applied) else distance
+            if closer < distance:
+                source, distance = result.source, closer
                 steps.append(Step(result.operator, result.args))
                 break
         else:

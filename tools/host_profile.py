@@ -9,30 +9,25 @@ import cProfile
 import json
 import pstats
 import statistics
-import time
 
 import torch
 
-from fitness.bench import CASE_SEED
+from fitness.bench import CASE_SEED, timed_run
 from fitness.cases import select_cases
 from fitness.loader import load_engine_module
-from fitness.traces import materialize, replay
+from fitness.traces import materialize
 from tools.profile_case import case_arguments
 
 
 def timed_case(engine, calls, profiler=None) -> float:
-    """Seconds of one pass over the calls, from an idle GPU to an idle GPU."""
-    torch.cuda.synchronize()
-    if profiler is not None:
-        profiler.enable()
-    started = time.perf_counter()
-    for call in calls:
-        replay(engine, call)
-    torch.cuda.synchronize()
-    seconds = time.perf_counter() - started
-    if profiler is not None:
+    """The benchmark's timed run of the calls, with `profiler` on around it when given."""
+    if profiler is None:
+        return timed_run(engine, calls, "cuda")
+    profiler.enable()
+    try:
+        return timed_run(engine, calls, "cuda")
+    finally:
         profiler.disable()
-    return seconds
 
 
 def main(argv=None) -> int:

@@ -46,6 +46,11 @@ class Allele:
     def imports(self) -> list:
         return [s for s in self.module.body if program.is_import(s)]
 
+    def placed(self, module: cst.Module) -> cst.Module:
+        """`module` with this allele as its gene, and its imports (its helpers come when the
+        program is finished with `self.module` among the sources)."""
+        return program.add_imports(program.replace_gene(module, self.gene, self.definition()), self.imports())
+
 
 @lru_cache(maxsize=None)
 def allele_module(path: Path) -> cst.Module:

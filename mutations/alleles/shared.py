@@ -153,9 +153,8 @@ def host_pages(cache, step):
     """A paged cache's host_addresses: pages reserved, then (slot of every new token, block
     table row of every request) as plain lists: a graph engine copies them to the device in
     one go (torch ops on the host cost ~10 us each)."""
-    reserve_pages(cache, step)
+    tables = reserved_tables(cache, step)
     size = cache.page_size
-    tables = [cache.pages_of[rid] for rid in step.request_ids]
     ends = [cache.lengths[rid] for rid in step.request_ids]
     if step.is_decode:  # one token a request: one comprehension (a batch of 64 is host-bound)
         return [t[(e - 1) // size] * size + (e - 1) % size for t, e in zip(tables, ends)], tables

@@ -22,6 +22,7 @@ falls back to a per-prompt loop) run eagerly. One memory pool serves every graph
 largest first. When the cache grows, its tensors move, and every graph is captured again.
 """
 import array
+import itertools
 
 import torch
 import triton
@@ -157,8 +158,7 @@ class Engine:
         `pages`, then the prompts' pages, one run each (at most a page a token and one more
         a prompt)."""
         prompts = MAX_PREFILL_PROMPTS
-        sizes = [size, size] if kind == "decode" else [prompts] * 4 + [size + prompts]
-        ends = [sum(sizes[:i + 1]) for i in range(len(sizes))]
+        ends = list(itertools.accumulate([size, size] if kind == "decode" else [prompts] * 4 + [size + prompts]))
         return [meta[a:b] for a, b in zip([0] + ends, ends)]
 
     def recapture_if_moved(self, fill):
