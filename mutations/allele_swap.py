@@ -3,13 +3,15 @@
 The swap brings the helpers and imports the allele needs, prunes what nothing uses any
 more, and settles declared requirements: a gene the new allele needs in another form is
 swapped too (to the first allowed allele that runs wherever this operator runs), and a gene
-whose own requirement the swap breaks goes back to its seed allele. It declines when the
+whose own requirement the swap breaks goes back to its seed allele. A program under
+programmatic dependent launch keeps every kernel under it. It declines when the
 program lacks the gene, already carries the allele, or the requirements cannot settle.
 """
 import random
 
 from mutations import alleles, program, requirements
 from mutations.base import Applied, Declined, Operator
+from mutations.rewrites import programmatic_launch
 
 
 class AlleleSwapOperator(Operator):
@@ -75,6 +77,7 @@ class AlleleSwapOperator(Operator):
                 module = allele.placed(module)
                 sources.append(allele.module)
         source = program.finish(module, sources + [alleles.shared_module(), program.seed_module()])
+        source = programmatic_launch.kept(source)
         args = {"gene": self.allele.gene, "allele": self.allele.name, "repairs": repairs}
         return Applied(source, self.name, args)
 

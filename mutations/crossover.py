@@ -23,6 +23,7 @@ import random
 
 from mutations import alleles, program, requirements
 from mutations.base import Applied, Declined
+from mutations.rewrites import programmatic_launch
 
 NAME = "crossover"
 MERGE_NAME = "merge_gains"
@@ -107,6 +108,7 @@ def settled_child(name: str, parents: dict, sources: tuple, origin: dict, copies
     # (and a library allele's, from its own file).
     library = [*taken, alleles.shared_module()] if taken else []
     child = program.finish(module, library + [parents["b"], parents["a"], program.seed_module()])
+    child = programmatic_launch.kept(child)  # a's launchers may pass the flag to b's kernels
     for p, source in zip(("a", "b"), sources):
         if child == source and p not in copies_of:
             return Declined(name, f"the child is a copy of parent {p}")

@@ -227,6 +227,27 @@ def test_a_merge_needing_an_allele_neither_parent_carries_takes_it_from_the_libr
                             mutations.get_operator(f"allele.mlp.{mlp}").apply(both, random.Random(0)).source)
 
 
+def test_a_program_under_programmatic_launch_keeps_every_kernel_under_it():
+    # An H100 search swapped the RoPE kernel of a program under PDL: the shared launcher
+    # passed the flag to the new kernel, which had no such parameter, and it crashed. A
+    # merge that gives such a program the gene of one not under PDL is the same.
+    from mutations.rewrites.programmatic_launch import kernels_without_flag
+    rope = mutations.get_operator("allele.apply_rope.triton").apply(SEED, random.Random(0)).source
+    under = mutations.get_operator("programmatic_launch").apply(rope, random.Random(0)).source
+    rows = mutations.get_operator("allele.apply_rope.triton_rows").apply(SEED, random.Random(0)).source
+    swapped = mutations.get_operator("allele.apply_rope.triton_rows").apply(under, random.Random(0)).source
+    merged = mutations.merge_gains(under, rows, SEED, random.Random(0), {"apply_rope"})
+    assert isinstance(merged, mutations.Applied), merged
+    for source in (swapped, merged.source):
+        module = program.parse(source)
+        assert program.gene_alleles(module)["apply_rope"] == "triton_rows"
+        assert kernels_without_flag(module) == []
+        assert "launch_rope(rope_rows_kernel, x, cos, sin)" in source and "PDL=PDL_LAUNCH" in source
+        assert static_problems(source) == []
+    # A program not under PDL takes none from a swap.
+    assert "PDL" not in mutations.get_operator("allele.apply_rope.triton_rows").apply(rope, random.Random(0)).source
+
+
 def test_crossover_of_identical_parents_declines():
     assert isinstance(mutations.crossover(SEED, SEED, random.Random(0)), mutations.Declined)
 

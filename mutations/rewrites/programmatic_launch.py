@@ -12,8 +12,10 @@ Each kernel gets a `PDL: tl.constexpr = False` parameter that guards both calls,
 launch of one (`kernel[grid](...)`) passes `PDL=PDL_LAUNCH, launch_pdl=PDL_LAUNCH`, where
 PDL_LAUNCH is true on a Hopper or later GPU outside Triton's interpreter. The flag travels
 with the launch, so a launch under PDL of a kernel without the wait cannot happen: a kernel
-without the parameter rejects the argument (a crossover that pairs them fails loudly, in
-the gate). Declines when every kernel already has the parameter, or there is none.
+without the parameter rejects the argument. A program under PDL stays so: a swap or merge
+that brings it a kernel without the parameter puts that one under PDL too (`kept`; an H100
+search's swap of the RoPE kernel under a shared launcher that passed the flag crashed).
+Declines when every kernel already has the parameter, or there is none.
 """
 import random
 
@@ -94,6 +96,28 @@ class UnderPDL(cst.CSTTransformer):
         return updated_node.with_changes(args=args)
 
 
+def under_pdl(module: cst.Module, names: list) -> cst.Module:
+    """`module` with the kernels `names` and their launches under PDL, and the switch."""
+    module = module.visit(UnderPDL(names))
+    module = program.add_imports(module, [cst.parse_statement(line) for line in IMPORTS])
+    if SWITCH not in program.definitions(module):
+        body = list(module.body)
+        first = next(i for i, s in enumerate(body) if not program.is_import(s) and not program.is_docstring(s))
+        switch = cst.parse_statement(SWITCH_STATEMENT)
+        body.insert(first, switch.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine(), *switch.leading_lines]))
+        module = module.with_changes(body=body)
+    return module
+
+
+def kept(source: str) -> str:
+    """`source` with every kernel under PDL when the program already launches some so (it
+    defines the switch), else as it is: what a swap or merge finishes with."""
+    module = program.parse(source)
+    if SWITCH not in program.definitions(module) or not (names := kernels_without_flag(module)):
+        return source
+    return program.finish(under_pdl(module, names), [program.seed_module()])
+
+
 class ProgrammaticLaunchOperator(StructuralRewrite):
     name = "programmatic_launch"
     devices = "cuda"
@@ -104,13 +128,5 @@ class ProgrammaticLaunchOperator(StructuralRewrite):
     def rewrite(self, source: str, rng: random.Random) -> Applied | Declined:
         module = program.parse(source)
         names = kernels_without_flag(module)
-        module = module.visit(UnderPDL(names))
-        module = program.add_imports(module, [cst.parse_statement(line) for line in IMPORTS])
-        if SWITCH not in program.definitions(module):
-            body = list(module.body)
-            first = next(i for i, s in enumerate(body) if not program.is_import(s) and not program.is_docstring(s))
-            switch = cst.parse_statement(SWITCH_STATEMENT)
-            body.insert(first, switch.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine(), *switch.leading_lines]))
-            module = module.with_changes(body=body)
-        child = program.finish(module, [program.seed_module()])
+        child = program.finish(under_pdl(module, names), [program.seed_module()])
         return Applied(child, self.name, {"kernels": names})
