@@ -26,6 +26,7 @@ from mutations.crossover import crossover, intended_genes, merge_gains
 from mutations.rewrites.fuse_linears import FuseLinearsOperator
 from mutations.rewrites.hoist_tables import HoistTablesOperator
 from mutations.rewrites.last_token_logits import LastTokenLogitsOperator
+from mutations.rewrites.prefetched_linears import PrefetchedLinearsOperator
 from mutations.rewrites.programmatic_launch import ProgrammaticLaunchOperator
 from mutations.rewrites.torch_compile import TorchCompileOperator
 from mutations.rewrites.tune_constant import TuneConstantOperator
@@ -38,7 +39,8 @@ __all__ = ["Applied", "Declined", "Operator", "all_operators", "get_operator", "
 @lru_cache(maxsize=None)
 def _operators() -> tuple:
     structural = [FuseLinearsOperator(), TorchCompileOperator(), TuneConstantOperator(),
-                  HoistTablesOperator(), LastTokenLogitsOperator(), ProgrammaticLaunchOperator()]
+                  HoistTablesOperator(), LastTokenLogitsOperator(), ProgrammaticLaunchOperator(),
+                  PrefetchedLinearsOperator()]
     return tuple(swap_operators() + structural)
 
 

@@ -74,13 +74,15 @@ def test_graph_engines_alone_on_the_seed_pass_the_gate(operator, scratch, tmp_pa
     assert result.passed, result.error
 
 
-def test_the_recipe_under_programmatic_launch_passes_the_gate(scratch, tmp_path):
+@pytest.mark.parametrize("operator", ["programmatic_launch", "prefetched_linears"])
+def test_the_recipe_under_programmatic_launch_passes_the_gate(operator, scratch, tmp_path):
     """fastest.txt's program with every Triton kernel under programmatic dependent launch,
-    inside its CUDA graphs (on a GPU before Hopper the flag is off: the plain program)."""
+    inside its CUDA graphs (on a GPU before Hopper the flag is off: the plain program), and
+    with its small matmuls in the prefetching kernel too."""
     ensure(PUBLIC_CONFIG, PUBLIC_WEIGHTS)
     source = recipe.apply(recipe.parse((REPO / "mutations" / "recipes" / "fastest.txt").read_text()))
     path = tmp_path / "child.py"
-    path.write_text(mutations.get_operator("programmatic_launch").apply(source, random.Random(0)).source)
+    path.write_text(mutations.get_operator(operator).apply(source, random.Random(0)).source)
     module = load_engine_module(path)
     assert module.PDL_LAUNCH == (torch.cuda.get_device_capability()[0] >= 9)
     result = check_module(module, ModelConfig.load(PUBLIC_CONFIG), PUBLIC_WEIGHTS, "cuda", 123, scratch)

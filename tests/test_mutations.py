@@ -32,12 +32,14 @@ def one_thread():
 def applied_to_seed(name, seed=0):
     """The operator on the seed, or (for one that needs what the seed lacks) on the seed
     after a swap that brings it: tune_constant needs a declared constant, programmatic_launch
-    a Triton kernel."""
+    a Triton kernel, prefetched_linears a graph engine."""
     source = SEED
     if name == "tune_constant":
         source = mutations.get_operator("allele.KVCache.paged").apply(SEED, random.Random(0)).source
     elif name == "programmatic_launch":
         source = mutations.get_operator("allele.rms_norm.triton").apply(SEED, random.Random(0)).source
+    elif name == "prefetched_linears":
+        source = mutations.get_operator("allele.Engine.cuda_graphs").apply(SEED, random.Random(0)).source
     elif name.endswith(".seed"):  # the swap back: from a program carrying another allele
         gene = name.split(".")[1]
         others = sorted((alleles.get(g, a).devices != "any", a) for (g, a) in alleles.library()
@@ -172,7 +174,7 @@ def test_cuda_operators_stay_off_cpu_walks():
                          "allele.attend_decode.triton_split_kv", "allele.apply_rope.triton",
                          "allele.apply_rope.triton_rows", "allele.mlp.swiglu_triton",
                          "allele.Engine.cuda_graphs_prefill", "allele.KVCache.paged_chunks", "torch_compile",
-                         "programmatic_launch"}
+                         "programmatic_launch", "prefetched_linears"}
     for name in cuda_only:  # only they may import triton; CPU programs never need it
         assert "import triton" in applied_to_seed(name).source or name == "torch_compile"
     for name in CPU_OPERATORS:

@@ -280,3 +280,25 @@ def rms_norm(x, w, eps):
 
 def test_programmatic_launch_declines_programs_without_triton_kernels():
     assert "no Triton kernel" in mutations.get_operator("programmatic_launch").applies(program.SEED_PATH.read_text())
+
+
+def test_prefetched_linears():
+    seed = program.SEED_PATH.read_text()
+    assert "CUDA graphs" in mutations.get_operator("prefetched_linears").applies(seed)  # launched from Python
+    graphs = mutations.get_operator("allele.Engine.cuda_graphs").apply(seed, random.Random(0)).source
+    result = mutations.get_operator("prefetched_linears").apply(graphs, random.Random(0))
+    assert isinstance(result, mutations.Applied), result
+    assert len(result.args["sites"]) == graphs.count('"].T')  # every matmul by a subscripted weight
+    source = result.source
+    assert "@ layer[" not in source and 'prefetched_linear(x, layer["q"])' in source
+    assert 'prefetched_linear(F.silu(prefetched_linear(x, layer["gate"])) * prefetched_linear(x, layer["up"]), ' \
+        'layer["down"])' in source  # a matmul's own parentheses go with it
+    assert "softmax(scores, dim=-1).to(v.dtype) @ v" in source  # not a weight
+    module = program.parse(source)
+    from mutations.rewrites.programmatic_launch import kernels_without_flag
+    assert kernels_without_flag(module) == []  # every kernel lets the next one start early
+    assert {"prefetched_linear", "prefetched_linear_kernel", "sum_shares_kernel", "PDL_LAUNCH"} <= \
+        set(program.definitions(module))
+    assert source.count("PDL=PDL_LAUNCH, launch_pdl=PDL_LAUNCH") == 2
+    again = mutations.get_operator("prefetched_linears").apply(source, random.Random(0))
+    assert isinstance(again, mutations.Declined) and "no matmul" in again.reason

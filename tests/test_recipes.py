@@ -131,8 +131,9 @@ def test_the_fastest_recipe_applies_on_cpu_and_keeps_every_allele():
     carried = program.gene_alleles(program.parse(source))
     swaps = [s.operator.split(".")[1:] for s in steps if s.operator.startswith("allele.")]
     assert len(swaps) == 8 and all(carried[gene] == allele for gene, allele in swaps)
-    assert steps[-1].operator == "last_token_logits"
-    assert isinstance(mutations.get_operator("last_token_logits").apply(source, random.Random(0)), mutations.Declined)
+    assert [s.operator for s in steps[-2:]] == ["last_token_logits", "prefetched_linears"]
+    for rewrite in ("last_token_logits", "prefetched_linears", "programmatic_launch"):  # each already done
+        assert isinstance(mutations.get_operator(rewrite).apply(source, random.Random(0)), mutations.Declined)
 
 
 # --- a winner's lineage as a recipe ------------------------------------------------------------

@@ -5,16 +5,17 @@ the kernels an allele would carry, measured before one is written.
 inner dimension), reads its weight slab in BLOCK_K-wide tiles and sums in fp32; split shares
 are added by a second kernel before the one rounding to the compute dtype.
 
-`prefetched_matmul`: the same product under programmatic dependent launch (PDL, Hopper): a
-program loads its whole weight share first, since weights never depend on the kernel
-before it, then waits for that kernel (`gdc_wait`) and reads x. Launched with
-`launch_pdl=True`, it starts while its predecessor finishes, so the launch and the weight's
-memory latency overlap the kernel before.
+`prefetched_matmul`: the same product in the prefetched_linears rewrite's kernel, under
+programmatic dependent launch (PDL, Hopper) or not: a program loads its whole weight share
+first, since weights never depend on the kernel before it, then waits for that kernel
+(`gdc_wait`) and reads x. Launched with `launch_pdl=True`, it starts while its predecessor
+finishes, so the launch and the weight's memory latency overlap the kernel before.
 """
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+from mutations.rewrites.prefetched_linear_kernels import prefetched_linear_kernel, sum_shares_kernel
 
 SKINNY_PROGRAMS = 264  # programs a call aims for (two per SM of an H100)
 
@@ -38,43 +39,6 @@ def skinny_matmul_kernel(x_ptr, w_ptr, out_ptr, num_rows, num_out, num_in, strid
         acc += tl.dot(x, tl.trans(w))
     out = out_ptr + split * stride_split + rows[:, None] * stride_out + cols[None, :]
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
-
-
-@triton.jit
-def prefetched_matmul_kernel(x_ptr, w_ptr, out_ptr, num_rows, num_out, num_in, stride_x, stride_w, stride_out,
-                             stride_split, share, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                             SHARE: tl.constexpr, PDL: tl.constexpr):
-    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    split = tl.program_id(1)
-    rows = tl.arange(0, BLOCK_M)
-    row_ok, col_ok = rows < num_rows, cols < num_out
-    k = split * share + tl.arange(0, SHARE)
-    k_ok = (tl.arange(0, SHARE) < share) & (k < num_in)
-    # The weight first: nothing before this kernel writes it.
-    w = tl.load(w_ptr + cols[:, None].to(tl.int64) * stride_w + k[None, :], mask=col_ok[:, None] & k_ok[None, :],
-                other=0.0)  # [BLOCK_N, SHARE]
-    if PDL:  # (Triton's CPU interpreter knows no grid dependency control)
-        gdc_launch_dependents()
-        gdc_wait()  # x, and the output's memory, belong to the kernels before
-    x = tl.load(x_ptr + rows[:, None] * stride_x + k[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-    acc = tl.dot(x, tl.trans(w))
-    out = out_ptr + split * stride_split + rows[:, None] * stride_out + cols[None, :]
-    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
-
-
-@triton.jit
-def sum_splits_kernel(part_ptr, out_ptr, num_out, stride_split, stride_part, stride_out, SPLIT_K: tl.constexpr,
-                      BLOCK: tl.constexpr, PDL: tl.constexpr):
-    if PDL:
-        gdc_wait()
-        gdc_launch_dependents()
-    row = tl.program_id(0)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    ok = cols < num_out
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for s in range(SPLIT_K):
-        acc += tl.load(part_ptr + s * stride_split + row * stride_part + cols, mask=ok, other=0.0)
-    tl.store(out_ptr + row * stride_out + cols, acc.to(out_ptr.dtype.element_ty), mask=ok)
 
 
 def skinny_plan(num_rows, num_out, num_in, programs=SKINNY_PROGRAMS):
@@ -103,8 +67,8 @@ def outputs(x, num_out, split_k) -> tuple:
 
 
 def sum_splits(part, out, split_k, pdl):
-    sum_splits_kernel[(out.shape[0], triton.cdiv(out.shape[1], 1024))](
-        part, out, out.shape[1], part.stride(0), part.stride(1), out.stride(0), SPLIT_K=split_k, BLOCK=1024,
+    sum_shares_kernel[(out.shape[0], triton.cdiv(out.shape[1], 1024))](
+        part, out, out.shape[1], part.stride(0), part.stride(1), out.stride(0), SPLITS=split_k, BLOCK=1024,
         PDL=pdl, launch_pdl=pdl)
 
 
@@ -130,7 +94,7 @@ def prefetched_matmul(x, weight, block_n, split_k, pdl=True, num_warps=4):
     num_out = weight.shape[0]
     share = triton.cdiv(num_in, split_k)
     out, part = outputs(x, num_out, split_k)
-    prefetched_matmul_kernel[(triton.cdiv(num_out, block_n), split_k)](
+    prefetched_linear_kernel[(triton.cdiv(num_out, block_n), split_k)](
         x, weight, part, num_rows, num_out, num_in, x.stride(0), weight.stride(0), part.stride(-2),
         part.stride(0) if split_k > 1 else 0, share, BLOCK_M=max(16, triton.next_power_of_2(num_rows)),
         BLOCK_N=block_n, SHARE=max(16, triton.next_power_of_2(share)), PDL=pdl, num_warps=num_warps,

@@ -11,7 +11,10 @@ from types import SimpleNamespace
 assert os.environ.get("TRITON_INTERPRET") == "1", "set TRITON_INTERPRET=1 before importing triton"
 import torch  # noqa: E402
 
-ALLELES = Path(__file__).resolve().parents[2] / "mutations" / "alleles"
+REPO = Path(__file__).resolve().parents[2]
+ALLELES = REPO / "mutations" / "alleles"
+sys.path.insert(0, str(REPO))
+from mutations.rewrites import prefetched_linear_kernels as linear  # noqa: E402
 
 
 def load(gene, name):
@@ -192,6 +195,24 @@ def check_swiglu(tokens=3, width=40, dtype=torch.float32):
     check(f"swiglu {dtype}", module.mlp(x, layer), want, tol=1e-4 * want.abs().max().item())
 
 
+def check_prefetched_linear():
+    """The prefetched_linears rewrite's helper: few fp16 rows in the kernel, in one share and
+    in three (summed by the second kernel), a strided x; what it leaves to torch unchanged."""
+    torch.manual_seed(7)
+    weight = torch.randn(40, 48).half()
+    for rows, share in ((1, 1024), (5, 16), (16, 16)):
+        linear.PREFETCH_SHARE = share
+        x = torch.randn(rows, 48).half()
+        check(f"prefetched_linear rows={rows} share={share}", linear.prefetched_linear(x, weight),
+              (x.float() @ weight.float().T).half(), tol=2e-2)
+        strided = torch.randn(rows, 96).half()[:, :48]  # rows apart by 96, columns contiguous
+        check(f"prefetched_linear strided rows={rows}", linear.prefetched_linear(strided, weight),
+              (strided.float() @ weight.float().T).half(), tol=2e-2)
+    for x in (torch.randn(17, 48).half(), torch.randn(3, 48)):  # too many rows; fp32
+        check(f"prefetched_linear left to torch {tuple(x.shape)} {x.dtype}",
+              linear.prefetched_linear(x, weight.to(x.dtype)), x @ weight.to(x.dtype).T, tol=1e-12)
+
+
 if __name__ == "__main__":
     check_norms()
     check_decode(page_size=4, max_positions=16, head_dim=24)  # paged, head_dim not a power of 2
@@ -211,4 +232,5 @@ if __name__ == "__main__":
     check_rope(head_dim=256, num_heads=1, allele="triton_rows")
     check_rope(head_dim=24, num_heads=5, dtype=torch.float16, allele="triton_rows")
     check_swiglu()
+    check_prefetched_linear()
     sys.exit(0)

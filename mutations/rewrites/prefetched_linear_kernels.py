@@ -1,0 +1,84 @@
+"""The prefetched_linears rewrite's helpers, which it copies into a program: a Triton kernel
+for few rows by a small weight that loads its weight share before it waits on the kernel
+before it, the kernel that sums its inner-dimension shares, and the dispatcher. Importable
+(tools.skinny_matmul times them; the CPU tests run them in Triton's interpreter)."""
+import os
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+# Programmatic dependent launch needs a Hopper or later GPU, and Triton's interpreter has none.
+PDL_LAUNCH = (os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available()
+              and torch.cuda.get_device_capability()[0] >= 9)
+
+
+@triton.jit
+def prefetched_linear_kernel(x_ptr, w_ptr, out_ptr, num_rows, num_out, num_in, stride_x, stride_w, stride_out,
+                             stride_split, share, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                             SHARE: tl.constexpr, PDL: tl.constexpr = False):
+    """out[:, cols] (or split's fp32 share of it) = x[:, share] @ w[cols, share].T."""
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    split = tl.program_id(1)
+    rows = tl.arange(0, BLOCK_M)
+    k = split * share + tl.arange(0, SHARE)
+    k_ok = (tl.arange(0, SHARE) < share) & (k < num_in)
+    col_ok = cols < num_out
+    # The weight first: no kernel before this one writes it.
+    w = tl.load(w_ptr + cols[:, None].to(tl.int64) * stride_w + k[None, :], mask=col_ok[:, None] & k_ok[None, :],
+                other=0.0)  # [BLOCK_N, SHARE]
+    if PDL:  # x, and the output's memory, belong to the kernels before
+        gdc_launch_dependents()
+        gdc_wait()
+    x = tl.load(x_ptr + rows[:, None] * stride_x + k[None, :], mask=(rows < num_rows)[:, None] & k_ok[None, :],
+                other=0.0)
+    acc = tl.dot(x, tl.trans(w))  # fp32
+    out = out_ptr + split * stride_split + rows[:, None] * stride_out + cols[None, :]
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=(rows < num_rows)[:, None] & col_ok[None, :])
+
+
+@triton.jit
+def sum_shares_kernel(part_ptr, out_ptr, num_out, stride_split, stride_part, stride_out, SPLITS: tl.constexpr,
+                      BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+    """out[row] = the sum of the fp32 shares of row, rounded once."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+    row = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = cols < num_out
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for s in range(SPLITS):
+        acc += tl.load(part_ptr + s * stride_split + row * stride_part + cols, mask=ok, other=0.0)
+    tl.store(out_ptr + row * stride_out + cols, acc.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+PREFETCH_ROWS = 16  # range: 1..64; the most rows a matmul takes through the prefetching kernel
+PREFETCH_WEIGHT = 2621440  # range: 655360..10485760; the largest weight (elements) it takes
+PREFETCH_SHARE = 1024  # range: 256..2048; inner-dimension elements a program holds in registers
+
+
+def prefetched_linear(x, weight):
+    """x [M, K] @ weight [N, K].T: few rows by a small fp16 weight in the prefetching kernel,
+    16 output columns a program and the inner dimension in shares (summed by a second
+    kernel); anything else by torch."""
+    if (x.dtype != torch.float16 or weight.dtype != x.dtype or x.dim() != 2 or weight.dim() != 2
+            or not 0 < x.shape[0] <= PREFETCH_ROWS or weight.numel() > PREFETCH_WEIGHT
+            or x.stride(-1) != 1 or weight.stride(-1) != 1):
+        return x @ weight.T
+    num_rows, num_in = x.shape
+    num_out = weight.shape[0]
+    splits = triton.cdiv(num_in, PREFETCH_SHARE)
+    share = triton.cdiv(num_in, splits)
+    out = torch.empty(num_rows, num_out, device=x.device, dtype=x.dtype)
+    part = out if splits == 1 else torch.empty(splits, num_rows, num_out, device=x.device, dtype=torch.float32)
+    prefetched_linear_kernel[(triton.cdiv(num_out, 16), splits)](
+        x, weight, part, num_rows, num_out, num_in, x.stride(0), weight.stride(0), part.stride(-2),
+        part.stride(0) if splits > 1 else 0, share, BLOCK_M=max(16, triton.next_power_of_2(num_rows)), BLOCK_N=16,
+        SHARE=max(16, triton.next_power_of_2(share)), PDL=PDL_LAUNCH, launch_pdl=PDL_LAUNCH)
+    if splits > 1:
+        sum_shares_kernel[(num_rows, triton.cdiv(num_out, 1024))](
+            part, out, num_out, part.stride(0), part.stride(1), out.stride(0), SPLITS=splits, BLOCK=1024,
+            PDL=PDL_LAUNCH, launch_pdl=PDL_LAUNCH)
+    return out
