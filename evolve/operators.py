@@ -173,6 +173,7 @@ class Vocabulary:
         self.get_operator = get_operator if callable(get_operator) else None
         self.devices_of = (lambda name: get_operator(name).devices) if self.get_operator else (lambda name: "any")
         self.is_deterministic = getattr(module, "is_deterministic", lambda name: False)
+        self.is_program_wide = getattr(module, "is_program_wide", lambda name: False)
         self.unports = getattr(module, "unports", lambda name, source: False)
 
     def intended(self, child, parent) -> set | None:
@@ -195,6 +196,11 @@ class Vocabulary:
         except KeyError:
             return None
         return operator.replay(source, program.operator_args) if hasattr(operator, "replay") else None
+
+    def reapply(self, program, source: str, rng: random.Random):
+        """`program`'s operator applied afresh to `source` (its own choices, not the recorded
+        ones: a program-wide rewrite's args list what it found in its parent)."""
+        return self.apply(program.operator, source, rng) if self.apply is not None else None
 
     def differing(self, a, b) -> set:
         """The genes in which programs `a` and `b` differ (needs `intended_genes`)."""

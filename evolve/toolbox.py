@@ -167,8 +167,9 @@ def merge_every_gain(best: Program, scores, make, vocabulary: Vocabulary, memo: 
     lost to fuse_linears at 1.02x, its merge declined as a copy). `best`'s own gain counts
     too: an H100 search folded a 2x decode-graphs gain over its 5.7x prefill-graphs best
     and got 0.53x of it.
-    Pair merges combine two gains a generation; a sweep finds many at once. Declined when
-    nothing new comes of it, or Known."""
+    A program-wide rewrite's gain (every kernel under PDL) is its operator applied again to
+    the fold, last. Pair merges combine two gains a generation; a sweep finds many at once.
+    Declined when nothing new comes of it, or Known."""
     if vocabulary.merge_gains is None:
         return mutations.Declined(MERGE_EVERY_GAIN, "the operators cannot merge")
     gains = []
@@ -178,6 +179,11 @@ def merge_every_gain(best: Program, scores, make, vocabulary: Vocabulary, memo: 
         if ratio is not None and ratio > 1.0:
             gains.append((ratio, program, parent))
     gains.sort(key=lambda g: (g[0], g[1].id))
+    # A program-wide rewrite touches every gene with a kernel or a matmul, so stronger gains
+    # own its genes and a fold by genes dropped it (an H100 search lost prefetched_linears,
+    # 1.01x, to programmatic_launch, 1.01x, and gene gains): it is applied again at the end.
+    wide = [g for g in gains if vocabulary.is_program_wide(g[1].operator)]
+    gains = [g for g in gains if g not in wide]
     owner = gene_owners(gains, vocabulary)
     source, merged = best.source, []
     for _, program, parent in gains:
@@ -199,6 +205,10 @@ def merge_every_gain(best: Program, scores, make, vocabulary: Vocabulary, memo: 
         if hasattr(result, "source"):
             displaced = result.source == program.source  # every gene merged before, taken back
             source, merged = result.source, ([] if displaced else merged) + [program.id]
+    for _, program, _ in wide:
+        result = vocabulary.reapply(program, source, rng)
+        if hasattr(result, "source") and result.source != source:
+            source, merged = result.source, merged + [program.id]
     merged = [pid for pid in merged if pid != best.id]
     if not merged or source == best.source:
         return mutations.Declined(MERGE_EVERY_GAIN, f"no gain that {best.id} lacks")

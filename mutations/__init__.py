@@ -32,8 +32,8 @@ from mutations.rewrites.torch_compile import TorchCompileOperator
 from mutations.rewrites.tune_constant import TuneConstantOperator
 
 __all__ = ["Applied", "Declined", "Operator", "all_operators", "get_operator", "applicable_operators",
-           "apply_operator", "is_deterministic", "unports", "random_mutation", "crossover", "merge_gains",
-           "intended_genes"]
+           "apply_operator", "is_deterministic", "is_program_wide", "unports", "random_mutation", "crossover",
+           "merge_gains", "intended_genes"]
 
 
 @lru_cache(maxsize=None)
@@ -67,6 +67,15 @@ def apply_operator(name: str, source: str, rng: random.Random) -> Applied | Decl
 def is_deterministic(name: str) -> bool:
     """An allele swap draws nothing from its rng: on the same program it makes the same child."""
     return get_operator(name).kind == "allele"
+
+
+def is_program_wide(name: str) -> bool:
+    """Whether operator `name` changes the whole program (every kernel, every matmul) rather
+    than genes: a merge applies it again instead of taking genes from its child."""
+    try:
+        return get_operator(name).program_wide
+    except KeyError:
+        return False
 
 
 def unports(name: str, source: str) -> bool:

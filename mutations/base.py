@@ -31,6 +31,7 @@ class Operator:
     kind: str = ""  # "allele" | "structural"
     devices: str = "any"  # "any" | "cuda": where programs it writes can run
     description: str = ""  # one line, shown by `python -m mutations list`
+    program_wide: bool = False  # what it changes is a property of the whole program, not of genes
 
     def can_run_on(self, device: str) -> bool:
         return self.devices == "any" or str(device).startswith("cuda")

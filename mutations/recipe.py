@@ -130,11 +130,14 @@ def swaps_to(source: str, child: str, wanted: dict) -> tuple | str:
 
 def rewrites_to(source: str, child: str, rewrites) -> tuple:
     """(program, steps): `source` after each of `rewrites` that leaves fewer genes whose
-    code differs from the child's, tried in turn until none does."""
+    code differs from the child's, tried in turn until none does; a rewrite whose recorded
+    choices `source` does not offer is tried with its own."""
     steps, distance = [], gene_distance(source, child)
     while distance:
         for step in rewrites:
             result = apply_step(source, step)
+            if isinstance(result, Declined) and step.args:  # its choices as made on another program
+                result = apply_step(source, Step(step.operator, {}))  # (programmatic_launch's kernels)
             closer = gene_distance(result.source, child) if isinstance(result, Applied) else distance
             if closer < distance:
                 source, distance = result.source, closer

@@ -323,6 +323,38 @@ def test_merge_every_gain_replays_a_gain_that_changed_no_gene():
     assert child.source == mutations.get_operator("tune_constant").replay(rms.source, args).source
 
 
+def test_merge_every_gain_applies_a_program_wide_rewrite_again():
+    """An H100 search: prefetched_linears (1.009x) changed every gene with a matmul or a
+    kernel, programmatic_launch (1.010x) and gene gains owned them all, and the fold left the
+    small matmuls in cuBLAS (the winner at 0.89-0.91x the recipe on decode)."""
+    from mutations.rewrites.programmatic_launch import kernels_without_flag
+    scores, memo, seed = Scores(), Memo(), Program(SEED)
+    result = mutations.apply_operator("allele.Engine.cuda_graphs_prefill", SEED, random.Random(0))
+    best = Program(result.source, (seed.id,), result.operator, result.args)
+    made = {}
+    for name, speed in (("prefetched_linears", 1009.0), ("programmatic_launch", 1010.0),
+                        ("allele.qkv_proj.fused", 1046.0), ("allele.rms_norm.triton", 1020.0)):
+        result = mutations.apply_operator(name, best.source, random.Random(0))
+        made[name] = Program(result.source, (best.id,), name, result.args)
+        scores.add(made[name].id, "ok", speed, 1.0, 1.0)
+    scores.add(seed.id, "ok", 100.0, 1.0, 1.0)
+    scores.add(best.id, "ok", 1000.0, 1.0, 1.0)
+    memo.see([seed, best, *made.values()])
+    vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover)
+    child = merge_every_gain(best, scores, Program, vocabulary, memo, random.Random(0))
+    # programmatic_launch adds nothing once prefetched_linears put every kernel under PDL.
+    assert child.operator_args["merged"] == [made[name].id for name in (
+        "allele.rms_norm.triton", "allele.qkv_proj.fused", "prefetched_linears")]
+    module = program.parse(child.source)
+    carried = program.gene_alleles(module)
+    assert carried["qkv_proj"] == "fused" and carried["rms_norm"] == "triton"
+    assert "prefetched_linear(x, layer[" in child.source and "@ layer[" not in child.source
+    assert kernels_without_flag(module) == []
+    # Applied last, to the fold: the same program as the gene gains, then the rewrite.
+    genes = swapped(best.source, "allele.rms_norm.triton", "allele.qkv_proj.fused")
+    assert child.source == mutations.apply_operator("prefetched_linears", genes, random.Random(0)).source
+
+
 def test_the_closing_merge_is_the_last_generations_merge_when_that_was_bred_but_not_confirmed():
     """A 7-minute H100 search: the last generation's merge was bred, then skipped for time;
     the final's merge of the same gains was known to the memo, and no closing merge ran. An

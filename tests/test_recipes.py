@@ -220,6 +220,23 @@ def test_a_merge_of_every_gain_that_took_last_token_logits_is_written_with_it(tm
     assert recipe.apply(recipe.parse(text)) == merged.source
 
 
+def test_a_merge_of_a_program_under_programmatic_launch_is_written_with_it(tmp_path):
+    # An H100 search's winner took programmatic_launch's genes into a best with another
+    # Triton kernel (put under PDL as the merge finished): the rewrite's recorded kernels
+    # were its parent's, which the best's program does not match, so no recipe was written.
+    built = HistoryBuilder(tmp_path)
+    graphs = built.child(SEED, "allele.Engine.cuda_graphs_prefill", 1.5)
+    pdl = built.child(graphs, "programmatic_launch", 1.6)
+    best = built.child(graphs, "allele.rms_norm.triton", 1.7)
+    merged = mutations.merge_gains(best, pdl, graphs, random.Random(0), {"Engine", "attend_prefill"})
+    assert isinstance(merged, mutations.Applied), merged
+    assert "rms_norm_kernel[(rows.shape[0],)]" in merged.source and merged.source.count("launch_pdl=PDL_LAUNCH") >= 3
+    built.add(merged.source, (best, pdl), "merge_every_gain", {}, 2.0)
+    text = lineage_recipe(history.read(built.path), source_hash(merged.source), built.path)
+    assert "programmatic_launch" in text.split("as swaps:")[1]
+    assert recipe.apply(recipe.parse(text)) == merged.source
+
+
 def test_a_crossover_nothing_recorded_can_make_is_said_so(tmp_path, capsys):
     built = HistoryBuilder(tmp_path)
     paged = built.child(SEED, "allele.KVCache.paged", 1.1)

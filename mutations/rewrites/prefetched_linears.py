@@ -63,6 +63,7 @@ class ThroughHelper(cst.CSTTransformer):
 
 class PrefetchedLinearsOperator(StructuralRewrite):
     name = "prefetched_linears"
+    program_wide = True  # every kernel and launch: merged by applying it again
     devices = "cuda"
     description = DESCRIPTION
     declined_because = "no matmul by a subscripted weight in a program run in CUDA graphs"

@@ -120,6 +120,7 @@ def kept(source: str) -> str:
 
 class ProgrammaticLaunchOperator(StructuralRewrite):
     name = "programmatic_launch"
+    program_wide = True  # every kernel and launch: merged by applying it again
     devices = "cuda"
     description = DESCRIPTION
     declined_because = "no Triton kernel without programmatic dependent launch"
