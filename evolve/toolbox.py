@@ -182,8 +182,7 @@ def merge_every_gain(best: Program, scores, make, vocabulary: Vocabulary, memo: 
     # A program-wide rewrite touches every gene with a kernel or a matmul, so stronger gains
     # own its genes and a fold by genes dropped it (an H100 search lost prefetched_linears,
     # 1.01x, to programmatic_launch, 1.01x, and gene gains): it is applied again at the end.
-    wide = [g for g in gains if vocabulary.is_program_wide(g[1].operator)]
-    gains = [g for g in gains if g not in wide]
+    wide, gains = ([g for g in gains if vocabulary.is_program_wide(g[1].operator) == w] for w in (True, False))
     owner = gene_owners(gains, vocabulary)
     source, merged = best.source, []
     for _, program, parent in gains:

@@ -15,9 +15,9 @@ neither does, from the library (fused q/k/v from one parent and SwiGLU over fuse
 from the other need load_weights' fused_both, which neither carries: two H100 searches'
 winners each kept one half); failing that, from the parent that carries an allowed allele;
 failing that, G is taken from the other parent. Each gene is moved once at most, so this
-ends; if it cannot settle, or the child is a copy of a parent, the operator declines. The child brings each gene's helpers
-and imports from the parent that gave the gene (then from the seed), and drops what
-nothing uses.
+ends; if it cannot settle, or the child is a copy of a parent, the operator declines. The
+child brings each gene's helpers and imports from the parent that gave the gene (then from
+the seed), and drops what nothing uses.
 """
 import random
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import libcst as cst
 import libcst.matchers as m
 
-from mutations import program
+from mutations import alleles, program
 from mutations.base import Applied, Declined
 from mutations.rewrites import StructuralRewrite
 from mutations.rewrites.programmatic_launch import kernels_without_flag, under_pdl
@@ -33,16 +33,11 @@ from mutations.rewrites.programmatic_launch import kernels_without_flag, under_p
 DESCRIPTION = "small matmuls through a Triton kernel that loads its weight before waiting (under PDL)"
 HELPER = "prefetched_linear"
 WEIGHT_MATMUL = m.BinaryOperation(operator=m.MatrixMultiply(), right=m.Attribute(value=m.Subscript(), attr=m.Name("T")))
-IMPORTS = ["import triton\n", "import triton.language as tl\n"]
 GRAPH_ENGINES = ("cuda_graphs", "cuda_graphs_prefill")
 
-KERNELS = Path(__file__).with_name("prefetched_linear_kernels.py")  # importable, so tools can time them
-
-
-def helpers() -> cst.Module:
-    """The kernels' file without its docstring and imports: what a program takes from it."""
-    module = program.parse(KERNELS.read_text())
-    return module.with_changes(body=[s for s in module.body if not program.is_import(s) and not program.is_docstring(s)])
+# The helpers and their imports come from this file, as an allele's do from its own: it is
+# importable, so tools can time the kernels and the CPU tests interpret them.
+KERNELS = Path(__file__).with_name("prefetched_linear_kernels.py")
 
 
 def matmul_sites(module: cst.Module) -> list:
@@ -72,9 +67,7 @@ class PrefetchedLinearsOperator(StructuralRewrite):
     def rewrite(self, source: str, rng: random.Random) -> Applied | Declined:
         module = program.parse(source)
         sites = matmul_sites(module)
-        module = program.add_imports(module.visit(ThroughHelper()), [cst.parse_statement(line) for line in IMPORTS])
-        # The helpers first, so that their kernels' launches already carry the flag.
-        module = program.parse(program.finish(module, [helpers(), program.seed_module()]))
-        module = under_pdl(module, kernels_without_flag(module))
-        child = program.finish(module, [program.seed_module()])
+        module = module.visit(ThroughHelper())
+        module = under_pdl(module, kernels_without_flag(module))  # the helpers' kernels are under it already
+        child = program.finish(module, [alleles.allele_module(KERNELS), program.seed_module()])
         return Applied(child, self.name, {"sites": sites})
