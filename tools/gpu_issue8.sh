@@ -7,7 +7,8 @@
 #                                                 # cases in fresh processes, interleaved
 #   bash tools/gpu_issue8.sh targets OUT [CONFIG:CASES..]  # default: the 12-layer config's
 #                          # hidden cases and the 1B-class config's large cases, with roofline
-#                          # ($SEED=1: the seed too)
+#                          # ($SEED=1: the seed too, $BASELINE=1: the recompute baseline;
+#                          # CONFIG "public": the repository's own)
 #   bash tools/gpu_issue8.sh profile OUT [CONFIG:CASES..]  # where each case's time goes, with
 #                          # the 10 costliest kernels (CONFIG "public": the repository's own)
 #   bash tools/gpu_issue8.sh memory OUT [CONFIG:CASES..]  # what is alive at each case's peak
@@ -38,11 +39,12 @@ compare)
   done | tee "$out/compare.txt" ;;
 targets)
   for target in ${3:-twelve_layer:hidden one_b:large}; do
-    config=${target%%:*} cases=${target##*:}
-    python3 -m tools.target_configs /tmp/configs --only "$config" > /dev/null
-    for engine in $engines ${SEED:+seed_engine/engine.py}; do
-      python3 -m fitness bench --engine "$engine" --model-config /tmp/configs/$config/model_config.json \
-        --weight-dir /tmp/configs/$config/weights --device cuda --cases "$cases" --roofline \
+    config=${target%%:*} cases=${target##*:} dir=/tmp/configs/${target%%:*}
+    if [ "$config" = public ]; then dir=target
+    else python3 -m tools.target_configs /tmp/configs --only "$config" > /dev/null; fi
+    for engine in $engines ${SEED:+seed_engine/engine.py} ${BASELINE:+fitness/baselines/recompute_engine.py}; do
+      python3 -m fitness bench --engine "$engine" --model-config $dir/model_config.json \
+        --weight-dir $dir/weights --device cuda --cases "$cases" --roofline \
         | tee "$out/${config}_$(basename "$engine" .py).json" | python3 -m tools.bench_line "$config $engine"
     done
   done | tee "$out/targets.txt" ;;
