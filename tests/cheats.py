@@ -108,8 +108,31 @@ def rewrites_the_weights(src):
         pass''')
 
 
+def answers_before_its_outputs(src):
+    """Answers the runner's `go` at once and runs the calls only when their outputs are
+    fetched, in whatever process has the runner loaded (as __main__): a clock read around
+    `go` would see an engine that takes no time."""
+    return at_import(src, '''import sys as _sys
+
+_runner = _sys.modules.get("__main__")
+if hasattr(_runner, "Runner"):
+    _go, _fetch = _runner.Runner.go, _runner.Runner.fetch
+
+    def _answer_now(self):
+        self.late = True
+        return {"checksum": 0}
+
+    def _run_then_fetch(self):
+        if getattr(self, "late", False):
+            self.late = False
+            _go(self)
+        return _fetch(self)
+
+    _runner.Runner.go, _runner.Runner.fetch = _answer_now, _run_then_fetch''')
+
+
 CHEATS = ("slow_clock", "forged_comparison", "lazy_when_timed", "replays_earlier_outputs", "caches_by_input",
-          "rewrites_the_weights")
+          "rewrites_the_weights", "answers_before_its_outputs")
 
 
 def write_cheat(name: str, directory):

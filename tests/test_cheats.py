@@ -44,6 +44,14 @@ def test_a_cheat_on_the_comparison_or_on_timed_calls_is_incorrect(name, stage, s
     assert verdict["stage"] == stage and "tolerance" in verdict["error"], verdict
 
 
+def test_a_cheat_that_answers_before_its_outputs_exist_is_incorrect(small_target, scratch, tmp_path):
+    """Its `go` answers before any call ran: the checksum it answers is not that of the
+    outputs it sends later."""
+    verdict = judged_beside_the_seed(cheats.write_cheat("answers_before_its_outputs", tmp_path), small_target, scratch)
+    assert verdict["status"] == "incorrect", verdict
+    assert "not those the timed run answered for" in verdict["error"], verdict
+
+
 def test_a_cheat_that_rewrites_the_weights_fails_and_so_does_every_judgement_after(small_target, tmp_path):
     """A reference loaded from a rewritten file would be the cheat's own model: a zeroing
     engine judged ok at 500x the seed by the next judge process. The search's fingerprint of

@@ -1,0 +1,103 @@
+"""Where a timed run's seconds go between the benchmark's clock and the judge's, per case.
+
+    python -m tools.go_overhead --engine E [--rounds 5] [--gap 1.0] [--cases public]
+
+Each variant times the same case on a fresh engine (a warm-up engine alive), `--rounds`
+times, and prints the median and range in ms:
+  bench       in this process: synchronise, the calls, synchronise (fitness.bench)
+  go          in this process: the runner's `prepare` ending, then its `go` (a copy of each
+              output, the checksum)
+  judge       a runner, `prepare`, `--gap` s idle (other contenders preparing), then the
+              judge's timed `go` on its timing core (fitness.judge.RunnerDriver.go)
+  judge_now   the same with no gap: the runner is still polling when `go` comes
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from fitness.bench import timed_run
+from fitness.candidate import CandidateProcess
+from fitness.cases import select_cases
+from fitness.judge import RunnerDriver, TimingCores
+from fitness.loader import load_engine_module
+from fitness.runner import Runner, settle
+from fitness.traces import materialize
+
+
+def in_process(module, raw_config, weight_dir, device, events, rounds, variant) -> list:
+    calls = materialize(events, raw_config["vocab_size"], 0, device)
+    runner = Runner()
+    runner.module = module
+    seconds = []
+    with torch.no_grad():
+        warm = module.create_engine(dict(raw_config), str(weight_dir), device)
+        timed_run(warm, calls, device)
+        for _ in range(rounds):
+            engine = module.create_engine(dict(raw_config), str(weight_dir), device)
+            if variant == "bench":
+                seconds.append(timed_run(engine, calls, device))
+            else:
+                runner.engine, runner.calls = engine, calls
+                settle(device)  # as the runner's `prepare` ends
+                started = time.perf_counter()
+                runner.go()  # ends in the checksum's .item(): the device is idle after it
+                seconds.append(time.perf_counter() - started)
+            del engine
+        del warm
+    return seconds
+
+
+def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap) -> list:
+    process = CandidateProcess(device, {"OMP_NUM_THREADS": "1"})
+    cores = sorted(os.sched_getaffinity(0))
+    driver = RunnerDriver(process, device, time.monotonic() + 600, cores[0], TimingCores(cores))
+    try:
+        driver.place(cores[0])  # as the judge loads: on the runner's home core, one thread
+        process.request("load", 120, path=str(Path(engine_path).resolve()), threads=1)
+        driver.run_trace(raw_config, weight_dir, events, 0)  # the warm-up engine
+        seconds = []
+        for i in range(rounds):
+            driver.prepare(raw_config, weight_dir, events, i + 1, keep_warm=i == 0)()
+            time.sleep(gap)
+            seconds.append(driver.go(timed=True))
+            driver.fetch(events)
+        return seconds
+    finally:
+        process.close()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.go_overhead", description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", type=Path, required=True)
+    parser.add_argument("--model-config", type=Path, default=Path("target/model_config.json"))
+    parser.add_argument("--weight-dir", type=Path, default=Path("target/weights"))
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--cases", default="public")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--gap", type=float, default=1.0)
+    args = parser.parse_args(argv)
+    raw_config = json.loads(args.model_config.read_text())
+    weight_dir = args.weight_dir.resolve()
+    module = load_engine_module(args.engine)
+    for name, events in select_cases(args.cases).items():
+        variants = {
+            "bench": lambda: in_process(module, raw_config, weight_dir, args.device, events, args.rounds, "bench"),
+            "go": lambda: in_process(module, raw_config, weight_dir, args.device, events, args.rounds, "go"),
+            "judge": lambda: judged(args.engine, raw_config, weight_dir, args.device, events, args.rounds, args.gap),
+            "judge_now": lambda: judged(args.engine, raw_config, weight_dir, args.device, events, args.rounds, 0.0),
+        }
+        for variant, run in variants.items():
+            ms = [s * 1e3 for s in run()]
+            print(f"{args.engine.name} {name:8s} {variant:10s} median {statistics.median(ms):7.3f} ms "
+                  f"(min {min(ms):.3f}, max {max(ms):.3f}) over {len(ms)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
