@@ -10,8 +10,12 @@ times, and prints the median and range in ms:
   judge       a runner, `prepare`, `--gap` s idle (other contenders preparing), then the
               judge's timed `go` on its timing core (fitness.judge.RunnerDriver.go)
   judge_now   the same with no gap: the runner is still polling when `go` comes
+  judge_home  `judge` timed on the runner's own core (it is not moved to the timing core)
+  judge_no_burst  `judge` without the GPU burst the judge makes before each timed run
+  ping        `judge`'s request and answer alone: one the runner refuses at once
 """
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -22,7 +26,8 @@ from pathlib import Path
 import torch
 
 from fitness.bench import timed_run
-from fitness.candidate import CandidateProcess
+import fitness.judge
+from fitness.candidate import CandidateError, CandidateProcess
 from fitness.cases import select_cases
 from fitness.judge import RunnerDriver, TimingCores
 from fitness.loader import load_engine_module
@@ -53,10 +58,15 @@ def in_process(module, raw_config, weight_dir, device, events, rounds, variant) 
     return seconds
 
 
-def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap) -> list:
+def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap, variant="judge") -> list:
     process = CandidateProcess(device, {"OMP_NUM_THREADS": "1"})
     cores = sorted(os.sched_getaffinity(0))
-    driver = RunnerDriver(process, device, time.monotonic() + 600, cores[0], TimingCores(cores))
+    # judge_home: timed on the runner's own core, so the timed run does not move it.
+    timing = TimingCores([cores[0]] if variant == "judge_home" else cores)
+    driver = RunnerDriver(process, device, time.monotonic() + 600, cores[0], timing)
+    burst = fitness.judge.ramp_gpu_clocks
+    if variant == "judge_no_burst":  # no GPU burst from this process right before the run
+        fitness.judge.ramp_gpu_clocks = lambda *args, **kwargs: None
     try:
         driver.place(cores[0])  # as the judge loads: on the runner's home core, one thread
         process.request("load", 120, path=str(Path(engine_path).resolve()), threads=1)
@@ -65,10 +75,20 @@ def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap) -> 
         for i in range(rounds):
             driver.prepare(raw_config, weight_dir, events, i + 1, keep_warm=i == 0)()
             time.sleep(gap)
+            if variant == "ping":  # a request the runner refuses at once, waited on as `go` is
+                driver.place(timing.current())
+                started = time.perf_counter()
+                try:
+                    process.send("ping", 60, awake=True)()
+                except CandidateError:
+                    pass
+                seconds.append(time.perf_counter() - started)
+                continue
             seconds.append(driver.go(timed=True))
             driver.fetch(events)
         return seconds
     finally:
+        fitness.judge.ramp_gpu_clocks = burst
         process.close()
 
 
@@ -86,15 +106,18 @@ def main(argv=None) -> int:
     weight_dir = args.weight_dir.resolve()
     module = load_engine_module(args.engine)
     for name, events in select_cases(args.cases).items():
+        judge = functools.partial(judged, args.engine, raw_config, weight_dir, args.device, events, args.rounds)
         variants = {
             "bench": lambda: in_process(module, raw_config, weight_dir, args.device, events, args.rounds, "bench"),
             "go": lambda: in_process(module, raw_config, weight_dir, args.device, events, args.rounds, "go"),
-            "judge": lambda: judged(args.engine, raw_config, weight_dir, args.device, events, args.rounds, args.gap),
-            "judge_now": lambda: judged(args.engine, raw_config, weight_dir, args.device, events, args.rounds, 0.0),
+            "judge": lambda: judge(args.gap),
+            "judge_now": lambda: judge(0.0),
+            **{variant: functools.partial(judge, args.gap, variant)
+               for variant in ("judge_home", "judge_no_burst", "ping")},
         }
         for variant, run in variants.items():
             ms = [s * 1e3 for s in run()]
-            print(f"{args.engine.name} {name:8s} {variant:10s} median {statistics.median(ms):7.3f} ms "
+            print(f"{args.engine.name} {name:8s} {variant:14s} median {statistics.median(ms):7.3f} ms "
                   f"(min {min(ms):.3f}, max {max(ms):.3f}) over {len(ms)}", flush=True)
     return 0
 
