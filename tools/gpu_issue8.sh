@@ -26,6 +26,10 @@ for recipe in $RECIPES; do
   python3 -m mutations recipe "$recipe" -o "/tmp/$name.py" > /dev/null || exit 1
   engines="$engines /tmp/$name.py"
 done
+config_dir() {  # the directory of config $1's model_config.json and weights, made if need be
+  if [ "$1" = public ]; then echo target; return; fi
+  python3 -m tools.target_configs /tmp/configs --only "$1" > /dev/null && echo "/tmp/configs/$1"
+}
 case $mode in
 check)
   for engine in $engines; do
@@ -39,9 +43,8 @@ compare)
   done | tee "$out/compare.txt" ;;
 targets)
   for target in ${3:-twelve_layer:hidden one_b:large}; do
-    config=${target%%:*} cases=${target##*:} dir=/tmp/configs/${target%%:*}
-    if [ "$config" = public ]; then dir=target
-    else python3 -m tools.target_configs /tmp/configs --only "$config" > /dev/null; fi
+    config=${target%%:*} cases=${target##*:}
+    dir=$(config_dir "$config") || exit 1
     for engine in $engines ${SEED:+seed_engine/engine.py} ${BASELINE:+fitness/baselines/recompute_engine.py}; do
       python3 -m fitness bench --engine "$engine" --model-config $dir/model_config.json \
         --weight-dir $dir/weights --device cuda --cases "$cases" --roofline \
@@ -50,9 +53,8 @@ targets)
   done | tee "$out/targets.txt" ;;
 profile)
   for target in ${3:-public:public one_b:large}; do
-    config=${target%%:*} cases=${target##*:} dir=/tmp/configs/${target%%:*}
-    if [ "$config" = public ]; then dir=target
-    else python3 -m tools.target_configs /tmp/configs --only "$config" > /dev/null; fi
+    config=${target%%:*} cases=${target##*:}
+    dir=$(config_dir "$config") || exit 1
     for engine in $engines; do
       python3 -m tools.profile_case --engine "$engine" --model-config $dir/model_config.json \
         --weight-dir $dir/weights --cases "$cases" --top 10
@@ -61,19 +63,19 @@ profile)
 memory)
   for target in ${3:-one_b:large}; do
     config=${target%%:*} cases=${target##*:}
-    python3 -m tools.target_configs /tmp/configs --only "$config" > /dev/null
+    dir=$(config_dir "$config") || exit 1
     for engine in $engines; do
-      python3 -m tools.memory_peak --engine "$engine" --model-config /tmp/configs/$config/model_config.json \
-        --weight-dir /tmp/configs/$config/weights --cases "$cases"
+      python3 -m tools.memory_peak --engine "$engine" --model-config $dir/model_config.json \
+        --weight-dir $dir/weights --cases "$cases"
     done
   done | tee "$out/memory.txt" ;;
 gate)
   for config in ${3:-one_b}; do
-    python3 -m tools.target_configs /tmp/configs --only "$config" > /dev/null
+    dir=$(config_dir "$config") || exit 1
     for seed in ${4:-11 12}; do
       for engine in seed_engine/engine.py $engines; do
-        python3 -m fitness check --engine "$engine" --model-config /tmp/configs/$config/model_config.json \
-          --weight-dir /tmp/configs/$config/weights --device cuda --no-derived --margin 100 --seed "$seed" \
+        python3 -m fitness check --engine "$engine" --model-config $dir/model_config.json \
+          --weight-dir $dir/weights --device cuda --no-derived --margin 100 --seed "$seed" \
           | python3 -c "import json, sys; v = json.load(sys.stdin); print('$config $seed $engine', v['status'],
               v.get('worst_case', ''), {k: round(x, 3) for k, x in v.get('configs', {}).items()} or v.get('errors'))"
       done
