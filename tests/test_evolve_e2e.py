@@ -43,7 +43,10 @@ def test_two_generations_with_the_real_operators_and_judge(small_target, tmp_pat
     assert run(config, **real_operators()) == 0
     frame = history.read(config.history)
     judged = history.judged_rows(frame)
-    assert set(judged["generation"]) == {0, 1, 2}
+    # The loop judged generations 0-2. The final's rows carry the number after the last; a
+    # first judgement there is the closing merge, when it was new (CI saw one, this machine not).
+    assert set(judged["generation"]) - {3} == {0, 1, 2}
+    assert (judged["generation"] == 3).sum() <= 1
     assert judged["operator"].iloc[0] == "seed" and judged["status"].iloc[0] == "ok"
     known = {op.name for op in mutations.all_operators()} | {CROSSOVER, MERGE_NAME, MERGE_EVERY_GAIN}
     assert set(judged["operator"].iloc[1:]) <= known  # every child made by a real operator
