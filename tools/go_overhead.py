@@ -29,7 +29,8 @@ from fitness.bench import timed_run
 import fitness.judge
 from fitness.candidate import CandidateError, CandidateProcess
 from fitness.cases import select_cases
-from fitness.judge import RunnerDriver, TimingCores
+from fitness.devices import core_siblings
+from fitness.judge import RunnerDriver, TimingCores, kept_off
 from fitness.loader import load_engine_module
 from fitness.runner import Runner, settle
 from fitness.traces import materialize
@@ -76,13 +77,15 @@ def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap, var
             driver.prepare(raw_config, weight_dir, events, i + 1, keep_warm=i == 0)()
             time.sleep(gap)
             if variant == "ping":  # a request the runner refuses at once, waited on as `go` is
-                driver.place(timing.current())
-                started = time.perf_counter()
-                try:
-                    process.send("ping", 60, awake=True)()
-                except CandidateError:
-                    pass
-                seconds.append(time.perf_counter() - started)
+                cpu = timing.current()
+                driver.place(cpu)
+                with kept_off(core_siblings(cpu)):  # the judge off the runner's core, as in `go`
+                    started = time.perf_counter()
+                    try:
+                        process.send("ping", 60, awake=True)()
+                    except CandidateError:
+                        pass
+                    seconds.append(time.perf_counter() - started)
                 continue
             seconds.append(driver.go(timed=True))
             driver.fetch(events)
