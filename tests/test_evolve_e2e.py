@@ -44,7 +44,7 @@ def test_two_generations_with_the_real_operators_and_judge(small_target, tmp_pat
     frame = history.read(config.history)
     judged = history.judged_rows(frame)
     # The loop judged generations 0-2. The final's rows carry the number after the last; a
-    # first judgement there is the closing merge, when it was new (CI saw one, this machine not).
+    # first judgement there is the closing merge, when it was new (CI saw one; here none).
     assert set(judged["generation"]) - {3} == {0, 1, 2}
     assert (judged["generation"] == 3).sum() <= 1
     assert judged["operator"].iloc[0] == "seed" and judged["status"].iloc[0] == "ok"
