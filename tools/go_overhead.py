@@ -109,15 +109,12 @@ def main(argv=None) -> int:
     weight_dir = args.weight_dir.resolve()
     module = load_engine_module(args.engine)
     for name, events in select_cases(args.cases).items():
+        here = functools.partial(in_process, module, raw_config, weight_dir, args.device, events, args.rounds)
         judge = functools.partial(judged, args.engine, raw_config, weight_dir, args.device, events, args.rounds)
-        variants = {
-            "bench": lambda: in_process(module, raw_config, weight_dir, args.device, events, args.rounds, "bench"),
-            "go": lambda: in_process(module, raw_config, weight_dir, args.device, events, args.rounds, "go"),
-            "judge": lambda: judge(args.gap),
-            "judge_now": lambda: judge(0.0),
-            **{variant: functools.partial(judge, args.gap, variant)
-               for variant in ("judge_home", "judge_no_burst", "ping")},
-        }
+        variants = {**{variant: functools.partial(here, variant) for variant in ("bench", "go")},
+                    "judge": functools.partial(judge, args.gap), "judge_now": functools.partial(judge, 0.0),
+                    **{variant: functools.partial(judge, args.gap, variant)
+                       for variant in ("judge_home", "judge_no_burst", "ping")}}
         for variant, run in variants.items():
             ms = [s * 1e3 for s in run()]
             print(f"{args.engine.name} {name:8s} {variant:14s} median {statistics.median(ms):7.3f} ms "
