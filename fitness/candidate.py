@@ -18,11 +18,25 @@ import time
 from pathlib import Path
 
 from fitness.devices import is_cuda
-from fitness.wire import Channel, WireError, WireTimeout
+from fitness.wire import NAP_S, Channel, Slot, WireError, WireTimeout, encode, parse
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STDERR_TAIL = 1500
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+END = encode({"op": "end"})
+STOP_WAIT_S = 1.0  # a runner not stopped by then is left as it is (it is dying, or traced)
+STOPPED_STATES = ("T", "t", "Z", "X", "")  # stopped, traced, or gone
+
+
+def process_state(pid: int) -> str:
+    """The state letter /proc gives a process ("" when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
 
 
 class RunnerFailure(Exception):
@@ -42,13 +56,14 @@ class CandidateProcess:
         self.device = device
         to_runner, self.write_fd = os.pipe()
         self.read_fd, from_runner = os.pipe()
+        self.slot = Slot()
         self.stderr = tempfile.TemporaryFile()
         child_env = {**os.environ, **(env or {}), "JUDGE_DEVICE": device}
         child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), child_env.get("PYTHONPATH")]))
         limit = cpu_memory_limit() if not is_cuda(device) else None
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "fitness.runner", str(to_runner), str(from_runner)],
-            pass_fds=(to_runner, from_runner), stdin=subprocess.DEVNULL, stdout=self.stderr,
+            [sys.executable, "-m", "fitness.runner", str(to_runner), str(from_runner), str(self.slot.fd)],
+            pass_fds=(to_runner, from_runner, self.slot.fd), stdin=subprocess.DEVNULL, stdout=self.stderr,
             stderr=self.stderr, env=child_env, cwd=tempfile.gettempdir(), start_new_session=True,
             preexec_fn=lambda: start_runner(limit))
         os.close(to_runner)
@@ -74,10 +89,14 @@ class CandidateProcess:
         work at once (on what is not timed) while the judge waits on each in turn. An
         `awake` wait polls without sleeping: no wake-up latency lands on the judge's clock."""
         self.wait_ready(timeout)
+        return self.post(encode({"op": op, **fields}), op, timeout, awake)
+
+    def post(self, payload: bytes, op: str, timeout: float, awake: bool):
+        """Write one encoded request; returns the wait for its answer."""
         started = time.monotonic()
         deadline = started + max(timeout, 0.0)
         try:
-            self.channel.send({"op": op, **fields})
+            self.channel.send_encoded(payload)
         except OSError as err:
             raise RunnerFailure("crash", f"{op}: {err}; {self.exit_status()}{self.tail()}") from None
 
@@ -89,9 +108,14 @@ class CandidateProcess:
         return wait
 
     def pause(self) -> None:
-        """Stop the runner's whole session (SIGSTOP) while another program is timed: a
-        neighbour cannot slow it down by working behind its back."""
+        """Stop the runner's whole session (SIGSTOP) while another program runs: a
+        neighbour cannot slow it down by working behind its back. Returns once the runner
+        has stopped (a signal arrives when the kernel next schedules it: seen on 2 cores, a
+        run began while its neighbour was still running)."""
         self.signal(signal.SIGSTOP)
+        deadline = time.monotonic() + STOP_WAIT_S
+        while process_state(self.proc.pid) not in STOPPED_STATES and time.monotonic() < deadline:
+            time.sleep(0)
 
     def resume(self) -> None:
         self.signal(signal.SIGCONT)
@@ -114,13 +138,32 @@ class CandidateProcess:
             raise CandidateError(str(header.get("error", "no error text")))
         return header, tensors
 
-    def timed_go(self, timeout: float, awake: bool = False) -> tuple[float, int]:
-        """(seconds, checksum) of one `go`: the clock is this process's, read around the
-        whole request, so nothing the candidate does to clocks or synchronisation counts."""
-        self.wait_ready(timeout)
+    def timed_run(self, messages: list, timeout: float, awake: bool = False) -> tuple[float, int]:
+        """(seconds, checksum) of the run that follows `prepare`: each of `messages` (encoded
+        calls, made ahead) put in the slot once the runner has answered the one before,
+        then `end`. The clock
+        is this process's, read around the whole run, so nothing the candidate does to
+        clocks or synchronisation counts. Not `awake` (a CPU), the wait naps between looks."""
+        deadline = time.monotonic() + max(timeout, 0.0)
+        alive = lambda: self.proc.poll() is None  # noqa: E731
+        nap_s = 0.0 if awake else NAP_S
         started = time.perf_counter()
-        header, _ = self.send("go", timeout, awake=awake)()
-        return time.perf_counter() - started, int(header.get("checksum", -1))
+        try:
+            for payload in messages + [END]:
+                self.slot.calls.put(payload)
+                header, _ = parse(self.slot.answers.take(deadline, alive, nap_s))
+                if not header.get("ok"):
+                    break
+            seconds = time.perf_counter() - started
+        except WireTimeout:
+            raise RunnerFailure("timeout", f"run: no answer within {timeout:.0f} s{self.tail()}") from None
+        except WireError as err:
+            raise RunnerFailure("crash", f"run: {err}; {self.exit_status()}{self.tail()}") from None
+        finally:
+            self.spent["run"] += time.perf_counter() - started
+        if not header.get("ok"):
+            raise CandidateError(str(header.get("error", "no error text")))
+        return seconds, int(header.get("checksum", -1))
 
     def exit_status(self) -> str:
         try:
@@ -151,6 +194,7 @@ class CandidateProcess:
                 os.close(fd)
             except OSError:
                 pass
+        self.slot.close()
         self.stderr.close()
 
 

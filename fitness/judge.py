@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,9 +33,11 @@ from fitness.loader import source_hash
 from fitness.model_config import ConfigError, ModelConfig
 from fitness.references import References
 from fitness.runner import output_checksum
+from fitness.traces import call_message, materialize
 from fitness.timing import (CHECKED_ROWS, RESOLUTION, Contender, TimedOutputCheck, check_warm_up, measure,
                             warm_up)
 from fitness.verdict import STATUSES, error_text, new_verdict
+from fitness.wire import encode
 
 LEVELS = ("none",) + gate.LEVELS
 # Before each timed run: the engine was just built on the host with the GPU idle, and an
@@ -47,38 +50,35 @@ KEPT_RUNNER_USES = 16
 
 
 class RunnerDriver:
-    """Runs traces in a runner process; every run goes through `go`, timed or not.
+    """Runs traces in a runner process. A run is three steps, so a judge can overlap what
+    is not timed: `prepare` (a fresh engine, on the runner's own core, beside other runners
+    making theirs), `go` (the calls, delivered one by one, alone on the stage: every run
+    alike, checked or timed) and `fetch`."""
 
-    A run is three steps, so a judge can overlap what is not timed: `prepare` (the
-    engine, on the runner's own core, beside other runners preparing theirs), `go` (on
-    the timing core, every other runner stopped, when timed) and `fetch`."""
-
-    def __init__(self, process, device: str, deadline: float, home_cpu=None, timing=None):
+    def __init__(self, process, device: str, deadline: float, home_cpu=None, stage=None):
         self.process, self.device, self.deadline = process, device, deadline
-        self.home_cpu, self.timing = home_cpu, timing  # timing: TimingCores (a GPU's), or None
+        self.home_cpu, self.stage = home_cpu, stage or Stage(device)
+        self.vocab_size = None
         self.last_seconds, self.last_checksum, self.last_peak_bytes = 0.0, None, 0
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
-    def prepare(self, config, weight_dir, events, seed: int, new_engine: bool = True, keep_warm: bool = False):
-        """Send `prepare`; returns the wait for its answer."""
+    def prepare(self, config, weight_dir, new_engine: bool = True):
+        """Send `prepare`; returns the wait for its answer. It carries nothing of the run."""
         self.place(self.home_cpu)
         raw = config.to_dict() if isinstance(config, ModelConfig) else config
+        self.vocab_size = raw["vocab_size"]
         return self.process.send("prepare", self.left(), config=raw, weight_dir=str(weight_dir),
-                                 device=self.device, events=[event_fields(e) for e in events], seed=seed,
-                                 keep_warm=keep_warm, new_engine=new_engine)
+                                 device=self.device, new_engine=new_engine)
 
-    def go(self, timed: bool = False) -> float:
-        """Run the prepared calls. Every run is timed the same way; a `timed` one (a
-        measurement) runs on the round's timing core, on a GPU whose clocks were just busy."""
-        cpu = self.timing.current() if timed and self.timing is not None else None
-        if timed:
-            self.place(cpu)
-            ramp_gpu_clocks(self.device, CLOCK_BURST_S)
-        awake = cpu is not None  # on a GPU: the judge waits busy, off the runner's core
-        with kept_off(core_siblings(cpu) if awake else frozenset()):
-            self.last_seconds, self.last_checksum = self.process.timed_go(self.left(), awake=awake)
+    def go(self, events, seed: int) -> float:
+        """Run a trace on the prepared engine: its tokens drawn here, each call sent once the
+        one before has returned, on the stage (`Stage.alone`); the seconds of the run."""
+        messages = [encode({"op": "call", **fields}, tensors)
+                    for fields, tensors in map(call_message, materialize(events, self.vocab_size, seed, "cpu"))]
+        with self.stage.alone(self) as awake:
+            self.last_seconds, self.last_checksum = self.process.timed_run(messages, self.left(), awake)
         return self.last_seconds
 
     def fetch(self, events) -> list:
@@ -91,10 +91,9 @@ class RunnerDriver:
         self.last_peak_bytes = int(header.get("peak_bytes", 0))
         return [None if e.kind == "remove" else out for e, out in zip(events, outputs)]
 
-    def run_trace(self, config, weight_dir, events, seed: int, new_engine: bool = True,
-                  keep_warm: bool = False, timed: bool = False) -> list:
-        self.prepare(config, weight_dir, events, seed, new_engine, keep_warm)()
-        self.go(timed)
+    def run_trace(self, config, weight_dir, events, seed: int, new_engine: bool = True) -> list:
+        self.prepare(config, weight_dir, new_engine)()
+        self.go(events, seed)
         return self.fetch(events)
 
     def place(self, cpu) -> None:
@@ -108,6 +107,38 @@ class RunnerDriver:
     def retained_bytes(self) -> int:
         header, _ = self.process.request("memory", self.left())
         return int(header["retained_bytes"])
+
+
+class Stage:
+    """Where every run goes, one at a time and each alike, so that nothing a runner can
+    observe tells a checked run from a timed one (tests/test_cheats.py records what it can):
+    every other runner stopped (SIGSTOP: a neighbour cannot slow it down by working behind
+    its back, nor tell by their state that it is timed); on a GPU, the runner on the timing
+    core (`TimingCores`), the GPU's clocks just busied and the judge waiting busy off that
+    core. What timing needs for precision, every run gets."""
+
+    def __init__(self, device: str, timing=None):
+        self.device, self.timing = device, timing
+        self.lock = threading.Lock()
+        self.runners = set()  # every runner process of the judge, stopped while another runs
+
+    @contextlib.contextmanager
+    def alone(self, driver: RunnerDriver):
+        """The run's placement; yields whether the judge waits busy (on a GPU)."""
+        with self.lock:
+            self.runners = {p for p in self.runners if not p.closed}
+            others = [p for p in self.runners if p is not driver.process]
+            for process in others:
+                process.pause()
+            try:
+                cpu = self.timing.current() if self.timing is not None else None
+                driver.place(cpu)
+                ramp_gpu_clocks(self.device, CLOCK_BURST_S)
+                with kept_off(core_siblings(cpu) if cpu is not None else frozenset()):
+                    yield cpu is not None
+            finally:
+                for process in others:
+                    process.resume()
 
 
 class TimingCores:
@@ -168,6 +199,7 @@ class Judge:
         # SMT siblings, if any, left to it.
         cores = sorted(os.sched_getaffinity(0))
         self.timing = TimingCores(cores) if is_cuda(device) else None
+        self.stage = Stage(device, self.timing)
         quiet = core_siblings(cores[-1])
         self.home_cpus = ([c for c in cores if c not in quiet] or cores[:-1] or cores) if is_cuda(device) else [None]
 
@@ -214,8 +246,7 @@ class Judge:
             marks.append(("import", time.monotonic()))
             live = [e for e in entries if e.alive]
             for entry, process in zip(live, self.spares.take_many(len(live))):
-                entry.bind(RunnerDriver(process, self.device, deadline, self.home_cpus[entry.index % len(self.home_cpus)],
-                                        self.timing))
+                entry.bind(self.driver(process, deadline, self.home_cpus[entry.index % len(self.home_cpus)]))
                 entry.attempt(self.load, entry.driver, entry.path, stage="import")
             if baseline is not None and any(e.alive for e in entries):
                 with blamed_on_baseline():
@@ -286,6 +317,11 @@ class Judge:
         finally:
             self.timing.rotating = False
 
+    def driver(self, process, deadline: float, home_cpu) -> RunnerDriver:
+        """A driver for a runner of this judge's: its runs go on the judge's stage."""
+        self.stage.runners.add(process)
+        return RunnerDriver(process, self.device, deadline, home_cpu, self.stage)
+
     def static_check(self, entry: "Entry") -> None:
         source = entry.path.read_text()
         entry.verdict["source_hash"] = source_hash(source)
@@ -331,8 +367,7 @@ class Judge:
                                  or kept.driver.process.proc.poll() is not None):
             self.drop_kept()
         if self.kept is None:  # it outlives the judgement: not among the runners closed with it
-            driver = RunnerDriver(self.spares.take_many(1)[0], self.device, deadline, self.home_cpus[-1],
-                                  self.timing)
+            driver = self.driver(self.spares.take_many(1)[0], deadline, self.home_cpus[-1])
             self.kept = KeptRunner(key, driver)
             self.load(driver, path)
         self.kept.driver.process.resume()

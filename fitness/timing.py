@@ -2,7 +2,8 @@
 
 The contract's protocol per program: one warm-up engine runs every case once and stays
 alive; each timed run is a fresh engine from `create_engine`, timed from the judge's side
-around the runner's `go` (fitness.candidate.CandidateProcess.timed_go). Two programs are
+around the whole run (fitness.candidate.CandidateProcess.timed_run), every call's inputs
+delivered when it is due. Two programs are
 timed in rounds, interleaved: in each round every case runs once for each program, on the
 same freshly drawn tokens, in alternating order, so drift, clocks and host noise fall on
 both. Rounds go on until the ratio between them is clear (its ~95% interval excludes 1,
@@ -20,7 +21,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-from fitness.devices import is_cuda, ramp_gpu_clocks
+from fitness.devices import is_cuda
 from fitness.gate import CorrectnessError, error_ratio, snapshot
 from fitness.traces import count_tokens
 
@@ -188,10 +189,9 @@ def measure(candidates: list, baseline, cases: dict, raw_config: dict, weight_di
     rounds go on until its own fitness is precise (`Outcome.is_precise`) over at least
     ALONE_MIN_SPAN_S (on a GPU), up to the larger of `max_rounds` and ALONE_MAX_ROUNDS, or for
     ALONE_MAX_SPAN_S. In each case of a round every runner makes its engine at once
-    (untimed), then each runs in turn, alone: the others are stopped (SIGSTOP) while it is
-    timed. A failure of the baseline ends them all. `next_round()`, when given, is called
-    before each round (the judge moves its timing core)."""
-    ramp_gpu_clocks(device)
+    (untimed), then each runs in turn, alone on the judge's stage, as every run is
+    (fitness.judge.Stage). A failure of the baseline ends them all. `next_round()`, when
+    given, is called before each round (the judge moves its timing core)."""
     outcome = Outcome(baseline, cases)
     active = list(candidates)
     round_seconds, first_round = 0.0, time.monotonic()
@@ -207,23 +207,12 @@ def measure(candidates: list, baseline, cases: dict, raw_config: dict, weight_di
         order = everyone[shift:] + everyone[:shift]  # each takes every place in turn
         for name, events in cases.items():
             seed = fresh_seed()  # the same tokens for every contender in this round
-            # The first timed engine keeps the warm-up engine alive beside it, as the contract's does.
-            keep_warm = outcome.rounds == 0 and name == next(iter(cases))
-            waits = {c.name: attempt(c, baseline, c.driver.prepare, raw_config, weight_dir, events, seed,
-                                     keep_warm=keep_warm) for c in order}
+            waits = {c.name: attempt(c, baseline, c.driver.prepare, raw_config, weight_dir) for c in order}
             for contender in order:
                 if waits[contender.name] is not None:
                     attempt(contender, baseline, waits[contender.name])
             for contender in [c for c in order if c.failure is None]:
-                # Every other runner, those done with their rounds too: none works behind its back.
-                others = [c.driver.process for c in candidates + ([baseline] if baseline else []) if c is not contender]
-                for process in others:
-                    process.pause()
-                try:
-                    seconds = attempt(contender, baseline, contender.driver.go, timed=True)
-                finally:
-                    for process in others:
-                        process.resume()
+                seconds = attempt(contender, baseline, contender.driver.go, events, seed)
                 if contender.failure is None:
                     contender.seconds.setdefault(name, []).append(seconds)
             for contender in [c for c in order if c.failure is None]:

@@ -2,10 +2,12 @@
 tensor bytes, over a pair of pipes.
 
 Nothing here unpickles: the runner is untrusted, and unpickling its bytes would run its
-code in the judge. Tensors travel as dtype name, shape and bytes, and only float dtypes
-(logits) are accepted back.
+code in the judge. Tensors travel as dtype name, shape and bytes; the judge accepts only
+float dtypes (logits) back, the runner int64 too (a call's tokens).
 """
 import json
+import math
+import mmap
 import os
 import select
 import struct
@@ -16,6 +18,8 @@ import torch
 HEADER = struct.Struct("<Q")
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
           "float64": torch.float64}
+INPUT_DTYPES = {**DTYPES, "int64": torch.int64}  # what the judge sends: tokens and request ids
+ITEM_BYTES = {dtype: torch.empty((), dtype=dtype).element_size() for dtype in INPUT_DTYPES.values()}
 MAX_HEADER_BYTES = 1 << 24
 MAX_TENSOR_BYTES = 1 << 32  # 4 GiB: far above any trace's logits
 
@@ -37,47 +41,85 @@ def encode_tensor(tensor):
     return description, cpu.view(torch.uint8).numpy().tobytes() if cpu.numel() else b""
 
 
-def float_dtype(description: dict):
-    dtype = DTYPES.get(description.get("dtype"))
+def accepted_dtype(description: dict, accepted: dict):
+    dtype = accepted.get(description.get("dtype"))
     if dtype is None:
-        raise WireError(f"a {description.get('dtype')!r} tensor where float logits were expected")
+        raise WireError(f"a {description.get('dtype')!r} tensor where one of {sorted(accepted)} was expected")
     return dtype
 
 
-def expected_bytes(description: dict) -> int:
+def expected_bytes(description: dict, accepted: dict = DTYPES) -> int:
     """Bytes of the tensor a description announces (0 for a value that is not a tensor)."""
     if "dtype" not in description:
         return 0
     shape = [int(n) for n in description["shape"]]
     if any(n < 0 for n in shape):
         raise WireError(f"a tensor of shape {shape}")
-    return torch.Size(shape).numel() * torch.empty((), dtype=float_dtype(description)).element_size()
+    return math.prod(shape) * ITEM_BYTES[accepted_dtype(description, accepted)]
 
 
-def decode_tensor(description: dict, data: bytes):
+def decode_tensor(description: dict, data: bytes, accepted: dict = DTYPES):
     """The tensor a description and its bytes stand for; the description's type name when
-    the sender had no tensor; WireError for anything but a float tensor of that size."""
+    the sender had no tensor; WireError for anything but an accepted tensor of that size."""
     if "dtype" not in description:
         return str(description.get("type", "unknown"))
-    dtype, shape = float_dtype(description), [int(n) for n in description["shape"]]
-    if len(data) != expected_bytes(description):
+    dtype, shape = accepted_dtype(description, accepted), [int(n) for n in description["shape"]]
+    if len(data) != expected_bytes(description, accepted):
         raise WireError(f"{len(data)} bytes for a {description['dtype']} tensor of shape {shape}")
     if not data:
         return torch.empty(shape, dtype=dtype)
     return torch.frombuffer(bytearray(data), dtype=dtype).reshape(shape)
 
 
-class Channel:
-    """One end of a two-pipe connection: `send` writes a message, `receive` reads one."""
+def read_message(read, accepted: dict) -> tuple[dict, list]:
+    """(header, tensors) of one message, its bytes taken through `read(count)`."""
+    (length,) = HEADER.unpack(read(HEADER.size))
+    if length > MAX_HEADER_BYTES:
+        raise WireError(f"a header of {length} bytes")
+    try:
+        header = json.loads(read(length))
+        descriptions = header.pop("tensors", [])
+        sizes = [expected_bytes(d, accepted) for d in descriptions]
+    except (UnicodeDecodeError, ValueError, TypeError, AttributeError, KeyError) as err:
+        raise WireError(f"a header of the wrong shape: {err}") from None
+    if sum(sizes) > MAX_TENSOR_BYTES:
+        raise WireError(f"{sum(sizes)} bytes of tensors in one message")
+    blobs = [read(n) for n in sizes]
+    return header, [decode_tensor(d, b, accepted) for d, b in zip(descriptions, blobs)]
 
-    def __init__(self, read_fd: int, write_fd: int):
-        self.read_fd, self.write_fd = read_fd, write_fd
+
+def parse(payload: bytes, accepted: dict = DTYPES) -> tuple[dict, list]:
+    """(header, tensors) of one whole message."""
+    view, at = memoryview(payload), 0
+
+    def read(count: int) -> bytes:
+        nonlocal at
+        if at + count > len(view):
+            raise WireError(f"a message of {len(view)} bytes that says it has more")
+        at += count
+        return bytes(view[at - count:at])
+    return read_message(read, accepted)
+
+
+def encode(header: dict, tensors=()) -> bytes:
+    """A message's bytes: made ahead, they go out with one write (`Channel.send_encoded`)."""
+    parts = [encode_tensor(t) for t in tensors]
+    text = json.dumps({**header, "tensors": [d for d, _ in parts]}).encode()
+    return b"".join([HEADER.pack(len(text)), text] + [b for _, b in parts])
+
+
+class Channel:
+    """One end of a two-pipe connection: `send` writes a message, `receive` reads one.
+    `accepted`: the tensor dtypes it takes from the other side."""
+
+    def __init__(self, read_fd: int, write_fd: int, accepted: dict = DTYPES):
+        self.read_fd, self.write_fd, self.accepted = read_fd, write_fd, accepted
+        self.pending = bytearray()  # read past the last message: the start of the next
 
     def send(self, header: dict, tensors=()) -> None:
-        parts = [encode_tensor(t) for t in tensors]
-        header = {**header, "tensors": [d for d, _ in parts]}
-        text = json.dumps(header).encode()
-        payload = b"".join([HEADER.pack(len(text)), text] + [b for _, b in parts])
+        self.send_encoded(encode(header, tensors))
+
+    def send_encoded(self, payload: bytes) -> None:
         view = memoryview(payload)
         while view:
             written = os.write(self.write_fd, view)
@@ -86,38 +128,28 @@ class Channel:
     def receive(self, deadline: float | None = None, spin_s: float = 0.0) -> tuple[dict, list]:
         """(header, tensors); WireTimeout past `deadline` (time.monotonic()), WireError on EOF.
         For its first `spin_s` seconds awake it waits busy (see `spin_until_readable`)."""
-        if spin_s > 0:
+        if spin_s > 0 and not self.pending:
             spin_until_readable(self.read_fd, spin_s)
-        (length,) = HEADER.unpack(self.read_exactly(HEADER.size, deadline))
-        if length > MAX_HEADER_BYTES:
-            raise WireError(f"a header of {length} bytes")
-        try:
-            header = json.loads(self.read_exactly(length, deadline))
-            descriptions = header.pop("tensors", [])
-            sizes = [expected_bytes(d) for d in descriptions]
-        except (UnicodeDecodeError, ValueError, TypeError, AttributeError, KeyError) as err:
-            raise WireError(f"a header of the wrong shape: {err}") from None
-        if sum(sizes) > MAX_TENSOR_BYTES:
-            raise WireError(f"{sum(sizes)} bytes of tensors in one message")
-        blobs = [self.read_exactly(n, deadline) for n in sizes]
-        return header, [decode_tensor(d, b) for d, b in zip(descriptions, blobs)]
+        return read_message(lambda count: self.read_exactly(count, deadline), self.accepted)
 
     def read_exactly(self, count: int, deadline: float | None) -> bytes:
-        """`count` bytes, waiting asleep between them."""
-        chunks, left = [], count
-        while left:
+        """`count` bytes, waiting asleep between reads. A read takes whatever the pipe
+        holds (a small message whole, in one system call); what is past `count` is kept
+        for the next."""
+        while len(self.pending) < count:
             wait = None if deadline is None else deadline - time.monotonic()
             if wait is not None and wait <= 0:
-                raise WireTimeout(f"no answer within the deadline ({count - left}/{count} bytes read)")
+                raise WireTimeout(f"no answer within the deadline ({len(self.pending)}/{count} bytes read)")
             ready, _, _ = select.select([self.read_fd], [], [], wait)
             if not ready:
                 continue
-            chunk = os.read(self.read_fd, min(left, 1 << 20))
+            chunk = os.read(self.read_fd, max(count - len(self.pending), 1 << 16))
             if not chunk:
                 raise WireError("the other side closed the connection")
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+            self.pending += chunk
+        data = bytes(self.pending[:count])
+        del self.pending[:count]
+        return data
 
 
 STOPPED_GAP_S = 0.01  # a gap this long between two polls: the process was stopped, not polling
@@ -138,3 +170,75 @@ def spin_until_readable(fd: int, awake_s: float) -> bool:
             spent += now - last
         last = now
     return False
+
+
+# --- a run's calls through shared memory ----------------------------------------------------
+
+SLOT_BYTES = 1 << 25  # 32 MiB: each way's largest message (a 16 x 1024-token prefill is 128 KiB)
+NUMBER = struct.Struct("<Q")  # a mailbox's message number, then (another) its length
+LIVENESS_EVERY = 4096  # polls between two looks at the deadline and at the other side
+NAP_S = 50e-6  # a napping wait's sleep between two looks (on a CPU, or after a long busy wait)
+
+
+class Mailbox:
+    """One direction of a `Slot`: the sender writes a message, then its number; the
+    receiver waits busy for the next number, with no system call (on the GPU machines'
+    virtual cores a pipe's round trip between two busy-waiting processes, made of system
+    calls, cost ~100 us; the shared memory's, a few us: docs/PERF.md). x86 keeps stores in
+    order and loads in order, so a number read means its message is there."""
+
+    def __init__(self, memory: mmap.mmap, offset: int, capacity: int):
+        self.memory, self.offset, self.capacity = memory, offset, capacity
+        self.data = offset + 2 * NUMBER.size
+        self.sent = self.received = 0
+
+    def put(self, payload: bytes) -> None:
+        if len(payload) > self.capacity:
+            raise WireError(f"a message of {len(payload)} bytes, over {self.capacity}")
+        self.memory[self.data:self.data + len(payload)] = payload
+        NUMBER.pack_into(self.memory, self.offset + NUMBER.size, len(payload))
+        self.sent += 1
+        NUMBER.pack_into(self.memory, self.offset, self.sent)  # last: the message is whole
+
+    def take(self, deadline: float | None = None, alive=None, nap_s: float = 0.0, busy_s: float = 0.0) -> bytes:
+        """The next message. Past `deadline` WireTimeout; when `alive()` turns false (the
+        sender died), WireError. After `busy_s` seconds of polling, `nap_s` between polls
+        (a CPU's cores are all at work: a busy wait would take one from the program it
+        waits on)."""
+        wanted, polls, napping = self.received + 1, 0, False
+        started = time.monotonic() if nap_s else 0.0
+        while NUMBER.unpack_from(self.memory, self.offset)[0] != wanted:
+            polls += 1
+            if napping:
+                time.sleep(nap_s)
+            elif nap_s and polls % LIVENESS_EVERY == 0:
+                napping = time.monotonic() - started >= busy_s
+            if polls % LIVENESS_EVERY == 0 or napping:
+                if deadline is not None and time.monotonic() > deadline:
+                    raise WireTimeout("no answer within the deadline")
+                if alive is not None and not alive():
+                    raise WireError("the other side is gone")
+        (length,) = NUMBER.unpack_from(self.memory, self.offset + NUMBER.size)
+        if length > self.capacity:
+            raise WireError(f"a message that says it has {length} bytes")
+        self.received = wanted
+        return bytes(self.memory[self.data:self.data + length])
+
+
+class Slot:
+    """Shared memory between a judge and its runner for a run's calls (a memfd, passed to
+    the runner by number): `calls` from the judge, `answers` from the runner."""
+
+    def __init__(self, fd: int | None = None):
+        if fd is None:
+            fd = os.memfd_create("judge-run")
+            os.ftruncate(fd, SLOT_BYTES)
+        self.fd = fd
+        self.memory = mmap.mmap(fd, SLOT_BYTES)
+        half = SLOT_BYTES // 2
+        self.calls = Mailbox(self.memory, 0, half - 2 * NUMBER.size)
+        self.answers = Mailbox(self.memory, half, half - 2 * NUMBER.size)
+
+    def close(self) -> None:
+        self.memory.close()
+        os.close(self.fd)

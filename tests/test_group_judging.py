@@ -1,13 +1,14 @@
 """Judging several programs at once: a group of candidates shares one baseline's timed
-runs, and none of them can reach another's measurement: while one is timed every other
-runner is stopped. A baseline's runner is kept warm for the next judgement beside it."""
+runs, and none of them can reach another's measurement: while one runs (checked or timed)
+every other runner is stopped. A baseline's runner is kept warm for the next judgement
+beside it."""
 import time
 
 import pytest
 
 from evolve.judging import batches, group_size
 from fitness.candidate import CandidateProcess
-from fitness.judge import MAX_GROUP, Judge, TimingCores
+from fitness.judge import MAX_GROUP, Judge, Stage, TimingCores
 from fitness import timing
 from fitness.timing import ALONE_ERROR, ALONE_MAX_ROUNDS, Contender, Outcome, measure
 from fitness.traces import prefill
@@ -55,12 +56,12 @@ def test_a_paused_runner_runs_nothing_until_resumed(tmp_path):
 
 
 class Stub:
-    """A runner seen from `measure`: records whether every other runner was paused
-    whenever one was timed."""
+    """A runner seen from `measure` (its driver) and from the stage (its process)."""
 
     def __init__(self, name, everyone, seconds):
         self.name, self.everyone, self.seconds = name, everyone, seconds
-        self.paused, self.last_peak_bytes, self.process = False, 0, self
+        self.paused, self.closed, self.last_peak_bytes, self.process = False, False, 0, self
+        self.placed = []
 
     def pause(self):
         self.paused = True
@@ -68,20 +69,48 @@ class Stub:
     def resume(self):
         self.paused = False
 
+    def place(self, cpu):
+        self.placed.append(cpu)
+
     def prepare(self, *args, **kwargs):
         assert not any(s.paused for s in self.everyone), "an engine is made while a runner is stopped"
         return lambda: None
 
-    def go(self, timed=False):
-        others = [s for s in self.everyone if s is not self]
-        assert timed and all(s.paused for s in others) and not self.paused
+    def go(self, events, seed):
         return self.seconds
 
     def fetch(self, events):
         return [None for _ in events]
 
 
-def test_measure_times_each_contender_with_every_other_stopped():
+def test_every_run_is_alone_on_the_stage_with_every_other_runner_stopped():
+    everyone = []
+    everyone += [Stub("a", everyone, 0.01), Stub("b", everyone, 0.02), Stub("base", everyone, 0.03)]
+    stage = Stage("cpu")
+    stage.runners.update(everyone)
+    for runner in everyone:
+        with stage.alone(runner) as awake:
+            assert not awake and not runner.paused
+            assert all(s.paused for s in everyone if s is not runner)
+        assert not any(s.paused for s in everyone)
+    everyone[1].closed = True  # a runner closed since is no longer the stage's
+    with stage.alone(everyone[0]):
+        assert not everyone[1].paused and everyone[2].paused
+
+
+def test_on_a_gpu_every_run_goes_to_the_timing_core(monkeypatch):
+    monkeypatch.setattr("fitness.judge.ramp_gpu_clocks", lambda *args: bursts.append(args))
+    bursts, everyone = [], []
+    everyone += [Stub("a", everyone, 0.01), Stub("b", everyone, 0.02)]
+    stage = Stage("cuda", TimingCores([3, 5]))
+    stage.runners.update(everyone)
+    for runner in everyone * 2:
+        with stage.alone(runner) as awake:
+            assert awake
+    assert [s.placed for s in everyone] == [[5, 5], [5, 5]] and len(bursts) == 4
+
+
+def test_measure_times_each_contender_in_interleaved_rounds():
     everyone = []
     everyone += [Stub("a", everyone, 0.01), Stub("b", everyone, 0.02), Stub("base", everyone, 0.03)]
     a, b, base = (Contender(s.name, s) for s in everyone)
@@ -113,7 +142,7 @@ class Drifting(Stub):
         super().__init__(name, everyone, seconds)
         self.runs, self.wall = 0, wall
 
-    def go(self, timed=False):
+    def go(self, events, seed):
         self.runs += 1
         time.sleep(self.wall)
         return self.seconds[(self.runs - 1) % len(self.seconds)]

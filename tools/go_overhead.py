@@ -1,18 +1,19 @@
 """Where a timed run's seconds go between the benchmark's clock and the judge's, per case.
 
-    python -m tools.go_overhead --engine E [--rounds 5] [--gap 1.0] [--cases public]
+    python -m tools.go_overhead --engine E [--rounds 5] [--gap 1.0] [--cases public] [--variants V ...]
 
 Each variant times the same case on a fresh engine (a warm-up engine alive), `--rounds`
 times, and prints the median and range in ms:
   bench       in this process: synchronise, the calls, synchronise (fitness.bench)
-  go          in this process: the runner's `prepare` ending, then its `go` (a copy of each
-              output, the checksum)
+  go          in this process: the runner's `prepare` ending, then each call as the runner
+              takes it (its inputs moved to the device, a copy of its output), the checksum:
+              the judge's run without its messages
   judge       a runner, `prepare`, `--gap` s idle (other contenders preparing), then the
-              judge's timed `go` on its timing core (fitness.judge.RunnerDriver.go)
+              judge's run, each call sent when due, on its stage (fitness.judge.RunnerDriver.go)
   judge_now   the same with no gap: the runner is still polling when `go` comes
   judge_home  `judge` timed on the runner's own core (it is not moved to the timing core)
   judge_no_burst  `judge` without the GPU burst the judge makes before each timed run
-  ping        `judge`'s request and answer alone: one the runner refuses at once
+  ping        one request and its answer through the pipe: one the runner refuses at once
 """
 import argparse
 import functools
@@ -30,16 +31,17 @@ import fitness.judge
 from fitness.candidate import CandidateError, CandidateProcess
 from fitness.cases import select_cases
 from fitness.devices import core_siblings
-from fitness.judge import RunnerDriver, TimingCores, kept_off
+from fitness.judge import RunnerDriver, Stage, TimingCores, kept_off
 from fitness.loader import load_engine_module
-from fitness.runner import Runner, settle
-from fitness.traces import materialize
+from fitness.runner import Runner, output_checksum
+from fitness.traces import call_message, materialize
 
 
 def in_process(module, raw_config, weight_dir, device, events, rounds, variant) -> list:
+    messages = [call_message(call) for call in materialize(events, raw_config["vocab_size"], 0, "cpu")]
     calls = materialize(events, raw_config["vocab_size"], 0, device)
     runner = Runner()
-    runner.module = module
+    runner.module, runner.device = module, device
     seconds = []
     with torch.no_grad():
         warm = module.create_engine(dict(raw_config), str(weight_dir), device)
@@ -49,10 +51,12 @@ def in_process(module, raw_config, weight_dir, device, events, rounds, variant) 
             if variant == "bench":
                 seconds.append(timed_run(engine, calls, device))
             else:
-                runner.engine, runner.calls = engine, calls
-                settle(device)  # as the runner's `prepare` ends
+                runner.engine, runner.outputs = engine, []
+                runner.ready(device)  # as the runner's `prepare` ends
                 started = time.perf_counter()
-                runner.go()  # ends in the checksum's .item(): the device is idle after it
+                for fields, tensors in messages:
+                    runner.call(*tensors, **fields)
+                output_checksum(runner.outputs)  # its .item(): the device is idle after it
                 seconds.append(time.perf_counter() - started)
             del engine
         del warm
@@ -64,7 +68,7 @@ def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap, var
     cores = sorted(os.sched_getaffinity(0))
     # judge_home: timed on the runner's own core, so the timed run does not move it.
     timing = TimingCores([cores[0]] if variant == "judge_home" else cores)
-    driver = RunnerDriver(process, device, time.monotonic() + 600, cores[0], timing)
+    driver = RunnerDriver(process, device, time.monotonic() + 600, cores[0], Stage(device, timing))
     burst = fitness.judge.ramp_gpu_clocks
     if variant == "judge_no_burst":  # no GPU burst from this process right before the run
         fitness.judge.ramp_gpu_clocks = lambda *args, **kwargs: None
@@ -74,9 +78,10 @@ def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap, var
         driver.run_trace(raw_config, weight_dir, events, 0)  # the warm-up engine
         seconds = []
         for i in range(rounds):
-            driver.prepare(raw_config, weight_dir, events, i + 1, keep_warm=i == 0)()
+            driver.prepare(raw_config, weight_dir)()
             time.sleep(gap)
             if variant == "ping":  # a request the runner refuses at once, waited on as `go` is
+                process.timed_run([], 60, True)  # (the run after `prepare`: none)
                 cpu = timing.current()
                 driver.place(cpu)
                 with kept_off(core_siblings(cpu)):  # the judge off the runner's core, as in `go`
@@ -87,7 +92,7 @@ def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap, var
                         pass
                     seconds.append(time.perf_counter() - started)
                 continue
-            seconds.append(driver.go(timed=True))
+            seconds.append(driver.go(events, i + 1))
             driver.fetch(events)
         return seconds
     finally:
@@ -104,6 +109,7 @@ def main(argv=None) -> int:
     parser.add_argument("--cases", default="public")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--gap", type=float, default=1.0)
+    parser.add_argument("--variants", nargs="*", help="the variants to run (default: all)")
     args = parser.parse_args(argv)
     raw_config = json.loads(args.model_config.read_text())
     weight_dir = args.weight_dir.resolve()
@@ -116,6 +122,8 @@ def main(argv=None) -> int:
                     **{variant: functools.partial(judge, args.gap, variant)
                        for variant in ("judge_home", "judge_no_burst", "ping")}}
         for variant, run in variants.items():
+            if args.variants and variant not in args.variants:
+                continue
             ms = [s * 1e3 for s in run()]
             print(f"{args.engine.name} {name:8s} {variant:14s} median {statistics.median(ms):7.3f} ms "
                   f"(min {min(ms):.3f}, max {max(ms):.3f}) over {len(ms)}", flush=True)
