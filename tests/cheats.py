@@ -1,9 +1,11 @@
 """Engines that cheat the judge, each an exact edit of the seed engine's source.
 
 Each passes the static stage (stdlib, torch and triton only) and does its work right
-where the gate looks; what it changes is what the judge reads (the clock, the comparison)
-or what it does when it guesses it is being timed. The judge must reject each, or time
-it at its real speed (tests/test_cheats.py).
+where the gate looks; what it changes is what the judge reads (the clock, the comparison,
+the weight files), what it does when it guesses it is being timed, or when it does the
+work (before a call is due, from inputs it finds early). The judge must reject each, or
+time it at its real speed (tests/test_cheats.py; fitness/README.md says which defence
+closes which).
 """
 from tests.conftest import SEED_ENGINE
 from tests.planted import edit
@@ -109,30 +111,198 @@ def rewrites_the_weights(src):
 
 
 def answers_before_its_outputs(src):
-    """Answers the runner's `go` at once and runs the calls only when their outputs are
-    fetched, in whatever process has the runner loaded (as __main__): a clock read around
-    `go` would see an engine that takes no time."""
+    """Answers each of the runner's calls at once and runs them only when their outputs
+    are fetched, in whatever process has the runner loaded (as __main__): a clock read
+    around the run would see an engine that takes no time."""
     return at_import(src, '''import sys as _sys
 
 _runner = _sys.modules.get("__main__")
 if hasattr(_runner, "Runner"):
-    _go, _fetch = _runner.Runner.go, _runner.Runner.fetch
+    _call, _fetch = _runner.Runner.call, _runner.Runner.fetch
+    _late = []
 
-    def _answer_now(self):
-        self.late = True
-        return {"checksum": 0}
+    def _answer_now(self, *args, **kwargs):
+        _late.append((args, kwargs))
+        return {}
 
     def _run_then_fetch(self):
-        if getattr(self, "late", False):
-            self.late = False
-            _go(self)
+        while _late:
+            args, kwargs = _late.pop(0)
+            _call(self, *args, **kwargs)
         return _fetch(self)
 
-    _runner.Runner.go, _runner.Runner.fetch = _answer_now, _run_then_fetch''')
+    _runner.Runner.call, _runner.Runner.fetch = _answer_now, _run_then_fetch''')
+
+
+# --- inputs read before they are due ------------------------------------------------------
+# Each finds a run's calls (objects with an `event` and `tokens`) wherever this process
+# holds them: a judge that draws a run's inputs in the runner before the run lets it find
+# them; one that sends each call when it is due leaves nothing to find.
+
+FIND_CALLS = '''import sys as _sys
+
+
+def _is_calls(value):
+    return (isinstance(value, list) and len(value) > 1
+            and all(hasattr(c, "event") and hasattr(c, "tokens") for c in value))
+
+
+def _calls_in_frames():
+    """A list of calls in the locals of a frame up the stack, or in their attributes."""
+    frame = _sys._getframe(1)
+    while frame is not None:
+        for value in list(frame.f_locals.values()):
+            for held in [value] + list(getattr(value, "__dict__", {}).values()):
+                if _is_calls(held):
+                    return held
+        frame = frame.f_back
+    return None
+
+
+def _calls_in_heap():
+    """A list of calls among every object the collector tracks."""
+    collector = _sys.modules.get("gc")
+    for value in collector.get_objects() if collector is not None else []:
+        if _is_calls(value):
+            return value
+    return None'''
+
+PRECOMPUTED = '''class _Answers:
+    """Every call of a run answered in create_engine, off the clock, by an honest engine;
+    each of the run's calls is then a look-up, and any later call goes to the engine."""
+
+    def __init__(self, engine, calls):
+        self.engine, self.answers, self.left = engine, [], len(calls)
+        for call in calls:
+            if call.event.kind == "prefill":
+                self.answers.append(engine.prefill(call.request_ids, call.tokens).clone())
+            elif call.event.kind == "decode":
+                self.answers.append(engine.decode(call.request_ids, call.tokens).clone())
+            else:
+                engine.remove(call.request_ids)
+        self.answers.reverse()
+
+    def answered(self):
+        self.left -= 1
+        return self.left >= 0
+
+    def prefill(self, request_ids, input_ids):
+        return self.answers.pop() if self.answered() else self.engine.prefill(request_ids, input_ids)
+
+    def decode(self, request_ids, token_ids):
+        return self.answers.pop() if self.answered() else self.engine.decode(request_ids, token_ids)
+
+    def remove(self, request_ids):
+        if not self.answered():
+            self.engine.remove(request_ids)'''
+
+
+def precomputes(src, finder: str):
+    src = at_import(src, FIND_CALLS + "\n\n\n" + PRECOMPUTED)
+    return edit(src, "    return Engine(model_config, weight_dir, device)\n",
+                f"    calls = {finder}()\n"
+                "    if calls is not None:\n"
+                "        with torch.no_grad():\n"
+                "            return _Answers(Engine(model_config, weight_dir, device), calls)\n"
+                "    return Engine(model_config, weight_dir, device)\n")
+
+
+def precomputes_from_frames(src):
+    """The run's calls found through the caller's frames (a runner that drew them before
+    making the engine holds them there), answered in create_engine, where nothing is
+    timed: exact outputs at any speed it likes (issue 25: 54x the seed on an H100)."""
+    return precomputes(src, "_calls_in_frames")
+
+
+def precomputes_from_heap(src):
+    """The same, the calls found among every object `gc.get_objects()` lists (the static
+    check forbids importing gc; the runner has it loaded, and sys.modules hands it over)."""
+    return precomputes(src, "_calls_in_heap")
+
+
+def looks_ahead_within_a_run(src):
+    """At the first decode of a run, reads the run's later calls and, when they decode the
+    same requests step after step (the benchmark's decode case), answers every step at once:
+    one pass over each prompt and all its decode tokens (teacher forcing) instead of one
+    pass per step."""
+    src = at_import(src, FIND_CALLS + '''
+
+
+def _teacher_forced(engine, prompts, steps):
+    """Logits [steps, B, vocab]: each decode step's, from one pass over prompt + tokens."""
+    ids = sorted(prompts)
+    rows = []
+    for rid in ids:
+        tokens = torch.cat([prompts[rid]] + [s.tokens[s.request_ids.index(rid)].reshape(1) for s in steps])
+        n = tokens.numel()
+        step = Step([-1 - rid], [0], [n], torch.arange(n, device=engine.device), False)
+        engine.cache.prepare(step)
+        every = _all_logits(engine, tokens.to(engine.device), step)  # [n, vocab]
+        engine.cache.remove([-1 - rid])
+        rows.append(every[n - len(steps):])
+    return torch.stack(rows, dim=1), ids
+
+
+def _all_logits(engine, tokens, step):
+    keep, engine.last_only = getattr(engine, "last_only", True), False
+    try:
+        return engine.forward(tokens, step)
+    finally:
+        engine.last_only = keep''')
+    src = edit(src, "        last = torch.tensor(step.num_new, device=self.device).cumsum(0) - 1\n        return logits[last]\n",
+               "        if not getattr(self, 'last_only', True):\n            return logits\n"
+               "        last = torch.tensor(step.num_new, device=self.device).cumsum(0) - 1\n        return logits[last]\n")
+    src = edit(src, "        ids = as_id_list(request_ids)\n        lengths = [int(t.numel()) for t in input_ids]\n",
+               "        ids = as_id_list(request_ids)\n        lengths = [int(t.numel()) for t in input_ids]\n"
+               "        self.prompts = getattr(self, 'prompts', {})\n"
+               "        self.prompts.update({r: t.reshape(-1) for r, t in zip(ids, input_ids)})\n"
+               "        self.ahead = []\n")
+    return edit(src, "        ids = as_id_list(request_ids)\n        start = [self.cache.length(rid) for rid in ids]\n",
+                "        ids = as_id_list(request_ids)\n"
+                "        if getattr(self, 'ahead', None):\n"
+                "            return self.ahead.pop()\n"
+                "        calls = _calls_in_frames() or _calls_in_heap()\n"
+                "        later = [c for c in calls or [] if c.event.kind == 'decode']\n"
+                "        if later and later[0].tokens is token_ids and all(sorted(c.event.request_ids) == sorted(ids) for c in later):\n"
+                "            every, order = _teacher_forced(self, {r: self.prompts[r] for r in ids}, later)\n"
+                "            rows = [order.index(r) for r in ids]\n"
+                "            self.ahead = [every[s][rows] for s in reversed(range(len(later)))]\n"
+                "            return self.ahead.pop()\n"
+                "        start = [self.cache.length(rid) for rid in ids]\n")
+
+
+def lazy_when_placed_for_timing(src):
+    """Tells a timed run by what the judge does around one: another runner of the judge
+    stopped (SIGSTOP) while it runs, or its own core moved. Honest when it sees neither,
+    wrong logits when it sees either (a judge that checks few rows of timed runs might miss
+    them; one whose runs all look alike sees them in its gate)."""
+    src = at_import(src, '''_HOME = None
+
+
+def _timed_by_its_look():
+    """A sibling runner stopped, or this process on other cores than at its first call."""
+    global _HOME
+    _HOME = _HOME or os.sched_getaffinity(0)
+    try:
+        with open(f"/proc/{os.getppid()}/task/{os.getppid()}/children") as f:
+            siblings = [int(p) for p in f.read().split() if int(p) != os.getpid()]
+    except OSError:
+        siblings = []
+    for pid in siblings:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                    return True
+        except OSError:
+            pass
+    return os.sched_getaffinity(0) != _HOME''')
+    return edit(src, "        return logits[last]\n",
+                "        return logits[last] * (0.0 if _timed_by_its_look() else 1.0)\n")
 
 
 CHEATS = ("slow_clock", "forged_comparison", "lazy_when_timed", "replays_earlier_outputs", "caches_by_input",
-          "rewrites_the_weights", "answers_before_its_outputs")
+          "rewrites_the_weights", "answers_before_its_outputs", "precomputes_from_frames", "precomputes_from_heap",
+          "looks_ahead_within_a_run", "lazy_when_placed_for_timing")
 
 
 def write_cheat(name: str, directory):

@@ -18,7 +18,9 @@ from fitness.gate import static_problems
 from fitness.sandbox import JudgeProcess, judge
 from fitness.weight_files import fingerprint
 from tests import cheats
+from tests.cheats import at_import
 from tests.conftest import REPO, SEED_ENGINE
+from tests.planted import edit
 
 
 def judged_beside_the_seed(path, small_target, scratch):
@@ -45,8 +47,8 @@ def test_a_cheat_on_the_comparison_or_on_timed_calls_is_incorrect(name, stage, s
 
 
 def test_a_cheat_that_answers_before_its_outputs_exist_is_incorrect(small_target, scratch, tmp_path):
-    """Its `go` answers before any call ran: the checksum it answers is not that of the
-    outputs it sends later."""
+    """Its calls and the end of its run answer before any call ran: the checksum it answers
+    is not that of the outputs it sends later."""
     verdict = judged_beside_the_seed(cheats.write_cheat("answers_before_its_outputs", tmp_path), small_target, scratch)
     assert verdict["status"] == "incorrect", verdict
     assert "not those the timed run answered for" in verdict["error"], verdict
@@ -71,6 +73,95 @@ def test_a_cheat_that_rewrites_the_weights_fails_and_so_does_every_judgement_aft
             judge_process.stop()
     assert [(v["status"], v["stage"]) for v in verdicts] == [("invalid", "weights")] * 3, verdicts
     assert all(v["weights_changed"] and "changed on disk" in v["error"] for v in verdicts)
+
+
+@pytest.mark.parametrize("name", ["precomputes_from_frames", "precomputes_from_heap", "looks_ahead_within_a_run"])
+def test_a_cheat_that_reads_inputs_before_they_are_due_finds_none_and_runs_at_its_real_speed(
+        name, small_target, scratch, tmp_path):
+    """No call's inputs exist in the runner before the call is due: the cheat finds no run
+    to answer ahead (in create_engine, or at a run's first call), so it is the seed. A
+    runner that drew its run's tokens before making the engine let the frames one answer
+    every timed call from a table: 460x the seed on 2 cores (docs/PERF.md)."""
+    verdict = judged_beside_the_seed(cheats.write_cheat(name, tmp_path), small_target, scratch)
+    assert verdict["status"] == "ok", verdict["error"]
+    assert verdict["ratio"] < 1.5, verdict
+
+
+def test_a_cheat_that_tells_a_timed_run_by_its_look_sees_it_in_every_run(small_target, scratch, tmp_path):
+    """Every run is placed alike, the other runners stopped around each: the cheat that
+    answers wrongly when it sees that is wrong in the gate, before any timing."""
+    verdict = judged_beside_the_seed(cheats.write_cheat("lazy_when_placed_for_timing", tmp_path), small_target,
+                                     scratch)
+    assert (verdict["status"], verdict["stage"]) == ("incorrect", "target"), verdict
+
+
+OBSERVER = '''import json as _json
+_ENGINES = []
+
+
+def _observe(request):
+    """What this process can see of a run: its cores, its environment, the other runners'
+    states, the engines alive, and the fields of the request that made this engine."""
+    try:
+        with open(f"/proc/{os.getppid()}/task/{os.getppid()}/children") as f:
+            siblings = [int(p) for p in f.read().split() if int(p) != os.getpid()]
+    except OSError:
+        siblings = []
+    states = []
+    for pid in siblings:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        except OSError:
+            pass
+    alive = sum(1 for ref in _ENGINES if ref() is not None)
+    return {"cores": sorted(os.sched_getaffinity(0)), "env": sorted(os.environ.items()),
+            "stopped": "T" in states, "engines": alive, "request": request}
+
+
+def _record(engine, kind):
+    with open(LOG, "a") as f:
+        f.write(_json.dumps({"engine": id(engine), "kind": kind, **_observe(engine.request)}) + "\\n")'''
+
+
+def observer(src: str, log) -> str:
+    """The seed, recording at every call what its process can observe (OBSERVER) to `log`."""
+    src = at_import(src, f"LOG = {str(log)!r}\n" + OBSERVER)
+    src = edit(src, "    return Engine(model_config, weight_dir, device)\n",
+               "    import sys, weakref\n"
+               "    request = {k: v for k, v in sys._getframe(1).f_locals.items() if isinstance(v, bool)}\n"
+               "    engine = Engine(model_config, weight_dir, device)\n"
+               "    engine.request = request\n"
+               "    _ENGINES.append(weakref.ref(engine))\n"
+               "    return engine\n")
+    src = edit(src, "        ids = as_id_list(request_ids)\n        lengths = [int(t.numel()) for t in input_ids]\n",
+               "        _record(self, 'prefill')\n        ids = as_id_list(request_ids)\n"
+               "        lengths = [int(t.numel()) for t in input_ids]\n")
+    return edit(src, "        ids = as_id_list(request_ids)\n        start = [self.cache.length(rid) for rid in ids]\n",
+                "        _record(self, 'decode')\n        ids = as_id_list(request_ids)\n"
+                "        start = [self.cache.length(rid) for rid in ids]\n")
+
+
+def test_a_checked_run_and_a_timed_run_look_the_same_from_inside(small_target, scratch, tmp_path):
+    """A program that records, at every call, what its process can observe (its cores, its
+    environment, whether another runner is stopped, how many of its engines are alive, the
+    request that made its engine) sees one thing in every run of a judgement: the gate's
+    traces, the warm-up and the timed rounds beside a baseline."""
+    log = tmp_path / "seen.jsonl"
+    path = tmp_path / "observer.py"
+    path.write_text(observer(SEED_ENGINE.read_text(), log))
+    verdict = judged_beside_the_seed(path, small_target, scratch)
+    assert verdict["status"] == "ok" and verdict["rounds"] >= 2, verdict
+    seen = [json.loads(line) for line in log.read_text().splitlines()]
+    first = seen[0]["engine"]
+    # The gate's engines, the warm-up's and every timed one: more than a few runs each.
+    assert len({s["engine"] for s in seen}) >= 6, seen
+    # The runner's first engine lives through every later run (the contract's warm-up engine).
+    assert {s.pop("engines") for s in seen if s["engine"] != first} == {2}
+    kinds = {json.dumps({k: v for k, v in s.items() if k not in ("engine", "kind", "engines")}, sort_keys=True)
+             for s in seen}
+    assert len(kinds) == 1, sorted(kinds)
+    assert json.loads(kinds.pop())["stopped"], "the baseline's runner was not stopped around the runs"
 
 
 def test_every_cheat_passes_the_static_stage():
