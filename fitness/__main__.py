@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m fitness", description="The judge.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    judge_parser = sub.add_parser("judge", help="judge one file in a runner process, print a JSON verdict")
+    judge_parser = sub.add_parser("judge", help="judge one file in a runner process, print a JSON verdict "
+                                                "(for code you did not write)")
     judge_parser.add_argument("candidate", type=Path)
     add_target_arguments(judge_parser, engine_flag=False)
     judge_parser.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
@@ -90,7 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--no-derived", action="store_true", help="skip the derived configs")
         p.add_argument("--scratch", type=Path, help="where generated judging weights are kept")
 
-    bench_parser = sub.add_parser("bench", help="the contract's throughput benchmark")
+    bench_parser = sub.add_parser(
+        "bench", help="the contract's throughput benchmark, in this process: it trusts the engine",
+        description="The contract's throughput protocol, in this process, as the public evaluator runs it. "
+                    "It trusts the engine: the engine shares this process with the clock, and every input "
+                    "is drawn before the engine is made, so an engine can read its inputs ahead or patch "
+                    "the clock (tests/cheats.py). For code you did not write, use `python -m fitness judge`.")
     bench.add_arguments(bench_parser)
     bench_parser.set_defaults(run=lambda a: prepare_weights(a.model_config, a.weight_dir) or bench.cli(a))
 

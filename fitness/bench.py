@@ -5,6 +5,10 @@ engine runs them once, timed between two device synchronisations under no_grad, 
 drawn beforehand. The median run is reported, with peak memory over the timed runs
 while the warm-up engine is still alive.
 
+It trusts the engine, as the contract's protocol does: the engine runs in this process,
+beside the clock and its inputs. Untrusted code is judged by `python -m fitness judge`
+(fitness/README.md).
+
     python -m fitness bench [--engine E] [--model-config C] [--weight-dir W]
         [--device auto|cpu|cuda] [--cases public|hidden|all] [--warmup 1] [--repeat 3]
         [--roofline [--gpu auto|h100|h200]]
