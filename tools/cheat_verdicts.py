@@ -1,0 +1,72 @@
+"""The judge's verdict on every cheat of tests/cheats.py, beside the honest program each
+was made from (the seed), one line a program.
+
+    python -m tools.cheat_verdicts [--judge-root DIR] [--device cpu|cuda] [--bench public|small]
+                                   [--only NAME ...] [--json OUT]
+
+Each program is judged by `python -m fitness judge` run from `--judge-root` (default: this
+repository; another checkout judges with its own judge, for a before-and-after), beside the
+seed as baseline, on a copy of the repository's toy model of its own (one cheat rewrites
+the weights it is given), its gate's target stage only. A cheat is caught when it is not
+`ok`, or runs at its real speed: its ratio to the seed near 1.
+"""
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from tests import cheats
+from tests.conftest import SEED_ENGINE
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def judged(path: Path, root: Path, device: str, bench: str, seed_path: Path) -> dict:
+    weights = Path(tempfile.mkdtemp(prefix="weights_"))
+    shutil.copy(REPO / "target" / "weights" / "model.pt", weights / "model.pt")
+    command = [sys.executable, "-m", "fitness", "judge", str(path), "--model-config",
+               str(REPO / "target" / "model_config.json"), "--weight-dir", str(weights),
+               "--device", device, "--bench", bench, "--baseline", str(seed_path), "--no-derived",
+               "--rounds", "2", "--max-rounds", "3", "--timeout", "900"]
+    done = subprocess.run(command, cwd=root, capture_output=True, text=True)
+    shutil.rmtree(weights)
+    try:
+        return json.loads(done.stdout)
+    except json.JSONDecodeError:
+        return {"status": "no verdict", "error": (done.stderr or done.stdout)[-300:]}
+
+
+def line(name: str, verdict: dict) -> str:
+    tokens = verdict.get("tokens_per_second") or {}
+    speed = " ".join(f"{case} {value:,.0f}" for case, value in tokens.items())
+    ratio = verdict.get("ratio")
+    error = " ".join(str(verdict.get("error", "")).split())[:110]
+    return (f"{name:28s} {verdict.get('status', '?'):10s} {verdict.get('stage', ''):7s} "
+            f"ratio {ratio if ratio is None else round(ratio, 3)!s:6s} {speed}  {verdict.get('seconds', '')} s"
+            + (f"  [{error}]" if error else ""))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.cheat_verdicts", description=__doc__.splitlines()[0])
+    parser.add_argument("--judge-root", type=Path, default=REPO)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--bench", default="small")
+    parser.add_argument("--only", nargs="*", default=list(cheats.CHEATS))
+    parser.add_argument("--json", type=Path, help="write every verdict here")
+    args = parser.parse_args(argv)
+    directory = Path(tempfile.mkdtemp(prefix="cheats_"))
+    verdicts = {}
+    programs = [("seed (honest)", SEED_ENGINE)] + [(name, cheats.write_cheat(name, directory)) for name in args.only]
+    for name, path in programs:
+        verdicts[name] = judged(path, args.judge_root.resolve(), args.device, args.bench, SEED_ENGINE)
+        print(line(name, verdicts[name]), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(verdicts, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
