@@ -229,17 +229,18 @@ def looks_ahead_within_a_run(src):
 
 
 def _teacher_forced(engine, prompts, steps):
-    """Logits [steps, B, vocab]: each decode step's, from one pass over prompt + tokens."""
+    """Logits [steps, B, vocab]: each decode step's, from one pass over every prompt and its
+    decode tokens, packed (scratch request ids, so the engine's own cache is untouched)."""
     ids = sorted(prompts)
-    rows = []
-    for rid in ids:
-        tokens = torch.cat([prompts[rid]] + [s.tokens[s.request_ids.index(rid)].reshape(1) for s in steps])
-        n = tokens.numel()
-        step = Step([-1 - rid], [0], [n], torch.arange(n, device=engine.device), False)
-        engine.cache.prepare(step)
-        every = _all_logits(engine, tokens.to(engine.device), step)  # [n, vocab]
-        engine.cache.remove([-1 - rid])
-        rows.append(every[n - len(steps):])
+    sequences = [torch.cat([prompts[rid]] + [s.tokens[list(s.event.request_ids).index(rid)].reshape(1)
+                                             for s in steps]) for rid in ids]
+    lengths = [int(t.numel()) for t in sequences]
+    positions = torch.cat([torch.arange(n) for n in lengths]).to(engine.device)
+    step = Step([-1 - rid for rid in ids], [0] * len(ids), lengths, positions, False)
+    every = _all_logits(engine, torch.cat(sequences).to(engine.device), step)  # [sum(lengths), vocab]
+    engine.cache.remove(step.request_ids)
+    ends = torch.tensor(lengths).cumsum(0)
+    rows = [every[end - len(steps):end] for end in ends.tolist()]  # [steps, vocab] per request
     return torch.stack(rows, dim=1), ids
 
 
