@@ -89,14 +89,10 @@ class CandidateProcess:
         work at once (on what is not timed) while the judge waits on each in turn. An
         `awake` wait polls without sleeping: no wake-up latency lands on the judge's clock."""
         self.wait_ready(timeout)
-        return self.post(encode({"op": op, **fields}), op, timeout, awake)
-
-    def post(self, payload: bytes, op: str, timeout: float, awake: bool):
-        """Write one encoded request; returns the wait for its answer."""
         started = time.monotonic()
         deadline = started + max(timeout, 0.0)
         try:
-            self.channel.send_encoded(payload)
+            self.channel.send({"op": op, **fields})
         except OSError as err:
             raise RunnerFailure("crash", f"{op}: {err}; {self.exit_status()}{self.tail()}") from None
 
@@ -141,9 +137,9 @@ class CandidateProcess:
     def timed_run(self, messages: list, timeout: float, awake: bool = False) -> tuple[float, int]:
         """(seconds, checksum) of the run that follows `prepare`: each of `messages` (encoded
         calls, made ahead) put in the slot once the runner has answered the one before,
-        then `end`. The clock
-        is this process's, read around the whole run, so nothing the candidate does to
-        clocks or synchronisation counts. Not `awake` (a CPU), the wait naps between looks."""
+        then `end`. The clock is this process's, read around the whole run, so nothing the
+        candidate does to clocks or synchronisation counts. Not `awake` (a CPU), the wait
+        naps between looks."""
         deadline = time.monotonic() + max(timeout, 0.0)
         alive = lambda: self.proc.poll() is None  # noqa: E731
         nap_s = 0.0 if awake else NAP_S

@@ -178,11 +178,6 @@ def kept_off(cpus):
         os.sched_setaffinity(0, before)
 
 
-def event_fields(event) -> dict:
-    return {"kind": event.kind, "request_ids": list(event.request_ids), "lengths": list(event.lengths),
-            "ids_as_tensor": event.ids_as_tensor, "name": event.name}
-
-
 class Judge:
     def __init__(self, device: str, env: dict | None = None, scratch=None, threads: int | None = None):
         self.device, self.threads = device, threads

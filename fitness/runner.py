@@ -149,7 +149,7 @@ class Runner:
             self.inputs.reset()
         gc.collect()  # every run starts with the collector in the same state
 
-    def call(self, inputs=None, **fields) -> dict:
+    def call(self, inputs=None, **fields) -> None:
         """One call, its inputs just delivered (`inputs`: request ids and tokens in one int64
         tensor, moved to the device with one copy); a copy of its output is kept."""
         call = call_from_message(fields, inputs, self.inputs.place if is_cuda(self.device) else lambda t: t)
@@ -161,7 +161,6 @@ class Runner:
             raise RuntimeError(f"call {index} ({call.event.kind}) raised {type(err).__name__}: {err}") from err
         # A copy: an engine may hand back a buffer its next call overwrites.
         self.outputs.append(out.detach().clone() if torch.is_tensor(out) else out)
-        return {}
 
     def run(self, busy_s: float) -> None:
         """The calls of the run that follows each `prepare`, taken from the slot as the
@@ -202,12 +201,12 @@ SPIN_AFTER_ANSWER_S = 0.5
 def serve(channel: Channel, slot, spin_s: float = 0.0) -> None:
     runner = Runner(slot)
     while True:
-        request, tensors = channel.receive(spin_s=spin_s)
+        request, _ = channel.receive(spin_s=spin_s)
         op = request.pop("op", "")
         if op == "exit":
             return
         try:
-            answer = getattr(runner, op)(*tensors, **request) if op in REQUESTS else None
+            answer = getattr(runner, op)(**request) if op in REQUESTS else None
             if answer is None:
                 raise ValueError(f"unknown request {op!r}")
         except BaseException as err:  # the candidate's failure is the judge's evidence
@@ -228,7 +227,7 @@ def main(argv) -> int:
     on_gpu = os.environ.get("JUDGE_DEVICE", "").startswith("cuda")
     if on_gpu:
         torch.zeros(1, device="cuda")  # the CUDA context now, while the judge does other work
-    channel = Channel(read_fd, write_fd, INPUT_DTYPES)
+    channel = Channel(read_fd, write_fd)
     channel.send({"ok": True, "ready": True})  # started: the judge may time others now
     serve(channel, Slot(slot_fd), SPIN_AFTER_ANSWER_S if on_gpu else 0.0)  # a CPU's cores are all at work
     return 0

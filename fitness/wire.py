@@ -102,7 +102,7 @@ def parse(payload: bytes, accepted: dict = DTYPES) -> tuple[dict, list]:
 
 
 def encode(header: dict, tensors=()) -> bytes:
-    """A message's bytes: made ahead, they go out with one write (`Channel.send_encoded`)."""
+    """A message's bytes (a run's calls are encoded before the run, off its clock)."""
     parts = [encode_tensor(t) for t in tensors]
     text = json.dumps({**header, "tensors": [d for d, _ in parts]}).encode()
     return b"".join([HEADER.pack(len(text)), text] + [b for _, b in parts])
@@ -117,10 +117,7 @@ class Channel:
         self.pending = bytearray()  # read past the last message: the start of the next
 
     def send(self, header: dict, tensors=()) -> None:
-        self.send_encoded(encode(header, tensors))
-
-    def send_encoded(self, payload: bytes) -> None:
-        view = memoryview(payload)
+        view = memoryview(encode(header, tensors))
         while view:
             written = os.write(self.write_fd, view)
             view = view[written:]
