@@ -27,7 +27,7 @@ def evolve(search) -> None:
         gen, started = search.generation, time.monotonic()
         # Breed: a sweep of every operator, then merges, crossovers and the bandit's mutations.
         if gen == 0:
-            brood, parents = Brood(search, search.population), []
+            brood, parents = Brood(search, search.population, search.num_first_declined), []
         else:
             parents = search.population
             brood = breed(search, parents, config.population)
@@ -57,8 +57,8 @@ class Brood:
     """A generation's children as they are bred; the known ones (nothing new: counted as
     cached) and the declined ones (recorded in history.csv) counted apart."""
 
-    def __init__(self, search, children=()):
-        self.search, self.children, self.num_known, self.num_declined = search, list(children), 0, 0
+    def __init__(self, search, children=(), num_declined: int = 0):
+        self.search, self.children, self.num_known, self.num_declined = search, list(children), 0, num_declined
 
     def add_if_new(self, result) -> bool:
         """Add a child, and nothing else: no decline recorded, no known one counted."""
