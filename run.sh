@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The main job: set up, find the target, evolve, leave workspace/engine.py and results.log.
 #
-#   bash run.sh [--budget 10m] [any other `python -m evolve run` flag ...]
+#   bash run.sh [--budget 10m] [--target NAME] [any other `python -m evolve run` flag ...]
+#
+# --target NAME searches one of the repository's other targets (target/targets.py:
+# twelve_layer, one_b, bf16, long_prompts), its config and toy weights made under targets/NAME
+# when missing.
 #
 # The budget covers the search and the final re-measure. Left out, it is the device's
 # default (evolve/config.py: 20m on a GPU, which keeps all of run.sh under 30 minutes on
@@ -39,13 +43,24 @@ if [[ "$weights" == target/weights && ! -f "$weights/model.pt" ]]; then
     "$PYTHON" -m target.toy_weights --config "$config" --output "$weights/model.pt" || exit 1
 fi
 
-# 3. The search.
+# 3. The search: --target NAME (taken out of the flags) points it at another target.
+target_flags=() passed=()
+while (($#)); do
+    if [[ "$1" == --target ]]; then
+        [[ $# -ge 2 ]] || { log "--target needs a name"; exit 2; }
+        mapfile -t target_flags < <("$PYTHON" -m target.targets --run-flags "$2")
+        ((${#target_flags[@]})) || { log "could not make target $2"; exit 2; }
+        shift 2
+    else
+        passed+=("$1"); shift
+    fi
+done
 workspace="${EVOLVE_WORKSPACE:-workspace}"
-args=(--model-config "$config" --weight-dir "$weights" --workspace "$workspace"
+args=(--model-config "$config" --weight-dir "$weights" "${target_flags[@]}" --workspace "$workspace"
       --history "${EVOLVE_HISTORY:-history.csv}" --runs-dir "${EVOLVE_RUNS_DIR:-runs}")
 [[ -n "${EVOLVE_BUDGET:-}" ]] && args+=(--budget "$EVOLVE_BUDGET")
-log "python -m evolve run ${args[*]} $*"
-"$PYTHON" -m evolve run "${args[@]}" "$@"
+log "python -m evolve run ${args[*]} ${passed[*]}"
+"$PYTHON" -m evolve run "${args[@]}" "${passed[@]}"
 status=$?
 
 # 4. Whatever happened, the outputs exist: the seed stands in when nothing better was kept.

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from fitness.cases import CASE_SETS
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SEED_ENGINE = REPO_ROOT / "seed_engine" / "engine.py"
 
@@ -27,7 +29,7 @@ DEVICE_DEFAULTS = {
     "cuda": {"budget_s": 20 * 60, "population": 8, "workers": None, "bench": "all", "screen_bench": "public",
              "rounds": 3, "max_rounds": 5, "timeout_s": 600.0, "final_top": 2, "final_rounds": 12},
 }
-BENCH_CHOICES = ("public", "hidden", "all", "small")
+BENCH_CHOICES = CASE_SETS
 MAX_CPU_WORKERS = 4
 # A screen's comparison with the parent is clear once known to +-5% (the bandit's
 # threshold for a gain: operators.IMPROVEMENT); a confirmation or the final to +-2%.
