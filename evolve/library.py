@@ -54,14 +54,14 @@ class Recipe:
 
 
 @dataclass(frozen=True)
-class Target:
+class RunTarget:
     """What a run judges on, in the terms a recipe records."""
     device: str  # "cpu" or "cuda"
     model: dict  # SHAPE_KEYS -> value
     dtype: str
 
     @classmethod
-    def of(cls, config) -> "Target":
+    def of(cls, config) -> "RunTarget":
         model = json.loads(Path(config.model_config).read_text())
         return cls(config.device, {k: model.get(k) for k in SHAPE_KEYS}, model.get("torch_dtype", "float16"))
 
@@ -120,7 +120,7 @@ def read_all(folders) -> list[Recipe]:
 
 # --- the first generation ----------------------------------------------------------------------
 
-def ranked(recipes: list, target: Target) -> list:
+def ranked(recipes: list, target: RunTarget) -> list:
     """Closest to the target first; among equals, the fastest recorded, then the largest
     gain over the seed."""
     return sorted(recipes, key=lambda r: (target.closeness(r.judged), r.speed(), r.judged.get("vs_seed", 0.0)),
@@ -135,7 +135,7 @@ def seed_programs(config, seed_source: str) -> tuple[list, list]:
     if not config.library:
         return [], []
     taken, declined, made = [], [], {seed_source: "the seed"}
-    for entry in ranked(read_all(library_folders(config)), Target.of(config)):
+    for entry in ranked(read_all(library_folders(config)), RunTarget.of(config)):
         why = why_not(entry, config, len(taken))
         if why is None:
             try:
@@ -195,7 +195,7 @@ def add_winner(folder: Path, recipe_text: str, judged: dict) -> Path | None:
     return path
 
 
-def judged_as(target: Target, machine: str, table: list, ratio: float, run_id: str, candidate: str) -> dict:
+def judged_as(target: RunTarget, machine: str, table: list, ratio: float, run_id: str, candidate: str) -> dict:
     """What a run's winner was judged on, from the final's table [(case, tokens/s, seed's)]."""
     return {"device": target.device, "machine": machine, "model": target.model, "dtype": target.dtype,
             "tokens_per_s": {case: round(tps) for case, tps, _ in table}, "vs_seed": round(ratio, 3),

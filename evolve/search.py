@@ -252,7 +252,7 @@ class Search:
             text = lineage_recipe(history.read(self.config.history), winner.id, self.config.history)
         except LineageError as err:
             return f"library: the winner is not added, its lineage is no recipe: {err}"
-        judged = library.judged_as(library.Target.of(self.config), device_label(self.config.device), table, ratio,
+        judged = library.judged_as(library.RunTarget.of(self.config), device_label(self.config.device), table, ratio,
                                    self.run.run_id, winner.id)
         path = library.add_winner(self.config.library_dir, text, judged)
         return f"library: the winner's recipe is {path}" if path else "library: the winner's recipe was there already"

@@ -36,7 +36,7 @@ def test_every_shipped_recipe_says_what_it_was_judged_on_and_reads_back_as_writt
 
 
 def test_recipes_closest_to_the_target_come_first_then_the_fastest():
-    target = library.Target("cuda", {"hidden_size": 768}, "float16")
+    target = library.RunTarget("cuda", {"hidden_size": 768}, "float16")
     def entry(name, **judged):
         return library.Recipe(library.SHIPPED / name, (), judged)
     other_shape = entry("other.txt", device="cuda", model={"hidden_size": 2048}, dtype="float16",
@@ -50,7 +50,7 @@ def test_recipes_closest_to_the_target_come_first_then_the_fastest():
 
 def test_a_cpu_run_takes_what_replays_there_and_declines_the_rest_with_the_reason(small_target, tmp_path):
     config = small_config(small_target, tmp_path, library_dir=tmp_path / "lib")
-    target = library.Target.of(config)
+    target = library.RunTarget.of(config)
     write_recipe(config.library_dir, "paged.txt", [PAGED], device="cpu", model=target.model, dtype=target.dtype)
     write_recipe(config.library_dir, "again.txt", [f"{PAGED}  # the same program"])
     write_recipe(config.library_dir, "broken.txt", ['tune_constant {"constant": "NOPE", "new": 3}'])
@@ -89,7 +89,7 @@ def test_a_winner_grown_from_a_library_program_joins_the_library_and_leads_the_n
     add_row(hist, winner, (from_library,), "allele.load_weights.fused_qkv", {}, tmp_path)
     text = lineage_recipe(history.read(config.history), source_hash(winner), config.history)
     assert recipe.apply(recipe.parse(text)) == winner
-    target = library.Target.of(config)
+    target = library.RunTarget.of(config)
     table = [("prefill_4x32", 1234.4, 1000.0), ("decode_8x8x8", 99.6, 90.0)]
     judged = library.judged_as(target, "cpu (2 cores)", table, 1.21, "r1", source_hash(winner))
     path = library.add_winner(config.library_dir, text, judged)
