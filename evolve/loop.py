@@ -43,7 +43,7 @@ def evolve(search) -> None:
         confirm(search, gen, offspring)
         # Learn: each mutant's outcome against its parent is credited to its operator.
         toolbox.learn(offspring, search.scores)
-        # Score: a program's fitness is the mean of its measurements so far.
+        # Score: a program's fitness is its fitted speed (scores.py: every judgement and paired ratio).
         search.assign_fitness(parents + offspring + list(search.hall_of_fame))
         # Remember: the hall of fame, and the best correct program in workspace/engine.py.
         search.update_best(parents + offspring)

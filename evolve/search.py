@@ -165,7 +165,7 @@ class Search:
         if len(self.hall_of_fame) and self.hall_of_fame[0].id != self.best_id:
             best = self.hall_of_fame[0]
             note = f"Best so far after generation {self.generation}: {best.fitness.values[0]:,.0f} tokens/s " \
-                   "(geometric mean over the cases, mean of its measurements)"
+                   "(geometric mean over the cases, fitted over its judgements and paired comparisons)"
             table = table_of(self.scores.mean_tps(best.id), self.scores.mean_tps(self.seed.id))
             self.put_engine(best, table, self.config.device, note)
             self.best_id = best.id
