@@ -42,6 +42,7 @@ class Recipe:
     path: Path
     steps: tuple
     judged: dict  # judged_on(text)
+    problem: str = ""  # why its lines do not parse, when they do not
 
     @property
     def name(self) -> str:
@@ -110,12 +111,17 @@ def judged_lines(judged: dict) -> list[str]:
 
 def read(path: Path) -> Recipe:
     text = Path(path).read_text()
-    return Recipe(Path(path), tuple(recipe.parse(text)), judged_on(text))
+    try:
+        steps = tuple(recipe.parse(text))
+    except recipe.RecipeError as err:
+        return Recipe(Path(path), (), judged_on(text), str(err))
+    return Recipe(Path(path), steps, judged_on(text))
 
 
 def read_all(folders) -> list[Recipe]:
-    """Every recipe (*.txt) in the folders that exist, by name within each."""
-    return [read(p) for folder in map(Path, folders) if folder.is_dir() for p in sorted(folder.glob("*.txt"))]
+    """Every recipe (*.txt) in the folders that exist, by name within each, each folder once."""
+    unique = {Path(f).resolve(): Path(f) for f in folders if Path(f).is_dir()}
+    return [read(p) for folder in unique.values() for p in sorted(folder.glob("*.txt"))]
 
 
 # --- the first generation ----------------------------------------------------------------------
@@ -154,6 +160,8 @@ def seed_programs(config, seed_source: str) -> tuple[list, list]:
 
 def why_not(entry: Recipe, config, num_taken: int) -> str | None:
     """Why `entry` is not replayed for this run before trying; None when it is."""
+    if entry.problem:
+        return f"does not parse: {entry.problem}"
     cuda_only = sorted({s.operator for s in entry.steps if is_cuda_only(s.operator)})
     if config.device == "cpu" and cuda_only:
         return f"needs a GPU: {cuda_only[0]} and {len(cuda_only) - 1} more of its steps run only on CUDA"

@@ -54,12 +54,14 @@ def test_a_cpu_run_takes_what_replays_there_and_declines_the_rest_with_the_reaso
     write_recipe(config.library_dir, "paged.txt", [PAGED], device="cpu", model=target.model, dtype=target.dtype)
     write_recipe(config.library_dir, "again.txt", [f"{PAGED}  # the same program"])
     write_recipe(config.library_dir, "broken.txt", ['tune_constant {"constant": "NOPE", "new": 3}'])
+    write_recipe(config.library_dir, "garbled.txt", ["tune_constant {not json"])
     taken, declined = library.seed_programs(config, SEED)
     assert taken == [(recipe.apply([recipe.Step(PAGED)]), {"recipe": str(config.library_dir / "paged.txt"),
                                                            "steps": [PAGED]})]
     reasons = dict(declined)
     assert reasons["again.txt"] == "makes the same program as paged.txt"
     assert reasons["broken.txt"].startswith("does not replay on the seed: line 1: tune_constant declined")
+    assert reasons["garbled.txt"].startswith("does not parse: line 1: the args of tune_constant are not JSON")
     shipped = {r.name for r in library.read_all([library.SHIPPED])}
     assert all(reasons[name].startswith("needs a GPU: ") for name in shipped)
     assert library.seed_programs(small_config(small_target, tmp_path, library=False), SEED) == ([], [])
