@@ -34,8 +34,10 @@ COLUMNS = BASE_COLUMNS + tuple(tps_column(c) for c in case_names()) + TAIL_COLUM
 NUMERIC = ("generation", "worst_ratio", "peak_memory_mb", "fitness", "ratio", "ratio_low", "ratio_high",
            "rounds", "fitness_cv", "judge_seconds")
 # Rows that judge a program already in the history again rather than add one: the full
-# gate after a screen ("confirm"), and the final re-measure against the seed.
-REMEASURE_OPERATORS = ("retime", "final", "confirm")
+# gate after a screen, and the final re-measure against the seed ("retime": the elite's
+# re-timing, in histories of older runs).
+CONFIRM, FINAL = "confirm", "final"
+REMEASURE_OPERATORS = ("retime", FINAL, CONFIRM)
 JUDGED_STATUSES = ("ok", "incorrect", "crash", "timeout", "invalid")
 ERROR_CHARS = 300
 
