@@ -6,6 +6,7 @@ from evolve import history, library
 from evolve.__main__ import build_parser, given_settings
 from evolve.config import RunConfig
 from evolve.recipe import lineage_recipe
+from evolve.workspace import describe_step
 from fitness.loader import source_hash
 from mutations import recipe
 from tests.conftest import SEED_ENGINE
@@ -101,3 +102,9 @@ def test_a_winner_grown_from_a_library_program_joins_the_library_and_leads_the_n
     taken, _ = library.seed_programs(config, SEED)
     assert [source for source, _ in taken] == [winner]
     assert json.loads(json.dumps(taken[0][1]))["recipe"] == str(path)
+
+
+def test_a_lineage_from_the_library_names_its_recipe_in_a_word():
+    step = {"operator": library.LIBRARY, "parent_ids": [], "candidate_id": "c",
+            "operator_args": json.dumps({"recipe": "mutations/recipes/fastest.txt", "steps": [PAGED] * 9})}
+    assert describe_step(step) == "library(fastest.txt)"
