@@ -1,12 +1,14 @@
 """The correctness gate: static checks, then logits against the reference on every call.
 
-Stage "static": the file parses, defines `create_engine`, imports only the stdlib, torch
-and triton, and reaches for none of the harness's state.
+Stage "static": the file parses, defines `create_engine`, imports only the stdlib, torch,
+triton and safetensors (to read a Hugging Face checkpoint), and reaches for none of the
+harness's state.
 Stage "target": the public sequence and randomised traces on the target config and
 weights, then the cheap traces again with unit-scaled weights of the same shape (the
 public 0.02 initialisation leaves logits so small that atol hides real faults).
 Stage "derived": cheap traces on configs the candidate was not tuned on (GQA, bf16,
-other head_dim, more layers), each with its own generated unit-scaled weights.
+other head_dim, more layers, the Hugging Face families' features), each with its own
+generated unit-scaled weights.
 
 The error of a call is max |s - r| / (atol + rtol * |r|): 1.0 is the evaluator's limit.
 On the target weights a candidate passes only under `margin` (0.5 by default): hidden
@@ -38,7 +40,7 @@ from target.toy_weights import PUBLIC_STD, generate as generate_weights, save_at
 ATOL = RTOL = 1e-2
 DEFAULT_MARGIN = 0.5
 STRESS_MARGIN = 1.0  # unit-scaled and derived configs: the evaluator's own limit
-ALLOWED_THIRD_PARTY = {"torch", "triton"}
+ALLOWED_THIRD_PARTY = {"torch", "triton", "safetensors"}
 # Stdlib modules that reach into the judging process rather than compute anything.
 FORBIDDEN_MODULES = {"importlib", "gc", "inspect", "ctypes", "subprocess", "socket",
                      "multiprocessing", "builtins", "pickle", "marshal"}
@@ -92,7 +94,7 @@ def static_problems(source: str) -> list:
             if top in FORBIDDEN_MODULES or not top:
                 problems.append(f"line {node.lineno}: imports {module or 'a relative module'}")
             elif top not in ALLOWED_THIRD_PARTY and top not in sys.stdlib_module_names:
-                problems.append(f"line {node.lineno}: imports {module}, outside stdlib/torch/triton")
+                problems.append(f"line {node.lineno}: imports {module}, outside stdlib/torch/triton/safetensors")
     return problems
 
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 
 from fitness import weight_files
-from fitness.model_config import ModelConfig, load_checked_weights
+from fitness.checkpoint import load_checked_weights
+from fitness.model_config import ModelConfig
 from fitness.reference import ReferenceModel
 from fitness.traces import materialize
 
