@@ -15,10 +15,11 @@ from fitness.model_config import ModelConfig
 
 
 class ReferenceModel:
-    def __init__(self, config: ModelConfig, weights: dict, device: str):
+    def __init__(self, config: ModelConfig, weights: dict, device: str, dtype=None):
+        """`dtype`: the compute dtype, the config's rule on `device` unless given."""
         self.config = config
         self.device = device
-        self.dtype = config.compute_dtype(device)
+        self.dtype = dtype or config.compute_dtype(device)
         self.w = {name: t.to(device=device, dtype=self.dtype) for name, t in weights.items()}
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
