@@ -347,4 +347,5 @@ def read_config(model_config):
 
 
 def create_engine(model_config: dict, weight_dir: str, device: str = "cuda"):
-    return Engine(read_config(model_config), weight_dir, device)
+    model_config = read_config(model_config)
+    return Engine(model_config, weight_dir, device)

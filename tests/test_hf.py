@@ -23,6 +23,8 @@ from fitness.loader import load_engine_module
 from fitness.model_config import ConfigError, ModelConfig
 from fitness.reference import ReferenceModel
 from fitness.references import References
+from target import hf_checkpoints
+from target.toy_weights import weight_shapes
 from tests.conftest import SEED_ENGINE
 
 SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -276,3 +278,26 @@ def test_unsupported_configs_say_why(checkpoints, change, message):
     raw = json.loads((checkpoints["llama", "fp32", False] / "config.json").read_text())
     with pytest.raises(ConfigError, match=message):
         ModelConfig.from_dict({**raw, **change})
+
+
+# --- checkpoints the repository makes -------------------------------------------------------
+
+def test_the_generated_tiny_qwen3_is_what_transformers_reads(tmp_path):
+    folder = hf_checkpoints.write(tmp_path, "tiny_qwen3")
+    assert_engine_matches(load_engine_module(SEED_ENGINE), folder)
+
+
+@pytest.mark.parametrize("name, billions", [("llama_3_2_1b", 1.236), ("qwen3_0_6b", 0.596)])
+def test_real_shapes_have_their_models_parameter_counts(name, billions):
+    """Llama-3.2-1B has 1.24 B parameters and Qwen3-0.6B 0.60 B (both tied): the shapes
+    are theirs, checked without writing gigabytes."""
+    config = ModelConfig.from_dict(hf_checkpoints.CHECKPOINTS[name])
+    shapes = weight_shapes(config.to_dict())
+    assert sum(math.prod(shape) for shape in shapes.values()) / 1e9 == pytest.approx(billions, abs=0.001)
+    assert config.tie_word_embeddings and "lm_head.weight" not in shapes
+
+
+def test_shards_split_past_the_limit(monkeypatch):
+    monkeypatch.setattr(hf_checkpoints, "MAX_SHARD_BYTES", 100)
+    tensors = {name: torch.zeros(n, dtype=torch.bfloat16) for name, n in (("a", 30), ("b", 30), ("c", 60))}
+    assert [list(group) for group in hf_checkpoints.shards(tensors)] == [["a"], ["b"], ["c"]]
