@@ -28,7 +28,8 @@ def fingerprint(weight_dir) -> tuple:
     """What identifies each weight file of `weight_dir` (model.pt, or a Hugging Face
     checkpoint's safetensors and index) as written: device, inode, size, mtime, ctime."""
     stats = [os.stat(path) for path in checkpoint_files(weight_dir)]
-    return tuple((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) for st in stats)
+    # Flat, so that it survives a trip through JSON to a judge process unchanged.
+    return tuple(n for st in stats for n in (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
 
 
 class TrustedFiles:

@@ -23,6 +23,7 @@ from fitness.loader import load_engine_module
 from fitness.model_config import ConfigError, ModelConfig
 from fitness.reference import ReferenceModel
 from fitness.references import References
+from fitness.weight_files import TrustedFiles, WeightsChanged, fingerprint
 from target import hf_checkpoints
 from target.toy_weights import weight_shapes
 from tests.conftest import SEED_ENGINE
@@ -266,6 +267,17 @@ def test_unreadable_checkpoints_say_why(checkpoints, tmp_path):
     (folder / "model.safetensors.index.json").unlink()
     with pytest.raises(ConfigError, match="weights not found"):
         load_checked_weights(config, folder)
+
+
+def test_every_file_of_a_sharded_checkpoint_is_held_to_its_fingerprint(checkpoints, tmp_path):
+    """The fingerprint the search takes goes to its judges as JSON, and covers each shard."""
+    folder = shutil.copytree(checkpoints["qwen2", "fp32", True], tmp_path / "sharded")
+    trusted = TrustedFiles()
+    trusted.trust(folder, expected=json.loads(json.dumps(fingerprint(folder))))
+    shard = sorted(folder.glob("*.safetensors"))[-1]
+    shard.write_bytes(shard.read_bytes())
+    with pytest.raises(WeightsChanged):
+        trusted.check()
 
 
 @pytest.mark.parametrize("change, message", [
