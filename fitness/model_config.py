@@ -130,9 +130,9 @@ def hf_fields(raw: dict) -> dict:
                   qkv_bias=family == "qwen2" or bool(raw.get("qkv_bias")),
                   qk_norm=family == "qwen3" or bool(raw.get("qk_norm")),
                   tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)))
-    if isinstance(heads, int) and heads > 0:
-        fields.setdefault("num_key_value_heads", heads)
-        if fields.get("head_dim") is None and isinstance(raw.get("hidden_size"), int):
+    if isinstance(heads, int) and heads > 0:  # else the config's own check says what is wrong
+        fields["num_key_value_heads"] = raw.get("num_key_value_heads") or heads
+        if raw.get("head_dim") is None and isinstance(raw.get("hidden_size"), int):
             fields["head_dim"] = raw["hidden_size"] // heads
     return fields
 

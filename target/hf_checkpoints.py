@@ -50,7 +50,7 @@ QWEN3_0_6B = {
 # of 512 keeps the gate's longest prompt (min(max_position_embeddings, 1500)) cheap on a CPU.
 TINY_QWEN3 = {**QWEN3_0_6B, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 512,
-              "max_position_embeddings": 512}
+              "max_position_embeddings": 512, "bos_token_id": 0, "eos_token_id": 1}
 CHECKPOINTS = {"llama_3_2_1b": LLAMA_3_2_1B, "qwen3_0_6b": QWEN3_0_6B, "tiny_qwen3": TINY_QWEN3}
 
 
