@@ -1,14 +1,17 @@
 """Hugging Face checkpoints (Llama, Qwen2, Qwen3) made by `transformers` itself: the
-reference, the seed engine and a CPU program of the recipe's alleles are held to
-`transformers`' own logits, and the gate rejects the layout bugs a fast engine could make.
+reference, the seed engine and the fastest recipe's program are held to `transformers`'
+own logits, and the gate rejects the layout bugs a fast engine could make.
 
 Every model is tiny (hidden 64, 2 layers) with every parameter drawn at random: the
 families' own init zeroes biases and sets norms to one, which would hide a dropped bias or
 a norm weight permuted wrongly."""
 import json
 import math
+import os
 import random
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -26,7 +29,7 @@ from fitness.references import References
 from fitness.weight_files import TrustedFiles, WeightsChanged, fingerprint
 from target import hf_checkpoints
 from target.toy_weights import weight_shapes
-from tests.conftest import SEED_ENGINE
+from tests.conftest import REPO, SEED_ENGINE
 
 SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=320, max_position_embeddings=160, rms_norm_eps=1e-6)
@@ -149,11 +152,14 @@ def cpu_recipe_program() -> str:
     return source
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_recipe_program_matches_transformers(checkpoints, family, tmp_path):
-    path = tmp_path / "recipe_cpu.py"
-    path.write_text(cpu_recipe_program())
-    assert_engine_matches(load_engine_module(path), checkpoints[family, "bf16", False])
+def test_the_recipes_program_matches_transformers_through_the_triton_interpreter():
+    """The fastest recipe's program itself (Triton kernels, the prefill-graph engine run
+    eagerly), on a CPU: its kernels run in Triton's interpreter, in a process of its own."""
+    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, str(REPO / "tests" / "mutation_fixtures" / "recipe_vs_transformers.py"),
+                           *FAMILIES], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert done.stdout.split() == [word for family in FAMILIES for word in ("ok", family)]
 
 
 # --- the gate -------------------------------------------------------------------------------
