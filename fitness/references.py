@@ -35,9 +35,9 @@ MAX_TRACES = 256  # kept traces, least recently used dropped first
 MAX_MODELS = 8  # reference models on the device: the target, its stress weights, derived configs
 # An honest low-precision engine rounds differently from the reference, not less, and over
 # more traces than the calibration's: on the tests' bf16 checkpoints (tests/test_hf.py) the
-# seed and the recipe's CPU program in bf16 scored up to 2.3x the reference's own error on
-# the public sequence, so 8 leaves them at 0.29 of the allowance (the target's limit is 0.5);
-# planted layout bugs scored 3 to 11 allowances.
+# seed and a program of the recipe's CPU alleles, both in bf16, scored up to 2.3x the
+# reference's own error on the public sequence, so 8 leaves them at 0.29 of the allowance
+# (the target's limit is 0.5); planted layout bugs scored 3 to 11 allowances.
 LOW_PRECISION_HEADROOM = 8
 CALIBRATION_SEED = 0
 
