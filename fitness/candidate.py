@@ -22,7 +22,8 @@ from fitness.wire import DONE, NAP_S, WAKE, Channel, Slot, WireError, WireTimeou
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STDERR_TAIL = 1500
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24  # linux/prctl.h
+CAP_SYS_PTRACE = 19  # linux/capability.h
 
 
 STOP_WAIT_S = 1.0  # a runner not stopped by then is left as it is (it is dying, or traced)
@@ -53,6 +54,7 @@ class CandidateError(Exception):
 class CandidateProcess:
     def __init__(self, device: str, env: dict | None = None):
         self.device = device
+        closed_to_runners()
         to_runner, self.write_fd = os.pipe()
         self.read_fd, from_runner = os.pipe()
         self.slot = Slot()
@@ -235,11 +237,21 @@ class Spares:
             self.ready = None
 
 
+def closed_to_runners() -> None:
+    """This process's memory closed to its runners: it holds a run's tokens before the run,
+    and a runner of the same user (root, on the GPU machines) could read them through
+    /proc/<judge>/mem. Not dumpable, it may be read only with CAP_SYS_PTRACE, which a
+    runner is started without (`start_runner`)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0)
+
+
 def start_runner(memory_limit: int | None) -> None:
     """In the runner, before it starts: die with the judge (a runner left behind by a
-    killed judge would hold its GPU), and cap a CPU runner's memory."""
+    killed judge would hold its GPU), give up CAP_SYS_PTRACE (it could read the judge's
+    memory; unprivileged, it never had it) and cap a CPU runner's memory."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    libc.prctl(PR_CAPBSET_DROP, CAP_SYS_PTRACE)
     if memory_limit:
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
 
