@@ -4,7 +4,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from serve.chat import OpenAIServingChat
 from serve.completions import OpenAIServingCompletion
@@ -32,6 +32,10 @@ def build_app(llm: LLMEngine, model: ServedModel) -> FastAPI:
     async def health():
         return Response(status_code=200 if llm.is_running else 503)
 
+    @app.get("/metrics")
+    async def metrics():
+        return PlainTextResponse(prometheus_text(llm))
+
     @app.get("/v1/models")
     async def models():
         return ModelList(data=[ModelCard(id=model.name, max_model_len=model.max_model_len)])
@@ -45,6 +49,14 @@ def build_app(llm: LLMEngine, model: ServedModel) -> FastAPI:
         return await unless_disconnected(request, chat.create(body))
 
     return app
+
+
+def prometheus_text(llm: LLMEngine) -> str:
+    """The scheduler's state in Prometheus' text format."""
+    metrics = {"serve_num_seqs_running": len(llm.scheduler.running),
+              "serve_num_seqs_waiting": len(llm.scheduler.waiting),
+              "serve_generation_tokens_total": llm.num_generated_tokens}
+    return "".join(f"{name} {value}\n" for name, value in metrics.items())
 
 
 async def unless_disconnected(request: Request, answer):

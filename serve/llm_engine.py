@@ -23,6 +23,7 @@ class LLMEngine:
         self.tokenizer = tokenizer
         self.wake_up = asyncio.Event()
         self.error = None  # what stopped the loop, if anything did
+        self.num_generated_tokens = 0  # since start, cancelled sequences' included
 
     @property
     def is_running(self) -> bool:
@@ -68,6 +69,7 @@ class LLMEngine:
         for seq, token in zip(batch.prefill + batch.decode, tokens):
             if seq.is_finished:  # cancelled while the step ran
                 continue
+            self.num_generated_tokens += 1
             output = seq.append(token)
             if seq.finish_reason:
                 self.scheduler.finish(seq)
