@@ -72,23 +72,23 @@ class OpenAIServing:
 
     def check_model(self, name: str) -> None:
         if name != self.model.name:
-            raise RequestError(f"model {name!r} is not served here; this server serves "
+            raise RequestError(f"model: {name!r} is not served here; this server serves "
                                f"{self.model.name!r}", param="model")
 
     def check_lengths(self, prompt: list, max_tokens: Optional[int], prompt_param: str) -> int:
         """The request's max_tokens (the rest of the context when not given), once checked."""
         context = self.model.max_model_len
         if len(prompt) >= context:
-            raise RequestError(f"the prompt has {len(prompt)} tokens; the model's context is "
+            raise RequestError(f"{prompt_param}: the prompt has {len(prompt)} tokens; the model's context is "
                                f"{context}, output included", param=prompt_param)
         if max_tokens is None:
             max_tokens = context - len(prompt)
         if len(prompt) + max_tokens > context:
-            raise RequestError(f"max_tokens ({max_tokens}) plus the prompt ({len(prompt)} tokens) "
-                               f"passes the model's context of {context} tokens", param="max_tokens")
+            raise RequestError(f"max_tokens: {max_tokens} tokens after a prompt of {len(prompt)} "
+                               f"pass the model's context of {context} tokens", param="max_tokens")
         if not self.llm.scheduler.fits_ever(len(prompt) + max_tokens):
-            raise RequestError(f"max_tokens ({max_tokens}) plus the prompt ({len(prompt)} tokens) "
-                               "is more than this server's K/V memory holds", param="max_tokens")
+            raise RequestError(f"max_tokens: {max_tokens} tokens after a prompt of {len(prompt)} "
+                               "are more than this server's K/V memory holds", param="max_tokens")
         return max_tokens
 
     def submit(self, prompts: list, params) -> tuple:
