@@ -8,19 +8,19 @@ time, each a prompt of random token ids (drawn now, from a seeded RNG) asking fo
 `--output-len` tokens (ignore_eos); then `--burst` requests all at once. Per level:
 total and output tokens/s, output tokens counted by re-tokenizing the text that came
 back (as vLLM's benchmark_serving does) beside what the server's usage said, time to
-first token, time per output token, inter-token latency (p50, p99), failures. Writes
-DIR/bench.json and DIR/bench.png.
+first token, time per output token (by both counts), inter-token latency (p50, p99),
+failures. Writes DIR/bench.json and DIR/bench.png.
 """
 import argparse
 import asyncio
 import json
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import numpy as np
-from openai import AsyncOpenAI
 
 from serve.tokenizer import Tokenizer
 from target import toy_tokenizer
@@ -42,25 +42,17 @@ class RequestResult:
     usage_output_tokens: int = 0
 
 
-async def send(client, model: str, prompt: list, output_len: int) -> RequestResult:
+async def send(http, model: str, prompt: list, output_len: int) -> RequestResult:
     result = RequestResult()
+    body = {"model": model, "prompt": prompt, "max_tokens": output_len, "temperature": 0.0,
+            "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
     start = last = time.perf_counter()
     try:
-        stream = await client.completions.create(
-            model=model, prompt=prompt, max_tokens=output_len, temperature=0.0, stream=True,
-            stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
-        async for chunk in stream:
-            if chunk.usage:
-                result.usage_prompt_tokens = chunk.usage.prompt_tokens
-                result.usage_output_tokens = chunk.usage.completion_tokens
-            if chunk.choices and chunk.choices[0].text:
-                now = time.perf_counter()
-                if result.text:
-                    result.chunk_gaps.append(now - last)
-                else:
-                    result.ttft = now - start
-                last = now
-                result.text += chunk.choices[0].text
+        async with http.stream("POST", "/v1/completions", json=body) as response:
+            if response.status_code != 200:
+                raise RuntimeError(f"{response.status_code}: {(await response.aread()).decode()[:200]}")
+            async for chunk in server_sent_events(response):
+                last = take_chunk(result, chunk, start, last)
         result.latency = last - start
         result.ok = True
     except Exception as error:  # a failure is a result to count, not a reason to stop
@@ -68,13 +60,43 @@ async def send(client, model: str, prompt: list, output_len: int) -> RequestResu
     return result
 
 
-async def run_level(client, model, prompts, concurrency: int, output_len: int) -> tuple:
+async def server_sent_events(response):
+    """The JSON payload of each `data:` event, until [DONE]."""
+    async for line in response.aiter_lines():
+        if not line.startswith("data: "):
+            continue
+        if line == "data: [DONE]":
+            return
+        chunk = json.loads(line[len("data: "):])
+        if "error" in chunk:
+            raise RuntimeError(chunk["error"]["message"])
+        yield chunk
+
+
+def take_chunk(result: RequestResult, chunk: dict, start: float, last: float) -> float:
+    """Record one chunk's text or usage; the time of the latest chunk with text."""
+    if chunk.get("usage"):
+        result.usage_prompt_tokens = chunk["usage"]["prompt_tokens"]
+        result.usage_output_tokens = chunk["usage"]["completion_tokens"]
+    text = chunk["choices"][0]["text"] if chunk["choices"] else ""
+    if not text:
+        return last
+    now = time.perf_counter()
+    if result.text:
+        result.chunk_gaps.append(now - last)
+    else:
+        result.ttft = now - start
+    result.text += text
+    return now
+
+
+async def run_level(http, model, prompts, concurrency: int, output_len: int) -> tuple:
     """(results, seconds) of every prompt sent, at most `concurrency` in flight."""
     gate = asyncio.Semaphore(concurrency)
 
     async def one(prompt):
         async with gate:
-            return await send(client, model, prompt, output_len)
+            return await send(http, model, prompt, output_len)
 
     start = time.perf_counter()
     results = await asyncio.gather(*(one(p) for p in prompts))
@@ -94,6 +116,10 @@ def summarize(results: list, seconds: float, concurrency: int, tokenizer: Tokeni
     output_tokens = [len(tokenizer.encode(r.text, add_special_tokens=False)) for r in done]
     prompt_tokens = sum(r.usage_prompt_tokens for r in done)
     time_per_output_token = [(r.latency - r.ttft) / (n - 1) for r, n in zip(done, output_tokens) if n > 1]
+    # The same by the server's count, which is the engine's decode steps: re-tokenized
+    # random tokens often merge into fewer.
+    time_per_step = [(r.latency - r.ttft) / (r.usage_output_tokens - 1) for r in done
+                     if r.usage_output_tokens > 1]
     return {
         "concurrency": concurrency, "requests": len(results), "completed": len(done),
         "failed": len(results) - len(done), "errors": sorted({r.error for r in results if not r.ok})[:5],
@@ -104,6 +130,7 @@ def summarize(results: list, seconds: float, concurrency: int, tokenizer: Tokeni
         "total_tokens_per_s": round((prompt_tokens + sum(output_tokens)) / seconds, 2),
         "ttft_ms": percentiles([r.ttft for r in done]),
         "tpot_ms": percentiles(time_per_output_token),
+        "tpot_by_usage_ms": percentiles(time_per_step),
         "itl_ms": percentiles([gap for r in done for gap in r.chunk_gaps]),
     }
 
@@ -123,25 +150,28 @@ def weighted_score(levels: list) -> float:
 
 
 async def bench(args, tokenizer: Tokenizer) -> dict:
-    client = AsyncOpenAI(base_url=args.base_url.rstrip("/") + "/v1", api_key="none",
-                         max_retries=0, timeout=args.timeout)
-    model = args.model or (await client.models.list()).data[0].id
-    rng = random.Random(args.seed)
-    sweep = []
-    for concurrency in args.concurrency:
-        prompts = random_prompts(tokenizer, args.num_requests, args.input_len, rng)
-        sweep.append(summarize(*await run_level(client, model, prompts, concurrency, args.output_len),
-                               concurrency, tokenizer))
-        print(json.dumps(sweep[-1]), flush=True)
-    report = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-              "model": model, "sweep": sweep, "weighted_output_tokens_per_s": weighted_score(sweep)}
-    if args.burst:
-        prompts = random_prompts(tokenizer, args.burst, args.input_len, rng)
-        report["burst"] = summarize(*await run_level(client, model, prompts, args.burst, args.output_len),
-                                    args.burst, tokenizer)
-        print(json.dumps(report["burst"]), flush=True)
-    await client.close()
+    # No pool limit: a level's requests must all be in flight at once (300 in the burst).
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(base_url=args.base_url, timeout=args.timeout, limits=limits) as http:
+        model = args.model or (await http.get("/v1/models")).json()["data"][0]["id"]
+        rng = random.Random(args.seed)
+        report = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+                  "model": model, "sweep": []}
+        for concurrency in args.concurrency:
+            prompts = random_prompts(tokenizer, args.num_requests, args.input_len, rng)
+            report["sweep"].append(await measure(http, model, prompts, concurrency, args, tokenizer))
+        report["weighted_output_tokens_per_s"] = weighted_score(report["sweep"])
+        if args.burst:
+            prompts = random_prompts(tokenizer, args.burst, args.input_len, rng)
+            report["burst"] = await measure(http, model, prompts, args.burst, args, tokenizer)
     return report
+
+
+async def measure(http, model, prompts, concurrency, args, tokenizer) -> dict:
+    results, seconds = await run_level(http, model, prompts, concurrency, args.output_len)
+    level = summarize(results, seconds, concurrency, tokenizer)
+    print(json.dumps(level), flush=True)
+    return level
 
 
 def plot(report: dict, path: Path) -> None:

@@ -26,9 +26,9 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 SYLLABLES = [c + v for c in "bcdfghjklmnprstvwz" for v in "aeiou"] + list("aeiou")
-# Enough distinct words that BPE finds more merges than any toy vocabulary needs.
-NUM_WORDS = 20_000
-NUM_SENTENCES = 4_000
+# BPE merges within words: as many distinct words as tokens wanted (pieces of words make
+# up the rest), each seen about five times.
+MIN_WORDS = 2_000
 
 
 def default_dir(vocab_size: int) -> Path:
@@ -36,13 +36,14 @@ def default_dir(vocab_size: int) -> Path:
     return HERE / "weights" / f"tokenizer-{vocab_size}"
 
 
-def corpus(seed: int) -> list[str]:
+def corpus(vocab_size: int, seed: int) -> list[str]:
     """Sentences of pseudo-words, with digits and punctuation, from a seeded RNG."""
     rng = random.Random(seed)
-    words = ["".join(rng.choices(SYLLABLES, k=rng.randint(1, 4))) for _ in range(NUM_WORDS)]
+    num_words = max(vocab_size, MIN_WORDS)
+    words = ["".join(rng.choices(SYLLABLES, k=rng.randint(1, 5))) for _ in range(num_words)]
     marks = [".", ",", "?", "!", ":", " 42", " 7", " 2026"]
     return [" ".join(rng.choices(words, k=rng.randint(4, 16))) + rng.choice(marks)
-            for _ in range(NUM_SENTENCES)]
+            for _ in range(num_words // 2)]
 
 
 def train(vocab_size: int, seed: int = DEFAULT_SEED) -> Tokenizer:
@@ -52,7 +53,7 @@ def train(vocab_size: int, seed: int = DEFAULT_SEED) -> Tokenizer:
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
-    tokenizer.train_from_iterator(corpus(seed), trainer=trainer)
+    tokenizer.train_from_iterator(corpus(vocab_size, seed), trainer=trainer)
     if tokenizer.get_vocab_size() != vocab_size:
         raise ValueError(f"trained {tokenizer.get_vocab_size()} tokens, the model has "
                          f"vocab_size {vocab_size}")
