@@ -267,20 +267,42 @@ def metrics(url) -> dict:
     return {name: int(value) for name, value in (line.split() for line in lines)}
 
 
+def wait_until_idle(url, seconds=10) -> None:
+    deadline = time.monotonic() + seconds
+    while metrics(url)["serve_num_seqs_running"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert metrics(url)["serve_num_seqs_running"] == 0
+
+
+LONG_REQUEST = {"model": MODEL, "prompt": [4, 5, 6], "max_tokens": 250, "ignore_eos": True}
+
+
 def test_a_client_that_leaves_mid_stream_frees_its_slot(cramped_server):
     before = metrics(cramped_server)["serve_generation_tokens_total"]
-    body = {"model": MODEL, "prompt": [4, 5, 6], "max_tokens": 250, "stream": True, "ignore_eos": True}
+    body = dict(LONG_REQUEST, stream=True)
     with httpx.stream("POST", cramped_server + "/v1/completions", json=body) as response:
         events = (line for line in response.iter_lines() if line.startswith("data: "))
         [next(events) for _ in range(3)]
-    deadline = time.monotonic() + 10
-    while metrics(cramped_server)["serve_num_seqs_running"] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert metrics(cramped_server)["serve_num_seqs_running"] == 0
+    wait_until_idle(cramped_server)
     # Had its slot not been freed, the sequence would have run to its 250 tokens.
     assert metrics(cramped_server)["serve_generation_tokens_total"] - before < 250
     after = client(cramped_server).completions.create(model=MODEL, prompt="hi", max_tokens=2)
     assert after.choices[0].finish_reason
+
+
+def test_a_client_that_leaves_before_a_plain_answer_frees_its_slot(cramped_server):
+    before = metrics(cramped_server)["serve_generation_tokens_total"]
+
+    async def leave_once_running():
+        async with httpx.AsyncClient(base_url=cramped_server) as http:
+            answer = asyncio.create_task(http.post("/v1/completions", json=LONG_REQUEST))
+            while not (await http.get("/metrics")).text.startswith("serve_num_seqs_running 1"):
+                await asyncio.sleep(0.005)
+            answer.cancel()  # closes its connection
+
+    asyncio.run(leave_once_running())
+    wait_until_idle(cramped_server)
+    assert metrics(cramped_server)["serve_generation_tokens_total"] - before < 250
 
 
 def test_past_the_waiting_limit_a_request_gets_503_and_none_is_lost(cramped_server):
