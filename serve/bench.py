@@ -26,7 +26,7 @@ from serve.tokenizer import Tokenizer
 from target import toy_tokenizer
 
 HERE = Path(__file__).resolve().parent
-# The issue's weights of the sweep's levels in its score: high concurrency counts most.
+# How much each level of the sweep counts in its one score: high concurrency most.
 LEVEL_WEIGHTS = {1: 1, 2: 1, 4: 2, 8: 2, 16: 4, 32: 4, 64: 8}
 
 
@@ -142,7 +142,7 @@ def random_prompts(tokenizer: Tokenizer, count: int, length: int, rng: random.Ra
 
 
 def weighted_score(levels: list) -> float:
-    """Output tokens/s over the sweep's levels, weighted as the issue weighs them."""
+    """Output tokens/s over the sweep's levels, weighted by LEVEL_WEIGHTS."""
     scored = [(LEVEL_WEIGHTS[lv["concurrency"]], lv["output_tokens_per_s"]) for lv in levels
               if lv["concurrency"] in LEVEL_WEIGHTS]
     total = sum(w for w, _ in scored)

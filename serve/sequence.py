@@ -8,7 +8,6 @@ from typing import Optional
 from serve.sampling import SamplingParams
 from serve.tokenizer import StreamDecoder, Tokenizer
 
-
 SEQUENCE_IDS = count()
 
 
@@ -48,10 +47,6 @@ class Sequence:
         self.held_back = max((len(s) for s in self.params.stop), default=1) - 1
 
     @property
-    def num_tokens(self) -> int:
-        return len(self.prompt_token_ids) + len(self.output_token_ids)
-
-    @property
     def max_num_tokens(self) -> int:
         """The K/V rows this sequence may come to need: admission reserves them."""
         return len(self.prompt_token_ids) + self.params.max_tokens
@@ -77,9 +72,8 @@ class Sequence:
         return self.output()
 
     def truncate_at_stop_string(self) -> bool:
-        # A stop string can only end in the new text, so the search starts just before it.
-        start = max(0, self.num_text_sent - self.held_back)
-        found = [i for i in (self.text.find(s, start) for s in self.params.stop) if i >= 0]
+        # The text handed out holds no stop string, nor the start of one (it was held back).
+        found = [i for i in (self.text.find(s, self.num_text_sent) for s in self.params.stop) if i >= 0]
         if found:
             self.text = self.text[:min(found)]
         return bool(found)

@@ -130,6 +130,17 @@ def test_a_streamed_chat_says_what_the_plain_one_says(server, tokenizer):
     assert chunks[-1].choices[0].finish_reason == "length"
 
 
+def test_a_stop_string_ends_the_answer_before_it(server):
+    openai = client(server)
+    ask = {"model": MODEL, "prompt": "bada kiro", "max_tokens": 16, "temperature": 0,
+           "extra_body": {"ignore_eos": True}}
+    whole = openai.completions.create(**ask).choices[0].text
+    stop = whole[len(whole) // 2:len(whole) // 2 + 3]
+    chunks = list(openai.completions.create(**ask, stop=[stop], stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == whole[:whole.index(stop)]
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
 def test_a_list_of_prompts_is_answered_as_one_batch_of_choices(server):
     response = client(server).completions.create(model=MODEL, prompt=["bada", "kiro sofu"],
                                                  max_tokens=3, extra_body={"ignore_eos": True})

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 28 on one GPU: the recipe's program (fastest.txt) served on the 1B-class config and
+# The server on one GPU: the recipe's program (fastest.txt) served on the 1B-class config and
 # measured by serve.bench, beside the same engine offline (tools.serve_offline).
 # One device command may run 10 minutes, so the sweep can go in parts:
 #   bash tools/gpu_serve.sh OUT                         # offline, levels 1..64, the 300-burst

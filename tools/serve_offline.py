@@ -9,8 +9,8 @@ Prints one JSON object:
                              device with no host sync: the most a server can give them
   prefill_ms                 one prompt of --input-len prefilled alone (median of repeats)
   decode_step_ms             one decode step of one request (median over its output)
-Issue 28's targets: the server's output tokens/s at concurrency 64 at least 85% of the
-first, its TTFT at concurrency 1 within 5 ms of the second, its TPOT within 10% of the third.
+The server is held to: output tokens/s at concurrency 64 at least 85% of the first, TTFT
+at concurrency 1 within 5 ms of the second, TPOT within 10% of the third.
 """
 import argparse
 import json
