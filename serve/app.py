@@ -52,11 +52,8 @@ def build_app(llm: LLMEngine, model: ServedModel) -> FastAPI:
 
 
 def prometheus_text(llm: LLMEngine) -> str:
-    """The scheduler's state in Prometheus' text format."""
-    metrics = {"serve_num_seqs_running": len(llm.scheduler.running),
-              "serve_num_seqs_waiting": len(llm.scheduler.waiting),
-              "serve_generation_tokens_total": llm.num_generated_tokens}
-    return "".join(f"{name} {value}\n" for name, value in metrics.items())
+    """The serving loop's state in Prometheus' text format."""
+    return "".join(f"serve_{name} {value}\n" for name, value in llm.metrics().items())
 
 
 async def unless_disconnected(request: Request, answer):

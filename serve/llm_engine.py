@@ -29,6 +29,11 @@ class LLMEngine:
     def is_running(self) -> bool:
         return self.error is None
 
+    def metrics(self) -> dict:
+        return {"num_seqs_running": len(self.scheduler.running),
+                "num_seqs_waiting": len(self.scheduler.waiting),
+                "generation_tokens_total": self.num_generated_tokens}
+
     def submit(self, prompts: list, params: SamplingParams) -> tuple:
         """Queue one sequence per prompt; (their shared outbox, the sequences).
 

@@ -9,6 +9,7 @@ from starlette.background import BackgroundTask
 from serve.llm_engine import LLMEngine
 from serve.protocol import ErrorBody, ErrorResponse, Usage, new_id
 from serve.scheduler import QueueFull
+from serve.sequence import SequenceOutput
 
 
 class RequestError(Exception):
@@ -26,6 +27,20 @@ class ServedModel:
     name: str
     vocab_size: int
     max_model_len: int  # prompt + output tokens of one request
+
+
+def merged(outputs: list) -> list:
+    """One SequenceOutput per sequence of `outputs` (in order), each the sum of its own."""
+    by_index = {}
+    for output in outputs:
+        if isinstance(output, Exception):
+            raise RequestError(f"the engine failed: {output!r}", status=500, type="server_error")
+        if output.index in by_index:
+            first = by_index[output.index]
+            output = SequenceOutput(output.index, first.text + output.text,
+                                    first.token_ids + output.token_ids, output.finish_reason)
+        by_index[output.index] = output
+    return list(by_index.values())
 
 
 def sse(payload: str) -> str:
@@ -101,16 +116,22 @@ class OpenAIServing:
             raise RequestError(str(error), status=503, type="server_error") from None
 
     async def outputs(self, outbox, seqs) -> AsyncIterator:
-        """Each SequenceOutput of `seqs` until all have finished. A consumer that stops
-        early (its client left) cancels the sequences that were still running."""
+        """The SequenceOutputs of `seqs` until all have finished. A consumer that stops
+        early (its client left) cancels the sequences that were still running.
+
+        What piled up while the consumer was busy comes as one output per sequence, so a
+        server behind on its streams sends fewer, larger chunks instead of falling further
+        behind (as vLLM's output collector does).
+        """
         try:
             num_running = len(seqs)
             while num_running:
-                output = await outbox.get()
-                if isinstance(output, Exception):
-                    raise RequestError(f"the engine failed: {output!r}", status=500, type="server_error")
-                num_running -= output.finish_reason is not None
-                yield output
+                pending = [await outbox.get()]
+                while not outbox.empty():
+                    pending.append(outbox.get_nowait())
+                for output in merged(pending):
+                    num_running -= output.finish_reason is not None
+                    yield output
         finally:
             self.llm.abort(seqs)
 
