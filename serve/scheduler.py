@@ -73,11 +73,14 @@ class Scheduler:
         return batch
 
     def can_admit(self, seq: Sequence, num_prefill_tokens: int) -> bool:
+        """Whether `seq` joins this step, after prompts of num_prefill_tokens already did."""
         c = self.config
+        has_slot = len(self.running) < c.max_num_seqs
+        has_kv = self.num_reserved_kv_tokens + seq.max_num_tokens <= c.max_num_kv_tokens
         # A step's first prompt always goes, however long, so none waits forever.
-        fits_step = not num_prefill_tokens or num_prefill_tokens + len(seq.prompt_token_ids) <= c.max_num_prefill_tokens
-        return (len(self.running) < c.max_num_seqs and fits_step
-                and self.num_reserved_kv_tokens + seq.max_num_tokens <= c.max_num_kv_tokens)
+        fits_step = (num_prefill_tokens == 0
+                     or num_prefill_tokens + len(seq.prompt_token_ids) <= c.max_num_prefill_tokens)
+        return has_slot and has_kv and fits_step
 
     def finish(self, seq: Sequence) -> None:
         """End a sequence (done or cancelled): its slot and K/V are free from the next step."""

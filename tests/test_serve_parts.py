@@ -9,7 +9,8 @@ import torch
 
 from serve.sampling import SamplingParams, make_generator, sample
 from serve.scheduler import QueueFull, Scheduler, SchedulerConfig
-from serve.sequence import Sequence, Status
+from serve.sequence import Sequence, SequenceOutput, Status
+from serve.serving import RequestError, merged
 from serve.tokenizer import StreamDecoder, Tokenizer
 from target import toy_tokenizer
 from tests.conftest import REPO
@@ -62,6 +63,15 @@ def test_max_tokens_ends_the_sequence_with_length(tokenizer):
     assert reasons == [None, "length"]
 
 
+def test_outputs_that_piled_up_go_out_as_one_per_sequence():
+    pending = [SequenceOutput(0, "ba", [1], None), SequenceOutput(1, "ki", [2], None),
+               SequenceOutput(0, "da", [3], "length")]
+    assert merged(pending) == [SequenceOutput(0, "bada", [1, 3], "length"),
+                               SequenceOutput(1, "ki", [2], None)]
+    with pytest.raises(RequestError):
+        merged(pending + [RuntimeError("the engine failed")])
+
+
 def test_sampling_is_greedy_at_temperature_zero_and_with_top_k_one():
     logits = torch.randn(4, 100)
     params = [SamplingParams(temperature=0.0), SamplingParams(temperature=1.5, top_k=1),
@@ -98,6 +108,12 @@ def test_admission_stops_at_the_running_limit_and_at_the_kv_budget():
     scheduler.finish(scheduler.running[0])
     batch = scheduler.schedule()
     assert len(batch.prefill) == 1 and len(batch.decode) == 1 and len(batch.remove) == 1
+
+
+def test_a_step_prefills_prompts_up_to_its_token_limit_and_always_one():
+    scheduler = Scheduler(SchedulerConfig(max_num_prefill_tokens=25))
+    scheduler.add(waiting_seqs(1, prompt_len=40) + waiting_seqs(3))
+    assert [len(scheduler.schedule().prefill) for _ in range(3)] == [1, 2, 1]
 
 
 def test_a_full_waiting_queue_refuses_a_whole_request_and_a_cancelled_one_leaves_it():
