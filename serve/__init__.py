@@ -8,6 +8,7 @@ One job per module, the way nano-vllm's engine/ is split:
   scheduler     who runs next: admission by K/V capacity, a bounded waiting queue
   model_runner  executes one step through the engine's prefill, decode and remove
   llm_engine    the loop: schedule, run (off the event loop), hand outputs to requests
+  serving       what both endpoints share: checks, submission, streaming, usage
   completions   POST /v1/completions;  chat: POST /v1/chat/completions
   app           the ASGI app (FastAPI): routes, errors, disconnects
   bench         the load generator: python -m serve.bench --base-url URL
