@@ -145,7 +145,12 @@ class OpenAIServing:
         """Server-sent events of `chunks`, then [DONE]. However the stream ends (a client
         that leaves before the first chunk included), the sequences are cancelled."""
         return StreamingResponse(self.events(chunks), media_type="text/event-stream",
-                                 background=BackgroundTask(self.llm.abort, seqs))
+                                 background=BackgroundTask(self.cancel, seqs))
+
+    async def cancel(self, seqs) -> None:
+        # A coroutine, so Starlette runs it on the event loop, which owns the scheduler
+        # (a plain function would run in a worker thread).
+        self.llm.abort(seqs)
 
     @staticmethod
     async def events(chunks: AsyncIterator) -> AsyncIterator:
