@@ -1,16 +1,20 @@
 """The server's parts on their own: toy tokenizer, stream decoding, stop strings, sampling,
-and the scheduler's admission."""
+the scheduler's admission, and the app over an engine that breaks."""
 import asyncio
 import json
 import random
 
 import pytest
 import torch
+from fastapi.testclient import TestClient
 
+from serve.app import build_app
+from serve.llm_engine import LLMEngine
+from serve.model_runner import ModelRunner
 from serve.sampling import SamplingParams, make_generator, sample
 from serve.scheduler import QueueFull, Scheduler, SchedulerConfig
 from serve.sequence import Sequence, SequenceOutput, Status
-from serve.serving import RequestError, merged
+from serve.serving import RequestError, ServedModel, merged
 from serve.tokenizer import StreamDecoder, Tokenizer
 from target import toy_tokenizer
 from tests.conftest import REPO
@@ -126,3 +130,28 @@ def test_a_full_waiting_queue_refuses_a_whole_request_and_a_cancelled_one_leaves
     scheduler.finish(first[0])
     assert first[0].status is Status.FINISHED and len(scheduler.waiting) == 1
     assert not scheduler.to_remove  # it never reached the engine
+
+
+class BrokenEngine:
+    """Prefills, then fails at its first decode, as a faulty engine file might."""
+
+    def prefill(self, request_ids, input_ids):
+        return torch.zeros(len(request_ids), 512)
+
+    def decode(self, request_ids, token_ids):
+        raise RuntimeError("the engine broke")
+
+    def remove(self, request_ids):
+        pass
+
+
+def test_an_engine_that_fails_fails_its_requests_with_500_and_the_health_check(tokenizer):
+    llm = LLMEngine(ModelRunner(BrokenEngine(), "cpu"), Scheduler(SchedulerConfig()), tokenizer)
+    app = build_app(llm, ServedModel(name="broken", vocab_size=512, max_model_len=64))
+    with TestClient(app) as http:
+        assert http.get("/health").status_code == 200
+        response = http.post("/v1/completions", json={"model": "broken", "prompt": [5], "max_tokens": 4})
+        assert response.status_code == 500 and "the engine broke" in response.json()["error"]["message"]
+        assert http.get("/health").status_code == 503
+        later = http.post("/v1/completions", json={"model": "broken", "prompt": [5]})
+        assert later.status_code == 503
