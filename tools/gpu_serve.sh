@@ -6,9 +6,11 @@
 #   LEVELS=1,2,4 BURST=0 OFFLINE=0 bash tools/gpu_serve.sh OUT   # a part of it
 # $ENGINE serves another file; $CONFIG another of tools.target_configs (default one_b);
 # $BENCH_FLAGS go to serve.bench (e.g. "--num-requests 16").
-# The GPU image lacks fastapi, starlette, uvicorn and pydantic: carry them as wheels (.whl,
-# device README), with pydantic-core, annotated-types, typing-inspection; httpx, anyio,
-# h11, jinja2 and tokenizers are there.
+# The GPU image lacks the server's libraries: carry them in .whl (device README) beside deap
+# and libcst, as tested here: fastapi 0.165.0, starlette 1.10.0, uvicorn 0.54.0,
+# httptools 0.9.0, pydantic 2.13.4, pydantic-core 2.46.4, annotated-types 0.7.0,
+# typing-inspection 0.4.2, opentelemetry-api and its importlib-metadata (fastapi needs them);
+# httpx, anyio, h11, click, jinja2, tokenizers and annotated-doc are there.
 set -uo pipefail
 out=$1; mkdir -p "$out"
 source tools/gpu_env.sh
