@@ -13,6 +13,7 @@ from serve.sampling import SamplingParams
 
 MAX_STOP_STRINGS = 4
 MAX_SEED = 2**63 - 1
+MAX_TOP_K = 2**31 - 1  # more than any vocabulary, and within the int64 tensor sampling uses
 
 
 class Request(BaseModel):
@@ -28,7 +29,7 @@ class SamplingFields(Request):
     model: str
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=-1, description="0 or -1: no top-k")
+    top_k: int = Field(0, ge=-1, le=MAX_TOP_K, description="0 or -1: no top-k")
     seed: Optional[int] = Field(None, ge=0, le=MAX_SEED)
     stop: Union[StrictStr, list[StrictStr], None] = Field(None, validate_default=True)
     n: int = Field(1, ge=1, le=1, description="one choice per prompt")

@@ -214,6 +214,7 @@ BAD_REQUESTS = [  # (endpoint, body, the field the answer must name)
     ("completions", {"model": MODEL, "prompt": "hi", "temperature": 1e9}, "temperature"),
     ("completions", {"model": MODEL, "prompt": "hi", "top_p": 0}, "top_p"),
     ("completions", {"model": MODEL, "prompt": "hi", "top_k": -3}, "top_k"),
+    ("completions", {"model": MODEL, "prompt": "hi", "top_k": 10**30}, "top_k"),
     ("completions", {"model": MODEL, "prompt": "hi", "seed": -1}, "seed"),
     ("completions", {"model": MODEL, "prompt": "hi", "n": 3}, "n"),
     ("completions", {"model": MODEL, "prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
