@@ -1,5 +1,5 @@
 """The server's parts on their own: toy tokenizer, stream decoding, stop strings, sampling,
-the scheduler's admission, and the app over an engine that breaks."""
+the scheduler's admission, the app over an engine that breaks, and the offline yardstick."""
 import asyncio
 import json
 import random
@@ -17,7 +17,8 @@ from serve.sequence import Sequence, SequenceOutput, Status
 from serve.serving import RequestError, ServedModel, merged
 from serve.tokenizer import StreamDecoder, Tokenizer
 from target import toy_tokenizer
-from tests.conftest import REPO
+from tests.conftest import REPO, SEED_ENGINE
+from tools import serve_offline
 
 
 @pytest.fixture(scope="module")
@@ -155,3 +156,13 @@ def test_an_engine_that_fails_fails_its_requests_with_500_and_the_health_check(t
         assert http.get("/health").status_code == 503
         later = http.post("/v1/completions", json={"model": "broken", "prompt": [5]})
         assert later.status_code == 503
+
+
+def test_the_offline_yardstick_measures_the_engine_alone(small_target, capsys):
+    config, weights = small_target
+    serve_offline.main(["--engine", str(SEED_ENGINE), "--model-config", str(config),
+                        "--weight-dir", str(weights), "--device", "cpu", "--num-requests", "3",
+                        "--input-len", "8", "--output-len", "4", "--repeats", "2"])
+    result = json.loads(capsys.readouterr().out)
+    assert result["batch_output_tokens_per_s"] > 0
+    assert result["prefill_ms"] > 0 and result["decode_step_ms"] > 0
