@@ -24,6 +24,7 @@ from serve.tokenizer import Tokenizer
 from target import toy_tokenizer
 from target.toy_weights import generate, save_atomically
 from tests.conftest import REPO, SMALL_CONFIG
+from tools import serve_greedy_check
 
 # A byte-level tokenizer needs 256 byte tokens and its special ones: vocab 512.
 CONFIG = dict(SMALL_CONFIG, vocab_size=512, max_position_embeddings=256)
@@ -193,6 +194,16 @@ def test_greedy_completions_equal_the_reference_while_others_join_and_leave(serv
         assert choice.text == tokenizer.decode(expected)
         stopped = expected[-1] == tokenizer.eos_token_id
         assert choice.finish_reason == ("stop" if stopped else "length")
+
+
+def test_the_greedy_check_finds_every_served_token_the_references(server, target, capsys):
+    config, weights = target
+    with pytest.raises(SystemExit) as exit:
+        serve_greedy_check.main(["--base-url", server, "--model-config", str(config),
+                                 "--weight-dir", str(weights), "--device", "cpu",
+                                 "--num-requests", "12", "--input-len", "20", "--output-len", "10"])
+    assert exit.value.code == 0
+    assert json.loads(capsys.readouterr().out)["identical"] == 12
 
 
 LONG = [5] * 256

@@ -3,7 +3,8 @@
 # measured by serve.bench, beside the same engine offline (tools.serve_offline).
 # One device command may run 10 minutes, so the sweep can go in parts:
 #   bash tools/gpu_serve.sh OUT                         # offline, levels 1..64, the 300-burst
-#   LEVELS=1,2,4 BURST=0 OFFLINE=0 bash tools/gpu_serve.sh OUT   # a part of it
+#   LEVELS=1,2,4 BURST=0 OFFLINE=0 CHECK=0 bash tools/gpu_serve.sh OUT   # a part of it
+# It also checks greedy outputs against the reference (tools.serve_greedy_check; CHECK=0: not).
 # $ENGINE serves another file; $CONFIG another of tools.target_configs (default one_b);
 # $BENCH_FLAGS go to serve.bench (e.g. "--num-requests 16").
 # The GPU image lacks the server's libraries: carry them in .whl (device README) beside deap
@@ -34,5 +35,8 @@ for _ in $(seq 300); do
 done
 [[ -n "$url" ]] || { echo "the server did not start in 300 s"; exit 1; }
 echo "serving $url"
+if [[ "${CHECK:-1}" == 1 ]]; then  # greedy outputs against the reference's, 32 at once
+    python3 -m tools.serve_greedy_check --base-url "$url" "${target[@]}" | tee "$out/greedy_check.json"
+fi
 python3 -m serve.bench --base-url "$url" --model-config "$config" --out "$out" \
     --concurrency "${LEVELS:-1,2,4,8,16,32,64}" --burst "${BURST:-300}" ${BENCH_FLAGS:-}
