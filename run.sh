@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The main job: set up, find the target, evolve, leave workspace/engine.py and results.log.
 #
-#   bash run.sh [--budget 10m] [any other `python -m evolve run` flag ...]
+#   bash run.sh [--model DIR] [--budget 10m] [any other `python -m evolve run` flag ...]
+#
+# --model DIR: a Hugging Face model directory (config.json and safetensors, one file or
+# sharded; Llama, Qwen2 or Qwen3) instead of the contract's model_config.json and weights.
 #
 # The budget covers the search and the final re-measure. Left out, it is the device's
 # default (evolve/config.py: 20m on a GPU, which keeps all of run.sh under 30 minutes on
@@ -18,7 +21,8 @@ log() { echo "run.sh: $*" >&2; }
 
 # 1. What is missing gets installed; an existing torch (CPU or CUDA) is never replaced.
 missing=()
-for pair in torch:torch deap:deap libcst:libcst numpy:numpy pandas:pandas matplotlib:matplotlib; do
+for pair in torch:torch deap:deap libcst:libcst numpy:numpy pandas:pandas matplotlib:matplotlib \
+            safetensors:safetensors; do
     "$PYTHON" -c "import ${pair%%:*}" 2>/dev/null || missing+=("${pair#*:}")
 done
 if ((${#missing[@]})); then
@@ -26,7 +30,17 @@ if ((${#missing[@]})); then
     "$PYTHON" -m pip install -q "${missing[@]}" || { log "could not install ${missing[*]}"; exit 1; }
 fi
 
-# 2. The target: the evaluator's when it is there, the repository's toy model otherwise.
+# 2. The target: --model's directory, else the evaluator's when it is there, else the
+# repository's toy model.
+model_dir="" passed=()
+while (($#)); do
+    case "$1" in
+        --model) [[ $# -ge 2 ]] || { log "--model needs a directory"; exit 2; }
+                 model_dir="$2"; shift 2 ;;
+        --model=*) model_dir="${1#--model=}"; shift ;;
+        *) passed+=("$1"); shift ;;
+    esac
+done
 if [[ -f /target/model_config.json ]]; then
     default_config=/target/model_config.json default_weights=/target/weights
 else
@@ -34,6 +48,9 @@ else
 fi
 config="${EVOLVE_MODEL_CONFIG:-$default_config}"
 weights="${EVOLVE_WEIGHT_DIR:-$default_weights}"
+if [[ -n "$model_dir" ]]; then  # the flag beats the environment, as --budget does
+    config="$model_dir/config.json" weights="$model_dir"
+fi
 if [[ "$weights" == target/weights && ! -f "$weights/model.pt" ]]; then
     log "generating the toy weights in $weights"
     "$PYTHON" -m target.toy_weights --config "$config" --output "$weights/model.pt" || exit 1
@@ -44,8 +61,8 @@ workspace="${EVOLVE_WORKSPACE:-workspace}"
 args=(--model-config "$config" --weight-dir "$weights" --workspace "$workspace"
       --history "${EVOLVE_HISTORY:-history.csv}" --runs-dir "${EVOLVE_RUNS_DIR:-runs}")
 [[ -n "${EVOLVE_BUDGET:-}" ]] && args+=(--budget "$EVOLVE_BUDGET")
-log "python -m evolve run ${args[*]} $*"
-"$PYTHON" -m evolve run "${args[@]}" "$@"
+log "python -m evolve run ${args[*]} ${passed[*]}"
+"$PYTHON" -m evolve run "${args[@]}" "${passed[@]}"
 status=$?
 
 # 4. Whatever happened, the outputs exist: the seed stands in when nothing better was kept.

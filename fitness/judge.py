@@ -213,8 +213,8 @@ class Judge:
         """A verdict on each of `paths` (at most MAX_GROUP), each timed beside `baseline` (a
         program judged before) in the same interleaved rounds: the baseline's runs serve
         every candidate's comparison. What is not timed (imports, gates, warm-ups) runs for
-        all at once; each timed run is alone. `weights_fingerprint`: weight_dir's model.pt
-        as the caller found it before any candidate ran (fitness.weight_files); every
+        all at once; each timed run is alone. `weights_fingerprint`: weight_dir's weight files
+        as the caller found them before any candidate ran (fitness.weight_files); every
         verdict is `invalid` at stage `weights` if a trusted weight file changed."""
         assert level in LEVELS and bench in BENCH_CHOICES and 0 < len(paths) <= MAX_GROUP, (level, bench, paths)
         started, deadline = time.monotonic(), time.monotonic() + timeout

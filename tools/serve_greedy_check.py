@@ -20,10 +20,10 @@ import sys
 import httpx
 import torch
 
-from fitness.model_config import ModelConfig, load_checked_weights
+from fitness.checkpoint import load_checked_weights
+from fitness.model_config import ModelConfig
 from fitness.reference import ReferenceModel
-
-ATOL = RTOL = 1e-2  # the contract's comparison of logits
+from fitness.tolerance import ATOL, RTOL
 
 
 async def served_tokens(base_url: str, prompts: list, output_len: int) -> list:
