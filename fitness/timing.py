@@ -163,6 +163,7 @@ class TimedOutputCheck:
 
 
 def fresh_seed() -> int:
+    """A token seed nobody can predict (31 bits: every generator takes it)."""
     return random.SystemRandom().getrandbits(31)
 
 
