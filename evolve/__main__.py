@@ -21,8 +21,9 @@ from evolve.config import BENCH_CHOICES, RunConfig, SettingsError, parse_duratio
 from evolve.population import seed_sources
 from evolve.report import report
 from evolve.search import run
+from fitness.checkpoint import load_checked_weights
 from fitness.devices import resolve_device
-from fitness.model_config import ConfigError, ModelConfig, load_checked_weights
+from fitness.model_config import ConfigError, ModelConfig
 from target.toy_weights import HERE as TARGET_DIR, ensure
 
 # flag's dest -> (RunConfig field, conversion)

@@ -18,14 +18,14 @@ import time
 from pathlib import Path
 
 from fitness.devices import is_cuda
-from fitness.wire import NAP_S, Channel, Slot, WireError, WireTimeout, encode, parse
+from fitness.wire import DONE, NAP_S, WAKE, Channel, Slot, WireError, WireTimeout, parse
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STDERR_TAIL = 1500
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24  # linux/prctl.h
+CAP_SYS_PTRACE = 19  # linux/capability.h
 
 
-END = encode({"op": "end"})
 STOP_WAIT_S = 1.0  # a runner not stopped by then is left as it is (it is dying, or traced)
 STOPPED_STATES = ("T", "t", "Z", "X", "")  # stopped, traced, or gone
 
@@ -54,6 +54,7 @@ class CandidateError(Exception):
 class CandidateProcess:
     def __init__(self, device: str, env: dict | None = None):
         self.device = device
+        closed_to_runners()
         to_runner, self.write_fd = os.pipe()
         self.read_fd, from_runner = os.pipe()
         self.slot = Slot()
@@ -134,32 +135,37 @@ class CandidateProcess:
             raise CandidateError(str(header.get("error", "no error text")))
         return header, tensors
 
-    def timed_run(self, messages: list, timeout: float, awake: bool = False) -> tuple[float, int]:
-        """(seconds, checksum) of the run that follows `prepare`: each of `messages` (encoded
-        calls, made ahead) put in the slot once the runner has answered the one before,
-        then `end`. The clock is this process's, read around the whole run, so nothing the
-        candidate does to clocks or synchronisation counts. Not `awake` (a CPU), the wait
-        naps between looks."""
+    def timed_run(self, planned: list, timeout: float, awake: bool = False) -> tuple[float, int]:
+        """(seconds, checksum) of the run that follows `prepare`: the runner woken (`WAKE`),
+        then, on the clock, each planned call (`Slot.plan`, made ahead) sent once the runner
+        has answered the one before, then `end`. The clock is this process's, read around
+        the whole run, so nothing the candidate does to clocks or synchronisation counts.
+        Not `awake` (a CPU), the wait naps between looks."""
         deadline = time.monotonic() + max(timeout, 0.0)
         alive = lambda: self.proc.poll() is None  # noqa: E731
         nap_s = 0.0 if awake else NAP_S
-        started = time.perf_counter()
+        woken = time.perf_counter()
         try:
-            for payload in messages + [END]:
-                self.slot.calls.put(payload)
-                header, _ = parse(self.slot.answers.take(deadline, alive, nap_s))
-                if not header.get("ok"):
+            self.slot.calls.put(WAKE)
+            if self.slot.answers.take(deadline, alive, nap_s) != DONE:
+                raise WireError("the runner did not answer before its run")
+            started = time.perf_counter()
+            for call in planned:
+                self.slot.send(*call)
+                answer = self.slot.answers.take(deadline, alive, nap_s)
+                if answer != DONE:
                     break
             seconds = time.perf_counter() - started
+            header, _ = parse(answer)
         except WireTimeout:
             raise RunnerFailure("timeout", f"run: no answer within {timeout:.0f} s{self.tail()}") from None
         except WireError as err:
             raise RunnerFailure("crash", f"run: {err}; {self.exit_status()}{self.tail()}") from None
         finally:
-            self.spent["run"] += time.perf_counter() - started
-        if not header.get("ok"):
+            self.spent["run"] += time.perf_counter() - woken
+        if not header.get("ok") or "checksum" not in header:
             raise CandidateError(str(header.get("error", "no error text")))
-        return seconds, int(header.get("checksum", -1))
+        return seconds, int(header["checksum"])
 
     def exit_status(self) -> str:
         try:
@@ -231,11 +237,21 @@ class Spares:
             self.ready = None
 
 
+def closed_to_runners() -> None:
+    """This process's memory closed to its runners: it holds a run's tokens before the run,
+    and a runner of the same user (root, on the GPU machines) could read them through
+    /proc/<judge>/mem. Not dumpable, it may be read only with CAP_SYS_PTRACE, which a
+    runner is started without (`start_runner`)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0)
+
+
 def start_runner(memory_limit: int | None) -> None:
     """In the runner, before it starts: die with the judge (a runner left behind by a
-    killed judge would hold its GPU), and cap a CPU runner's memory."""
+    killed judge would hold its GPU), give up CAP_SYS_PTRACE (it could read the judge's
+    memory; unprivileged, it never had it) and cap a CPU runner's memory."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    libc.prctl(PR_CAPBSET_DROP, CAP_SYS_PTRACE)
     if memory_limit:
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
 

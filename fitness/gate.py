@@ -1,14 +1,18 @@
 """The correctness gate: static checks, then logits against the reference on every call.
 
-Stage "static": the file parses, defines `create_engine`, imports only the stdlib, torch
-and triton, and reaches for none of the harness's state.
+Stage "static": the file parses, defines `create_engine`, imports only the stdlib, torch,
+triton and safetensors (to read a Hugging Face checkpoint), and reaches for none of the
+harness's state.
 Stage "target": the public sequence and randomised traces on the target config and
 weights, then the cheap traces again with unit-scaled weights of the same shape (the
 public 0.02 initialisation leaves logits so small that atol hides real faults).
 Stage "derived": cheap traces on configs the candidate was not tuned on (GQA, bf16,
-other head_dim, more layers), each with its own generated unit-scaled weights.
+other head_dim, more layers, the Hugging Face families' features), each with its own
+generated unit-scaled weights.
 
-The error of a call is max |s - r| / (atol + rtol * |r|): 1.0 is the evaluator's limit.
+The error of a call is max |s - r| / (atol + rtol * |r|): 1.0 is the evaluator's limit
+(for a Hugging Face checkpoint, over an allowance calibrated on the reference's own
+rounding in bf16 or fp16: fitness.references).
 On the target weights a candidate passes only under `margin` (0.5 by default): hidden
 weights and traces differ from ours, so one that scrapes through here fails there. The
 unit-scaled and derived configs are there to expose structural faults (errors of 100x and
@@ -33,12 +37,12 @@ from fitness import traces, weight_files
 from fitness.model_config import ModelConfig, derived_configs
 from fitness.references import References
 from fitness.runner import retained_bytes
+from fitness.tolerance import error_ratio
 from target.toy_weights import PUBLIC_STD, generate as generate_weights, save_atomically
 
-ATOL = RTOL = 1e-2
 DEFAULT_MARGIN = 0.5
 STRESS_MARGIN = 1.0  # unit-scaled and derived configs: the evaluator's own limit
-ALLOWED_THIRD_PARTY = {"torch", "triton"}
+ALLOWED_THIRD_PARTY = {"torch", "triton", "safetensors"}
 # Stdlib modules that reach into the judging process rather than compute anything.
 FORBIDDEN_MODULES = {"importlib", "gc", "inspect", "ctypes", "subprocess", "socket",
                      "multiprocessing", "builtins", "pickle", "marshal"}
@@ -92,19 +96,11 @@ def static_problems(source: str) -> list:
             if top in FORBIDDEN_MODULES or not top:
                 problems.append(f"line {node.lineno}: imports {module or 'a relative module'}")
             elif top not in ALLOWED_THIRD_PARTY and top not in sys.stdlib_module_names:
-                problems.append(f"line {node.lineno}: imports {module}, outside stdlib/torch/triton")
+                problems.append(f"line {node.lineno}: imports {module}, outside stdlib/torch/triton/safetensors")
     return problems
 
 
 # --- stages 2 and 3: correctness -----------------------------------------------------------
-
-def error_ratio(student, reference) -> float:
-    """Worst |s - r| / (atol + rtol |r|); inf for NaN or inf in the student's logits."""
-    s, r = student.float().cpu(), reference.float().cpu()
-    ratio = (s - r).abs() / (ATOL + RTOL * r.abs())
-    worst = ratio.max().item() if ratio.numel() else 0.0
-    return float("inf") if worst != worst else worst
-
 
 @dataclass
 class Tally:
@@ -123,8 +119,9 @@ class Tally:
 
 
 def check_outputs(outputs: list, references: list, events, label: str, tally: Tally,
-                  vocab_size: int) -> None:
-    """Compare one trace's outputs (one per call, None for removes) with its references."""
+                  vocab_size: int, allowance: float = 1.0) -> None:
+    """Compare one trace's outputs (one per call, None for removes) with its references;
+    errors count in units of `allowance` tolerances (fitness.references says why)."""
     if len(outputs) != len(events):
         raise CorrectnessError(f"{label}: {len(outputs)} outputs for {len(events)} calls")
     for i, (output, expected, event) in enumerate(zip(outputs, references, events)):
@@ -132,7 +129,7 @@ def check_outputs(outputs: list, references: list, events, label: str, tally: Ta
             continue
         where = f"{label}/{event.name or event.kind}#{i}"
         output = snapshot(output, where, (len(event.request_ids), vocab_size))
-        tally.record(error_ratio(output, expected), where)
+        tally.record(error_ratio(output, expected) / allowance, where)
 
 
 def snapshot(output, where: str, shape: tuple):
@@ -177,7 +174,8 @@ def check_traces(driver, references: References, config: ModelConfig, weight_dir
     for i, (name, events) in enumerate(traces.gate_traces(seed, config.max_position_embeddings, full).items()):
         outputs = driver.run_trace(config, weight_dir, events, seed, new_engine=fresh or i == 0)
         expected = references.trace(config, weight_dir, events, seed)
-        check_outputs(outputs, expected, events, f"{label}/{name}", tally, config.vocab_size)
+        check_outputs(outputs, expected, events, f"{label}/{name}", tally, config.vocab_size,
+                      references.allowance(config, weight_dir))
 
 
 def check_churn(driver, references: References, config: ModelConfig, weight_dir, seed: int,
@@ -190,7 +188,7 @@ def check_churn(driver, references: References, config: ModelConfig, weight_dir,
         events = traces.churn_round(rng)
         outputs = driver.run_trace(config, weight_dir, events, seed + r, new_engine=r == 0)
         check_outputs(outputs, references.trace(config, weight_dir, events, seed + r), events,
-                      f"{label}/round{r}", tally, config.vocab_size)
+                      f"{label}/round{r}", tally, config.vocab_size, references.allowance(config, weight_dir))
         held = driver.retained_bytes()
         baseline = held if baseline is None else baseline
         if held > baseline:

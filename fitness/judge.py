@@ -37,7 +37,6 @@ from fitness.traces import call_message, materialize
 from fitness.timing import (CHECKED_ROWS, RESOLUTION, Contender, TimedOutputCheck, check_warm_up, measure,
                             warm_up)
 from fitness.verdict import STATUSES, error_text, new_verdict
-from fitness.wire import encode
 
 LEVELS = ("none",) + gate.LEVELS
 # Before each timed run: the engine was just built on the host with the GPU idle, and an
@@ -75,10 +74,10 @@ class RunnerDriver:
     def go(self, events, seed: int) -> float:
         """Run a trace on the prepared engine: its tokens drawn here, each call sent once the
         one before has returned, on the stage (`Stage.alone`); the seconds of the run."""
-        messages = [encode({"op": "call", **fields}, tensors)
-                    for fields, tensors in map(call_message, materialize(events, self.vocab_size, seed, "cpu"))]
+        calls = map(call_message, materialize(events, self.vocab_size, seed, "cpu"))
+        planned = self.process.slot.plan(list(calls))
         with self.stage.alone(self) as awake:
-            self.last_seconds, self.last_checksum = self.process.timed_run(messages, self.left(), awake)
+            self.last_seconds, self.last_checksum = self.process.timed_run(planned, self.left(), awake)
         return self.last_seconds
 
     def fetch(self, events) -> list:
@@ -214,8 +213,8 @@ class Judge:
         """A verdict on each of `paths` (at most MAX_GROUP), each timed beside `baseline` (a
         program judged before) in the same interleaved rounds: the baseline's runs serve
         every candidate's comparison. What is not timed (imports, gates, warm-ups) runs for
-        all at once; each timed run is alone. `weights_fingerprint`: weight_dir's model.pt
-        as the caller found it before any candidate ran (fitness.weight_files); every
+        all at once; each timed run is alone. `weights_fingerprint`: weight_dir's weight files
+        as the caller found them before any candidate ran (fitness.weight_files); every
         verdict is `invalid` at stage `weights` if a trusted weight file changed."""
         assert level in LEVELS and bench in BENCH_CHOICES and 0 < len(paths) <= MAX_GROUP, (level, bench, paths)
         started, deadline = time.monotonic(), time.monotonic() + timeout

@@ -1,15 +1,18 @@
 """The model config: read, validated with messages, defaults in one place, never changed.
 
+Two formats come in: the contract's model_config.json, and a Hugging Face config.json
+(model_type llama, qwen2 or qwen3, as `transformers` writes it). Both become one
+ModelConfig, whose features (q/k/v biases, per-head q/k norms, tied embeddings, llama3 RoPE
+frequencies) are explicit fields.
+
 Also the derived configs the gate judges a candidate on (GQA, bf16, another head_dim,
-more layers), each small enough to judge in seconds.
+more layers, every family feature), each small enough to judge in seconds.
 """
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
-
-from target.toy_weights import weight_shapes
 
 REQUIRED_KEYS = (
     "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -18,6 +21,12 @@ REQUIRED_KEYS = (
 DEFAULTS = {"torch_dtype": "float16", "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
             "max_position_embeddings": 4096}
 BF16_NAMES = ("bfloat16", "bf16")
+HF_FAMILIES = ("llama", "qwen2", "qwen3")
+LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+# The llama3 rule with a short original context, so that it changes most frequencies even
+# on the gate's short traces (Llama 3's own 8192 would leave them untouched).
+PROBE_LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64}
 
 
 class ConfigError(ValueError):
@@ -37,6 +46,11 @@ class ModelConfig:
     rms_norm_eps: float = DEFAULTS["rms_norm_eps"]
     rope_theta: float = DEFAULTS["rope_theta"]
     max_position_embeddings: int = DEFAULTS["max_position_embeddings"]
+    model_type: str = "tiny_llama"
+    qkv_bias: bool = False  # biases on q, k and v (Qwen2)
+    qk_norm: bool = False  # RMSNorm over each head of q and k before RoPE (Qwen3)
+    tie_word_embeddings: bool = False  # the output head is the embedding table
+    rope_scaling: dict | None = None  # llama3 frequency rule: rope_type and LLAMA3_KEYS
 
     def __post_init__(self):
         for key in REQUIRED_KEYS + ("max_position_embeddings",):
@@ -52,9 +66,17 @@ class ModelConfig:
         if not self.rms_norm_eps > 0 or not self.rope_theta > 0:
             raise ConfigError(f"rms_norm_eps and rope_theta must be > 0, got "
                               f"{self.rms_norm_eps!r} and {self.rope_theta!r}")
+        if self.rope_scaling is not None:
+            check_llama3(self.rope_scaling)
 
     @classmethod
     def from_dict(cls, raw: dict) -> "ModelConfig":
+        """A contract config, or a Hugging Face one (by its model_type)."""
+        if raw.get("model_type") in HF_FAMILIES:
+            raw = hf_fields(raw)
+        elif "architectures" in raw:
+            raise ConfigError(f"model_type {raw.get('model_type')!r} is not supported: "
+                              f"Hugging Face checkpoints of {', '.join(HF_FAMILIES)} are")
         missing = [k for k in REQUIRED_KEYS if k not in raw]
         if missing:
             raise ConfigError(f"model config lacks {', '.join(missing)}")
@@ -63,7 +85,10 @@ class ModelConfig:
 
     @classmethod
     def load(cls, path) -> "ModelConfig":
+        """From a config file, or a Hugging Face model directory (its config.json)."""
         path = Path(path)
+        if path.is_dir():
+            path = path / "config.json"
         if not path.is_file():
             raise ConfigError(f"model config not found: {path}")
         try:
@@ -73,7 +98,11 @@ class ModelConfig:
         return cls.from_dict(raw)
 
     def to_dict(self) -> dict:
-        return {"model_type": "tiny_llama", **self.__dict__}
+        return dict(self.__dict__)
+
+    @property
+    def is_hf(self) -> bool:
+        return self.model_type in HF_FAMILIES
 
     def compute_dtype(self, device: str) -> torch.dtype:
         """The reference's rule: fp32 on CPU; on CUDA bf16 if asked, otherwise fp16."""
@@ -85,21 +114,49 @@ class ModelConfig:
         return replace(self, **changes)
 
 
-def load_checked_weights(config: ModelConfig, weight_dir) -> dict:
-    """Load `weight_dir/model.pt` and check every tensor against the config's shapes."""
-    path = Path(weight_dir) / "model.pt"
-    if not path.is_file():
-        raise ConfigError(f"weights not found: {path}")
-    weights = torch.load(path, map_location="cpu", weights_only=True)
-    expected = weight_shapes(config.to_dict())
-    missing = sorted(set(expected) - set(weights))
-    if missing:
-        raise ConfigError(f"{path} lacks {len(missing)} tensors, e.g. {missing[0]}")
-    for name, shape in expected.items():
-        if tuple(weights[name].shape) != shape:
-            raise ConfigError(f"{path}: {name} has shape {tuple(weights[name].shape)}, "
-                              f"the config implies {shape}")
-    return weights
+def hf_fields(raw: dict) -> dict:
+    """A transformers config.json in this config's fields: head_dim and KV heads made
+    explicit, the dtype and RoPE read from either spelling, the family's features set."""
+    family = raw["model_type"]
+    unsupported = [key for key in ("mlp_bias", "use_sliding_window") if raw.get(key)]
+    if raw.get("attention_bias"):
+        unsupported.append("attention_bias (it puts a bias on o_proj too)")
+    if unsupported:
+        raise ConfigError(f"{family} config asks for what no engine here serves: {', '.join(unsupported)}")
+    theta, scaling = hf_rope(raw)
+    heads = raw.get("num_attention_heads")
+    fields = dict(raw, rope_theta=theta, rope_scaling=scaling,
+                  torch_dtype=raw.get("dtype") or raw.get("torch_dtype") or "float32",
+                  qkv_bias=family == "qwen2" or bool(raw.get("qkv_bias")),
+                  qk_norm=family == "qwen3" or bool(raw.get("qk_norm")),
+                  tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)))
+    if isinstance(heads, int) and heads > 0:  # else the config's own check says what is wrong
+        fields["num_key_value_heads"] = raw.get("num_key_value_heads") or heads
+        if raw.get("head_dim") is None and isinstance(raw.get("hidden_size"), int):
+            fields["head_dim"] = raw["hidden_size"] // heads
+    return fields
+
+
+def hf_rope(raw: dict) -> tuple:
+    """(theta, llama3 scaling or None) from `rope_parameters` (transformers 5) or
+    `rope_theta` and `rope_scaling` (before it)."""
+    params = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+    theta = params.get("rope_theta") or raw.get("rope_theta") or DEFAULTS["rope_theta"]
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind == "default":
+        return theta, None
+    if kind != "llama3":
+        raise ConfigError(f"RoPE type {kind!r} is not supported (default and llama3 are)")
+    return theta, {"rope_type": "llama3", **{k: params.get(k) for k in LLAMA3_KEYS}}
+
+
+def check_llama3(scaling: dict) -> None:
+    if scaling.get("rope_type") != "llama3":
+        raise ConfigError(f"rope_scaling must be the llama3 rule, got {scaling!r}")
+    bad = [k for k in LLAMA3_KEYS if not isinstance(scaling.get(k), (int, float)) or not scaling[k] > 0]
+    if bad or not scaling["high_freq_factor"] > scaling["low_freq_factor"]:
+        raise ConfigError(f"llama3 rope_scaling needs positive {', '.join(LLAMA3_KEYS)} with "
+                          f"high_freq_factor > low_freq_factor, got {scaling!r}")
 
 
 def derived_configs(base: ModelConfig, small: bool = True) -> dict[str, ModelConfig]:
@@ -122,4 +179,8 @@ def derived_configs(base: ModelConfig, small: bool = True) -> dict[str, ModelCon
         "deeper": base.derive(num_hidden_layers=base.num_hidden_layers + 2),
         "head_dim_256": base.derive(head_dim=256, num_attention_heads=2, num_key_value_heads=1,
                                     hidden_size=512),
+        # Every feature of the Hugging Face families at once, each a fault of its own when
+        # missed: biases and per-head norms drawn at random, a tied head, llama3 frequencies.
+        "families": base.derive(qkv_bias=True, qk_norm=True, tie_word_embeddings=True,
+                                rope_scaling=PROBE_LLAMA3),
     }

@@ -1,7 +1,11 @@
 """The reference model, with the contract's math to the letter.
 
 It runs one request's whole history at batch size 1, like the public evaluator's: slow,
-obviously right, and the thing every logit is compared with.
+obviously right, and the thing every logit is compared with. It computes with the weights
+in the contract's layout (fitness.checkpoint reads either format into it), plus what the
+Hugging Face families add: q/k/v biases (Qwen2), an RMSNorm over each head of q and k
+before RoPE (Qwen3), llama3 RoPE frequencies (Llama 3); tests/test_hf.py holds it to
+`transformers`' own models.
 """
 import math
 
@@ -11,10 +15,11 @@ from fitness.model_config import ModelConfig
 
 
 class ReferenceModel:
-    def __init__(self, config: ModelConfig, weights: dict, device: str):
+    def __init__(self, config: ModelConfig, weights: dict, device: str, dtype=None):
+        """`dtype`: the compute dtype, the config's rule on `device` unless given."""
         self.config = config
         self.device = device
-        self.dtype = config.compute_dtype(device)
+        self.dtype = dtype or config.compute_dtype(device)
         self.w = {name: t.to(device=device, dtype=self.dtype) for name, t in weights.items()}
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -28,6 +33,8 @@ class ReferenceModel:
         _, seq_len, _, head_dim = x.shape
         exponent = torch.arange(0, head_dim, 2, device=x.device, dtype=torch.float32) / head_dim
         inv_freq = 1.0 / (self.config.rope_theta ** exponent)
+        if self.config.rope_scaling is not None:
+            inv_freq = llama3_frequencies(inv_freq, self.config.rope_scaling)
         angles = torch.outer(torch.arange(seq_len, device=x.device, dtype=torch.float32), inv_freq)
         cos = angles.cos().to(self.dtype)[None, :, None, :]  # [1, T, 1, head_dim/2]
         sin = angles.sin().to(self.dtype)[None, :, None, :]
@@ -39,9 +46,12 @@ class ReferenceModel:
         c, w = self.config, self.w
         p = f"layers.{layer}.self_attn."
         batch, seq_len, _ = x.shape
-        q = (x @ w[p + "q_proj.weight"].T).view(batch, seq_len, c.num_attention_heads, c.head_dim)
-        k = (x @ w[p + "k_proj.weight"].T).view(batch, seq_len, c.num_key_value_heads, c.head_dim)
-        v = (x @ w[p + "v_proj.weight"].T).view(batch, seq_len, c.num_key_value_heads, c.head_dim)
+        q, k, v = (self.linear(x, p + name) for name in ("q_proj", "k_proj", "v_proj"))
+        q = q.view(batch, seq_len, c.num_attention_heads, c.head_dim)
+        k = k.view(batch, seq_len, c.num_key_value_heads, c.head_dim)
+        v = v.view(batch, seq_len, c.num_key_value_heads, c.head_dim)
+        if c.qk_norm:  # over each head's head_dim, before RoPE
+            q, k = self.rms_norm(q, w[p + "q_norm.weight"]), self.rms_norm(k, w[p + "k_norm.weight"])
         q, k = self.rope(q), self.rope(k)
         groups = c.num_attention_heads // c.num_key_value_heads
         k = k.repeat_interleave(groups, dim=2)
@@ -53,6 +63,11 @@ class ReferenceModel:
         probs = torch.softmax(scores, dim=-1).to(self.dtype)
         out = (probs @ v).transpose(1, 2).reshape(batch, seq_len, -1)  # [B, T, H*D]
         return out @ w[p + "o_proj.weight"].T
+
+    def linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        """x @ W^T, plus the bias when the config has one there (q, k, v of Qwen2)."""
+        out = x @ self.w[name + ".weight"].T
+        return out + self.w[name + ".bias"] if name + ".bias" in self.w else out
 
     def mlp(self, x: torch.Tensor, layer: int) -> torch.Tensor:
         p = f"layers.{layer}.mlp."
@@ -79,3 +94,16 @@ class ReferenceModel:
     def last_logits(self, tokens: torch.Tensor) -> torch.Tensor:
         """Logits [vocab] of the last token, recomputing the whole history."""
         return self.forward(tokens)[-1]
+
+
+def llama3_frequencies(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
+    """Llama 3's rule: frequencies whose wavelength exceeds the original context divided by
+    low_freq_factor are slowed by `factor`, those under it divided by high_freq_factor are
+    kept, and those between are blended smoothly (transformers' _compute_llama3_parameters)."""
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    context = scaling["original_max_position_embeddings"]
+    wavelength = 2 * math.pi / inv_freq
+    smooth = (context / wavelength - low) / (high - low)
+    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    scaled = torch.where(wavelength > context / low, inv_freq / factor, blended)
+    return torch.where(wavelength < context / high, inv_freq, scaled)

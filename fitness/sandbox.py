@@ -18,15 +18,12 @@ import time
 from pathlib import Path
 
 from fitness.judge import Judge
+from fitness.timing import fresh_seed
 from fitness.verdict import new_verdict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TIMEOUT_S = 600
 ANSWER_GRACE_S = 60.0  # beyond the judgement's own timeout, which the judge enforces itself
-
-
-def fresh_seed() -> int:
-    return int.from_bytes(os.urandom(4), "little")
 
 
 def judge(path, config_path, weight_dir, device: str, timeout: float = DEFAULT_TIMEOUT_S,

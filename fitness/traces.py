@@ -1,11 +1,14 @@
 """Request traces as data: the public correctness sequence and the randomised gate traces
 (the benchmark's are in fitness/cases.py). A trace is a list of `Event`s; `materialize`
 draws its tokens and `replay` drives an engine through it. A judge sends each call to a
-runner process as a message (`call_message`, `call_from_message`)."""
+runner process as a header and its int64 values (`call_message`)."""
 import random
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+
+from fitness.wire import CallHeader
 
 
 @dataclass(frozen=True)
@@ -63,32 +66,17 @@ def replay(engine, call: Call):
     return None
 
 
-def call_message(call: Call) -> tuple[dict, list]:
-    """A call as the judge sends it: the event's fields (not its name: a step's name would
-    tell a gate trace from a timed case) and one int64 tensor, on the CPU, of the request
-    ids (when they go as a tensor) followed by every token."""
+def call_message(call: Call) -> tuple:
+    """A call as the judge sends it: its header (not the event's name: a step's name would
+    tell a gate trace from a timed case; where its values go is the slot's to say) and its
+    values, int64 on the CPU: the request ids when they go as a tensor, then every token."""
     event = call.event
     parts = [torch.tensor(event.request_ids, dtype=torch.long)] if event.ids_as_tensor else []
     if call.tokens is not None:
         parts += [t.cpu() for t in call.tokens] if isinstance(call.tokens, list) else [call.tokens.cpu()]
-    fields = {"kind": event.kind, "request_ids": list(event.request_ids), "lengths": list(event.lengths),
-              "ids_as_tensor": event.ids_as_tensor}
-    return fields, [torch.cat(parts)] if parts else []
-
-
-def call_from_message(fields: dict, inputs, place=lambda t: t) -> Call:
-    """The runner's side of `call_message`: the call with its tensors where `place` puts
-    the one int64 tensor (on the device, in one copy); the ids and each prompt are views."""
-    event = Event(fields["kind"], tuple(fields["request_ids"]), tuple(fields["lengths"]), fields["ids_as_tensor"])
-    if inputs is None:
-        return Call(event, list(event.request_ids), None)
-    inputs = place(inputs)
-    num_ids = len(event.request_ids) if event.ids_as_tensor else 0
-    ids = inputs[:num_ids] if event.ids_as_tensor else list(event.request_ids)
-    tokens = inputs[num_ids:]
-    if event.kind == "prefill":
-        tokens = list(tokens.split(list(event.lengths)))
-    return Call(event, ids, tokens if event.kind != "remove" else None)
+    values = torch.cat(parts).numpy() if parts else np.empty(0, dtype=np.int64)
+    header = CallHeader(event.kind, list(event.request_ids), list(event.lengths), event.ids_as_tensor, 0, len(values))
+    return header, values
 
 
 def count_tokens(events) -> tuple:

@@ -16,15 +16,20 @@ from pathlib import Path
 
 import torch
 
+from fitness.checkpoint import checkpoint_files
+from fitness.model_config import ConfigError
+
 
 class WeightsChanged(Exception):
     """A trusted weight file changed: no verdict given while it could have is trusted."""
 
 
 def fingerprint(weight_dir) -> tuple:
-    """What identifies `weight_dir/model.pt` as written: device, inode, size, mtime, ctime."""
-    st = os.stat(Path(weight_dir) / "model.pt")
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+    """What identifies each weight file of `weight_dir` (model.pt, or a Hugging Face
+    checkpoint's safetensors and index) as written: device, inode, size, mtime, ctime."""
+    stats = [os.stat(path) for path in checkpoint_files(weight_dir)]
+    # Flat, so that it survives a trip through JSON to a judge process unchanged.
+    return tuple(n for st in stats for n in (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
 
 
 class TrustedFiles:
@@ -46,7 +51,7 @@ class TrustedFiles:
                 self.known[key] = vouched
             trusted = self.known.setdefault(key, vouched)
         if trusted != now:
-            raise WeightsChanged(f"{key}/model.pt changed on disk since the judge trusted it")
+            raise WeightsChanged(f"the weights in {key} changed on disk since the judge trusted them")
 
     def intact(self, weight_dir) -> bool:
         """Trusted, and unchanged since."""
@@ -60,8 +65,7 @@ class TrustedFiles:
         with self.lock:
             changed = [key for key, trusted in self.known.items() if current(key) != trusted]
         if changed:
-            raise WeightsChanged(f"{', '.join(f'{key}/model.pt' for key in changed)} changed on disk "
-                                 "while candidates ran")
+            raise WeightsChanged(f"the weights in {', '.join(changed)} changed on disk while candidates ran")
 
 
 def holds(weight_dir, wanted: dict) -> bool:
@@ -84,7 +88,7 @@ def holds(weight_dir, wanted: dict) -> bool:
 def current(weight_dir: str):
     try:
         return fingerprint(weight_dir)
-    except OSError:
+    except (OSError, ConfigError):
         return None
 
 

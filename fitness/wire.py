@@ -1,9 +1,9 @@
 """Messages between the judge and a candidate's runner process: a JSON header and raw
-tensor bytes, over a pair of pipes.
+tensor bytes, over a pair of pipes; and a run's calls through shared memory (`Slot`).
 
 Nothing here unpickles: the runner is untrusted, and unpickling its bytes would run its
 code in the judge. Tensors travel as dtype name, shape and bytes; the judge accepts only
-float dtypes (logits) back, the runner int64 too (a call's tokens).
+float dtypes (logits) back. A call's tokens go as int64 values in the slot.
 """
 import json
 import math
@@ -12,14 +12,15 @@ import os
 import select
 import struct
 import time
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 HEADER = struct.Struct("<Q")
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
           "float64": torch.float64}
-INPUT_DTYPES = {**DTYPES, "int64": torch.int64}  # what the judge sends: tokens and request ids
-ITEM_BYTES = {dtype: torch.empty((), dtype=dtype).element_size() for dtype in INPUT_DTYPES.values()}
+ITEM_BYTES = {dtype: torch.empty((), dtype=dtype).element_size() for dtype in DTYPES.values()}
 MAX_HEADER_BYTES = 1 << 24
 MAX_TENSOR_BYTES = 1 << 32  # 4 GiB: far above any trace's logits
 
@@ -171,7 +172,9 @@ def spin_until_readable(fd: int, awake_s: float) -> bool:
 
 # --- a run's calls through shared memory ----------------------------------------------------
 
-SLOT_BYTES = 1 << 25  # 32 MiB: each way's largest message (a 16 x 1024-token prefill is 128 KiB)
+MAILBOX_BYTES = 1 << 20  # each way: a call's header (its request ids and lengths) or an answer
+INPUT_BYTES = 1 << 25  # a call's inputs (4M tokens); a run's must fit, so a prefill of 16 x 1024 uses 0.4%
+INPUT_ALIGN = 16  # each call's inputs start on a 128-byte boundary, as a fresh device tensor would
 NUMBER = struct.Struct("<Q")  # a mailbox's message number, then (another) its length
 LIVENESS_EVERY = 4096  # polls between two looks at the deadline and at the other side
 NAP_S = 50e-6  # a napping wait's first sleep between two looks (on a CPU, or after a long busy wait)
@@ -224,20 +227,87 @@ class Mailbox:
         return bytes(self.memory[self.data:self.data + length])
 
 
+# A call as the judge sends it: what it is, whether its request ids go as a tensor, how
+# many requests, how many int64 values it has in the slot's inputs and where they start;
+# then the request ids and (prefill) the prompt lengths. Binary: no parsing on the clock.
+CALL = struct.Struct("<BBIIQ")
+CALL_KINDS = ("prefill", "decode", "remove", "end", "wake")
+
+
+@dataclass(frozen=True)
+class CallHeader:
+    kind: str
+    request_ids: list
+    lengths: list
+    ids_as_tensor: bool
+    start: int  # of the call's values in the slot's inputs
+    count: int
+
+
+def encode_call(header: CallHeader) -> bytes:
+    numbers = list(header.request_ids) + list(header.lengths)
+    return (CALL.pack(CALL_KINDS.index(header.kind), header.ids_as_tensor, len(header.request_ids),
+                      header.count, header.start) + struct.pack(f"<{len(numbers)}q", *numbers))
+
+
+def decode_call(payload: bytes) -> CallHeader:
+    code, as_tensor, num_ids, count, start = CALL.unpack_from(payload)
+    numbers = struct.unpack_from(f"<{(len(payload) - CALL.size) // 8}q", payload, CALL.size)
+    return CallHeader(CALL_KINDS[code], list(numbers[:num_ids]), list(numbers[num_ids:]), bool(as_tensor),
+                      start, count)
+
+
+END = encode_call(CallHeader("end", [], [], False, 0, 0))
+# Answered before the clock starts: the runner's wait turns busy (it naps after a long idle),
+# so no run's first call pays a wake-up that depends on how long the runner sat idle.
+WAKE = encode_call(CallHeader("wake", [], [], False, 0, 0))
+DONE = encode({"ok": True})  # a call's answer, made once: the judge knows it by its bytes
+
+
 class Slot:
     """Shared memory between a judge and its runner for a run's calls (a memfd, passed to
-    the runner by number): `calls` from the judge, `answers` from the runner."""
+    the runner by number): `calls` from the judge, `answers` from the runner, and `inputs`,
+    int64 values (each call's request ids, when they go as a tensor, then its tokens) that
+    the judge writes when the call is due. Each call's values have a place of their own
+    until the region is used up: the device may still be reading an earlier call's, and
+    an engine may keep its inputs. The region starts over only at a run's start (the
+    device is idle then)."""
 
     def __init__(self, fd: int | None = None):
+        size = 2 * MAILBOX_BYTES + INPUT_BYTES
         if fd is None:
             fd = os.memfd_create("judge-run")
-            os.ftruncate(fd, SLOT_BYTES)
+            os.ftruncate(fd, size)
         self.fd = fd
-        self.memory = mmap.mmap(fd, SLOT_BYTES)
-        half = SLOT_BYTES // 2
-        self.calls = Mailbox(self.memory, 0, half - 2 * NUMBER.size)
-        self.answers = Mailbox(self.memory, half, half - 2 * NUMBER.size)
+        self.memory = mmap.mmap(fd, size)
+        self.calls = Mailbox(self.memory, 0, MAILBOX_BYTES - 2 * NUMBER.size)
+        self.answers = Mailbox(self.memory, MAILBOX_BYTES, MAILBOX_BYTES - 2 * NUMBER.size)
+        self.inputs = np.frombuffer(self.memory, dtype=np.int64, offset=2 * MAILBOX_BYTES)
+        self.used = 0  # values placed so far (the judge's side)
+
+    def plan(self, calls: list) -> list:
+        """Each call (a header with its values left unplaced, and its values: int64 numpy)
+        as it will be sent: (encoded header, start, values), then the run's `end`."""
+        sizes = [-(-len(values) // INPUT_ALIGN) * INPUT_ALIGN for _, values in calls]
+        if sum(sizes) > len(self.inputs):
+            raise WireError(f"a run of {sum(sizes)} input values, over {len(self.inputs)}")
+        if self.used + sum(sizes) > len(self.inputs):
+            self.used = 0
+        planned = []
+        for (header, values), size in zip(calls, sizes):
+            header = CallHeader(header.kind, header.request_ids, header.lengths, header.ids_as_tensor,
+                                self.used, len(values))
+            planned.append((encode_call(header), self.used, values))
+            self.used += size
+        return planned + [(END, 0, None)]
+
+    def send(self, payload: bytes, start: int, values) -> None:
+        """A call's values into their place, then its header: now it is due."""
+        if values is not None and len(values):
+            self.inputs[start:start + len(values)] = values
+        self.calls.put(payload)
 
     def close(self) -> None:
+        self.inputs = None  # the array holds the mapping open
         self.memory.close()
         os.close(self.fd)

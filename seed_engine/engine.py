@@ -1,13 +1,21 @@
 """Seed engine: the simplest correct KV-cached engine, written in gene form.
 
+It reads the contract's format (model_config.json, model.pt) and a Hugging Face directory
+(config.json, safetensors) of Llama, Qwen2 or Qwen3: `read_config` and `read_tensors` turn
+the latter into the former's keys, names and interleaved RoPE rows, so everything after
+them sees one layout.
+
 Each concern is one top-level name (a gene) that a rewrite can find and swap:
   compute_dtype   the reference's dtype rule
-  load_weights    weight layout on the device
+  load_weights    weight layout on the device (a tied head is the embedding table)
   rms_norm        normalisation
   add_rms_norm    residual add, then normalisation (one boundary, so a kernel can fuse them)
+  rope_frequencies  RoPE inverse frequencies, with Llama 3's scaling when the config has it
   rope_tables     cos/sin for the positions of one call
   apply_rope      interleaved-pair rotation
   qkv_proj        q, k, v projections
+  add_qkv_bias    q, k, v biases (Qwen2), when the checkpoint has them
+  norm_heads      RMSNorm over each head of q and k (Qwen3), when the checkpoint has it
   mlp             SwiGLU
   KVCache         where K/V live: one tensor per request and layer
   attend_prefill  prompt attention, one request at a time
@@ -15,11 +23,14 @@ Each concern is one top-level name (a gene) that a rewrite can find and swap:
   Engine          batching: every call's tokens go through one packed forward pass
   create_engine   the contract's entry point
 
-Every size comes from the config or the weights; imports are stdlib and torch only.
+Every size comes from the config or the weights; imports are stdlib and torch only
+(and safetensors, where a Hugging Face checkpoint is read).
 """
 from dataclasses import dataclass
+import json
 import math
 import os
+import re
 
 import torch
 import torch.nn.functional as F
@@ -33,11 +44,52 @@ def compute_dtype(model_config, device):
     return torch.bfloat16 if name in ("bfloat16", "bf16") else torch.float16
 
 
-def load_weights(model_config, weight_dir, device, dtype):
-    """The checkpoint on the device in the compute dtype, one dict per layer."""
-    # mmap: tensors read straight from the page cache as they go to the device (no
-    # copy of the whole checkpoint first; half of making an engine was that copy)
-    raw = torch.load(os.path.join(weight_dir, "model.pt"), map_location="cpu", weights_only=True, mmap=True)
+def interleave_pairs(rows, head_dim):
+    """Rows [heads*head_dim, ...] (or a norm's [head_dim]) from rotate-half to interleaved order."""
+    order = torch.arange(head_dim).view(2, head_dim // 2).T.reshape(-1)  # [0, D/2, 1, D/2 + 1, ...]
+    return rows.reshape(-1, head_dim, *rows.shape[1:])[:, order].reshape(rows.shape)  # per head
+
+# A Hugging Face checkpoint's q/k rows (with their biases and norm weights) pair dimension
+# i with i + head_dim/2 for RoPE; these are permuted to pair 2i with 2i + 1.
+ROTATE_HALF_ROWS = re.compile(r"self_attn\.(q_proj|k_proj|q_norm|k_norm)\.")
+
+
+def read_tensors(weight_dir, head_dim):
+    """Every tensor of the checkpoint (CPU): model.pt as it is, or a Hugging Face
+    checkpoint (one safetensors file, or shards named by its index) in model.pt's names and
+    interleaved RoPE rows."""
+    if os.path.exists(os.path.join(weight_dir, "model.pt")):
+        # mmap: tensors read straight from the page cache as they go to the device (no
+        # copy of the whole checkpoint first; half of making an engine was that copy)
+        return torch.load(os.path.join(weight_dir, "model.pt"), map_location="cpu", weights_only=True, mmap=True)
+    from safetensors.torch import load_file
+
+    index = os.path.join(weight_dir, "model.safetensors.index.json")
+    files = ["model.safetensors"]
+    if os.path.exists(index):
+        with open(index) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    tensors = {}
+    for name in files:
+        tensors.update(load_file(os.path.join(weight_dir, name)))
+    return {name.removeprefix("model."): interleave_pairs(t, head_dim) if ROTATE_HALF_ROWS.search(name) else t
+            for name, t in tensors.items()}
+
+# Per layer: the seed's key -> the checkpoint's name, then those only some families have.
+LAYER_TENSORS = {"input_norm": "input_layernorm.weight", "q": "self_attn.q_proj.weight",
+                 "k": "self_attn.k_proj.weight", "v": "self_attn.v_proj.weight",
+                 "o": "self_attn.o_proj.weight", "post_norm": "post_attention_layernorm.weight",
+                 "gate": "mlp.gate_proj.weight", "up": "mlp.up_proj.weight", "down": "mlp.down_proj.weight"}
+
+OPTIONAL_LAYER_TENSORS = {"q_bias": "self_attn.q_proj.bias", "k_bias": "self_attn.k_proj.bias",
+                          "v_bias": "self_attn.v_proj.bias", "q_norm": "self_attn.q_norm.weight",
+                          "k_norm": "self_attn.k_norm.weight"}
+
+
+def read_checkpoint(model_config, weight_dir, device, dtype):
+    """The checkpoint on the device in the compute dtype: one dict per layer (LAYER_TENSORS'
+    keys, and those of OPTIONAL_LAYER_TENSORS it has), the embedding, final norm and head."""
+    raw = read_tensors(weight_dir, model_config["head_dim"])
 
     def get(name):
         return raw[name].to(device=device, dtype=dtype)
@@ -45,19 +97,20 @@ def load_weights(model_config, weight_dir, device, dtype):
     layers = []
     for i in range(model_config["num_hidden_layers"]):
         p = f"layers.{i}."
-        layers.append({
-            "input_norm": get(p + "input_layernorm.weight"),
-            "q": get(p + "self_attn.q_proj.weight"),
-            "k": get(p + "self_attn.k_proj.weight"),
-            "v": get(p + "self_attn.v_proj.weight"),
-            "o": get(p + "self_attn.o_proj.weight"),
-            "post_norm": get(p + "post_attention_layernorm.weight"),
-            "gate": get(p + "mlp.gate_proj.weight"),
-            "up": get(p + "mlp.up_proj.weight"),
-            "down": get(p + "mlp.down_proj.weight"),
-        })
-    return {"embed": get("embed_tokens.weight"), "layers": layers,
-            "norm": get("norm.weight"), "lm_head": get("lm_head.weight")}
+        layer = {key: get(p + name) for key, name in LAYER_TENSORS.items()}
+        layer.update({key: get(p + name) for key, name in OPTIONAL_LAYER_TENSORS.items() if p + name in raw})
+        layers.append(layer)
+    embed = get("embed_tokens.weight")
+    # Tied: the head is the embedding table itself, unless the checkpoint stores a head of
+    # its own anyway (transformers 5 then keeps that one).
+    is_tied = model_config.get("tie_word_embeddings") and "lm_head.weight" not in raw
+    head = embed if is_tied else get("lm_head.weight")
+    return {"embed": embed, "layers": layers, "norm": get("norm.weight"), "lm_head": head}
+
+
+def load_weights(model_config, weight_dir, device, dtype):
+    """The checkpoint on the device in the compute dtype, one dict per layer."""
+    return read_checkpoint(model_config, weight_dir, device, dtype)
 
 
 def rms_norm(x, weight, eps):
@@ -73,10 +126,25 @@ def add_rms_norm(x, residual, weight, eps):
     return rms_norm(x, weight, eps), x
 
 
-def rope_tables(positions, head_dim, theta, dtype):
-    """cos and sin [N, head_dim/2] for absolute positions [N], computed in fp32."""
-    exponent = torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim
+def rope_frequencies(head_dim, theta, scaling, device):
+    """inv_freq [head_dim/2] in fp32; with Llama 3's `scaling` (LLAMA3_KEYS' values), those
+    of wavelength above original context / low_freq_factor slowed by `factor`, those under
+    context / high_freq_factor kept, those between blended."""
+    exponent = torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim
     inv_freq = 1.0 / (theta ** exponent)
+    if scaling is None:
+        return inv_freq
+    factor, low, high, context = scaling
+    wavelength = 2 * math.pi / inv_freq
+    smooth = (context / wavelength - low) / (high - low)
+    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    scaled = torch.where(wavelength > context / low, inv_freq / factor, blended)
+    return torch.where(wavelength < context / high, inv_freq, scaled)
+
+
+def rope_tables(positions, head_dim, theta, dtype, scaling):
+    """cos and sin [N, head_dim/2] for absolute positions [N], computed in fp32."""
+    inv_freq = rope_frequencies(head_dim, theta, scaling, positions.device)
     angles = positions.float()[:, None] * inv_freq[None, :]  # [N, head_dim/2]
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
@@ -91,6 +159,21 @@ def apply_rope(x, cos, sin):
 def qkv_proj(x, layer):
     """q [N, heads*head_dim], k and v [N, kv_heads*head_dim] from x [N, hidden]."""
     return x @ layer["q"].T, x @ layer["k"].T, x @ layer["v"].T
+
+
+def add_qkv_bias(q, k, v, layer):
+    """q, k, v plus their biases, where the checkpoint has them (Qwen2)."""
+    if "q_bias" not in layer:
+        return q, k, v
+    return q + layer["q_bias"], k + layer["k_bias"], v + layer["v_bias"]
+
+
+def norm_heads(q, k, layer, eps):
+    """RMSNorm over each head of q [N, heads, D] and k [N, kv_heads, D], where the
+    checkpoint has the norms (Qwen3: before RoPE)."""
+    if "q_norm" not in layer:
+        return q, k
+    return rms_norm(q, layer["q_norm"], eps), rms_norm(k, layer["k_norm"], eps)
 
 
 def mlp(x, layer):
@@ -197,6 +280,7 @@ class Engine:
         self.head_dim = model_config["head_dim"]
         self.eps = float(model_config.get("rms_norm_eps") or 1e-5)
         self.rope_theta = float(model_config.get("rope_theta") or 10000.0)
+        self.rope_scaling = model_config.get("rope_scaling")
         self.w = load_weights(model_config, weight_dir, self.device, self.dtype)
         self.cache = KVCache(model_config, self.device, self.dtype)
 
@@ -223,13 +307,14 @@ class Engine:
         """Logits [B, vocab] of the last token of each request in `step`."""
         n = tokens.shape[0]
         self.cache.prepare(step)
-        cos, sin = rope_tables(step.positions, self.head_dim, self.rope_theta, self.dtype)
+        cos, sin = rope_tables(step.positions, self.head_dim, self.rope_theta, self.dtype, self.rope_scaling)
         attend = attend_decode if step.is_decode else attend_prefill
         x = self.w["embed"][tokens]  # [N, hidden]
         for i, layer in enumerate(self.w["layers"]):
-            q, k, v = qkv_proj(rms_norm(x, layer["input_norm"], self.eps), layer)
-            q = apply_rope(q.view(n, self.num_heads, self.head_dim), cos, sin)
-            k = apply_rope(k.view(n, self.num_kv_heads, self.head_dim), cos, sin)
+            q, k, v = add_qkv_bias(*qkv_proj(rms_norm(x, layer["input_norm"], self.eps), layer), layer)
+            q, k = norm_heads(q.view(n, self.num_heads, self.head_dim),
+                              k.view(n, self.num_kv_heads, self.head_dim), layer, self.eps)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
             v = v.view(n, self.num_kv_heads, self.head_dim)
             self.cache.write(i, step, k, v)
             h, x = add_rms_norm(x, attend(q, k, v, self.cache, i, step) @ layer["o"].T,
@@ -239,6 +324,28 @@ class Engine:
         last = torch.tensor(step.num_new, device=self.device).cumsum(0) - 1
         return logits[last]
 
+LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+
+
+def read_config(model_config):
+    """The contract's keys, explicit, for a Hugging Face config.json too: head_dim and KV
+    heads derived when absent, the dtype and RoPE read from either spelling (transformers 5
+    writes `dtype` and `rope_parameters`; before, `torch_dtype`, `rope_theta`, `rope_scaling`).
+    "rope_scaling" becomes None or the llama3 rule's LLAMA3_KEYS values, in order."""
+    config = dict(model_config)
+    heads = config["num_attention_heads"]
+    config["num_key_value_heads"] = config.get("num_key_value_heads") or heads
+    config["head_dim"] = config.get("head_dim") or config["hidden_size"] // heads
+    config["torch_dtype"] = config.get("dtype") or config.get("torch_dtype") or "float16"
+    rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    config["rope_theta"] = rope.get("rope_theta") or config.get("rope_theta") or 10000.0
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind not in ("default", "llama3"):
+        raise ValueError(f"RoPE type {kind!r} is not served (default and llama3 are)")
+    config["rope_scaling"] = tuple(float(rope[k]) for k in LLAMA3_KEYS) if kind == "llama3" else None
+    return config
+
 
 def create_engine(model_config: dict, weight_dir: str, device: str = "cuda"):
+    model_config = read_config(model_config)
     return Engine(model_config, weight_dir, device)

@@ -3,6 +3,11 @@
 The public initialisation is `torch.manual_seed(seed)`, then, in the order of
 `weight_shapes`, `randn(shape) * 0.02` for every matrix and ones for every norm.
 
+A config with the Hugging Face families' features adds q/k/v biases (`qkv_bias`), per-head
+q/k norm weights (`qk_norm`) and drops `lm_head.weight` (`tie_word_embeddings`); those
+biases and norm weights are drawn, `randn * std` and `1 + randn / 2`, so that one read in
+another's place shows. A config without them gives the same weights as before.
+
 `std="unit"` draws each matrix with std 1/sqrt(fan_in) instead. Small models judged
 with the public 0.02 have logits so close to zero that `atol=1e-2` hides real faults;
 unit-scaled weights keep attention and logits of order 1.
@@ -34,13 +39,19 @@ def weight_shapes(config: dict) -> dict[str, tuple[int, ...]]:
         shapes[p + "self_attn.q_proj.weight"] = (q_dim, hidden)
         shapes[p + "self_attn.k_proj.weight"] = (kv_dim, hidden)
         shapes[p + "self_attn.v_proj.weight"] = (kv_dim, hidden)
+        if config.get("qkv_bias"):
+            shapes.update({p + "self_attn.q_proj.bias": (q_dim,), p + "self_attn.k_proj.bias": (kv_dim,),
+                           p + "self_attn.v_proj.bias": (kv_dim,)})
+        if config.get("qk_norm"):
+            shapes.update({p + "self_attn.q_norm.weight": (head_dim,), p + "self_attn.k_norm.weight": (head_dim,)})
         shapes[p + "self_attn.o_proj.weight"] = (hidden, q_dim)
         shapes[p + "post_attention_layernorm.weight"] = (hidden,)
         shapes[p + "mlp.gate_proj.weight"] = (inter, hidden)
         shapes[p + "mlp.up_proj.weight"] = (inter, hidden)
         shapes[p + "mlp.down_proj.weight"] = (hidden, inter)
     shapes["norm.weight"] = (hidden,)
-    shapes["lm_head.weight"] = (vocab, hidden)
+    if not config.get("tie_word_embeddings"):
+        shapes["lm_head.weight"] = (vocab, hidden)
     return shapes
 
 
@@ -49,6 +60,12 @@ def generate(config: dict, seed: int = DEFAULT_SEED, std: float | str = PUBLIC_S
     torch.manual_seed(seed)
     weights = {}
     for name, shape in weight_shapes(config).items():
+        if name.endswith("proj.bias"):
+            weights[name] = torch.randn(shape) * (1.0 if std == "unit" else float(std))
+            continue
+        if name.endswith(("q_norm.weight", "k_norm.weight")):
+            weights[name] = 1 + torch.randn(shape) / 2
+            continue
         if len(shape) == 1:
             weights[name] = torch.ones(shape)
             continue

@@ -184,3 +184,36 @@ def test_the_clock_cheat_fools_a_judge_that_times_in_the_candidates_process(smal
 
     fooled, honest = bench(cheats.write_cheat("slow_clock", tmp_path)), bench(SEED_ENGINE)
     assert all(fooled[case] > 4 * honest[case] for case in honest), (fooled, honest)
+
+
+JUDGE_MEMORY_READER = '''def _read_the_judge():
+    """What reading the judge's memory gives: 'read', or why not (where the GPU machines run
+    everything as root, /proc/<judge>/mem held a run's tokens before the run)."""
+    import os as _os
+    judge = _os.getppid()
+    try:
+        with open(f"/proc/{judge}/maps") as maps:
+            start = int(next(line for line in maps if "rw-p" in line).split("-")[0], 16)
+        with open(f"/proc/{judge}/mem", "rb") as memory:
+            memory.seek(start)
+            memory.read(4096)
+        return "read"
+    except (OSError, StopIteration, ValueError) as err:
+        return type(err).__name__
+
+
+with open(LOG, "a") as _log:
+    _log.write(_read_the_judge() + "\\n")'''
+
+
+def test_a_runner_cannot_read_the_judges_memory(small_target, scratch, tmp_path):
+    """The judge's memory holds a run's tokens before the run: its runners cannot read it
+    (the judge is not dumpable; a runner has no CAP_SYS_PTRACE, even as root)."""
+    log = tmp_path / "read.txt"
+    path = tmp_path / "reader.py"
+    path.write_text(at_import(SEED_ENGINE.read_text(), f"LOG = {str(log)!r}\n" + JUDGE_MEMORY_READER))
+    config_path, weight_dir = small_target
+    verdict = judge(path, config_path, weight_dir, "cpu", timeout=240, scratch=str(scratch), threads=1,
+                    level="screen", bench="none")
+    assert verdict["status"] == "ok", verdict
+    assert log.read_text().split() == ["PermissionError"]

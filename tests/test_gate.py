@@ -28,7 +28,7 @@ def test_seed_engine_passes_every_stage(small_target, scratch, seed):
     result = gate(SEED_ENGINE, small_target, scratch, seed)
     assert result.passed, result.error
     assert set(result.stages) >= {"target", "churn", "target_unit", "gqa", "bf16", "head_dim",
-                                  "deeper", "head_dim_256"}
+                                  "deeper", "head_dim_256", "families"}
     assert result.num_calls > 150
     assert 0 < result.worst_ratio < DEFAULT_MARGIN
 

@@ -172,7 +172,8 @@ def test_report_recipe_reproduces_a_winner_made_with_a_crossover_and_a_tuned_con
     tuned = built.child(built.child(SEED, "allele.KVCache.paged", 1.1), "tune_constant", 1.2)
     fused_qkv = built.child(SEED, "allele.load_weights.fused_qkv", 1.1)
     other = built.child(fused_qkv, "allele.attend_prefill.sdpa_per_request", 1.3)
-    crossed = built.cross(tuned, other, seed=0, fitness=1.5)  # load_weights, qkv_proj, attend_prefill from `other`
+    seed = crossover_seed(tuned, other, KVCache="a", load_weights="b", attend_prefill="b")
+    crossed = built.cross(tuned, other, seed=seed, fitness=1.5)
     winner = built.child(crossed, "last_token_logits", 2.0)
     out = run_module("evolve", "report", built.path, "--out", tmp_path / "plots", "--recipe", tmp_path / "w.txt")
     assert out.returncode == 0, out.stdout + out.stderr

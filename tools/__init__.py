@@ -2,9 +2,14 @@
 
     python -m tools.walk        a random walk from the seed: how many children pass the gate
     python -m tools.gpu_check   every operator's child of the seed judged on a GPU
-    python -m tools.swap_orders pairs of swaps in both orders: one engine, one source?
-    bash tools/gpu_issue7.sh    one device call each: the search and its judge (docs/PERF.md)
-    bash tools/gpu_issue8.sh    one device call each: the operators against the targets
+    python -m tools.go_overhead where a judged run's time goes against the benchmark's clock
+    python -m tools.cheat_verdicts   every cheat of tests/cheats.py judged beside the seed
+    bash tools/gpu_search.sh    one device call each: a search, its winner against the recipe, its judge
+    bash tools/gpu_targets.sh   one device call each: programs against the targets (check, compare,
+                                profile, memory, gate)
+    bash tools/gpu_judge_before_after.sh   one judge against another on the same programs
+    bash tools/gpu_serve.sh, gpu_hf.sh     the server, and Hugging Face shapes, on a GPU
+    tools/probes/               one-off measurements cited in docs/PERF.md, kept to re-measure
 
 They judge what `mutations` makes with `fitness`, which is why they live here: the
 operators themselves never import the judge.

@@ -6,8 +6,9 @@ Each variant times the same case on a fresh engine (a warm-up engine alive), `--
 times, and prints the median and range in ms:
   bench       in this process: synchronise, the calls, synchronise (fitness.bench)
   go          in this process: the runner's `prepare` ending, then each call as the runner
-              takes it (its inputs moved to the device, a copy of its output), the checksum:
-              the judge's run without its messages
+              takes it (its inputs written to the slot and seen from the device, a copy of
+              its output), the checksum: the judge's run without the other process
+  go_copied   `go` with each call's inputs copied to the device, not seen there in place
   judge       a runner, `prepare`, `--gap` s idle (other contenders preparing), then the
               judge's run, each call sent when due, on its stage (fitness.judge.RunnerDriver.go)
   judge_now   the same with no gap: the runner is still polling when `go` comes
@@ -35,12 +36,13 @@ from fitness.judge import RunnerDriver, Stage, TimingCores, kept_off
 from fitness.loader import load_engine_module
 from fitness.runner import Runner, output_checksum
 from fitness.traces import call_message, materialize
+from fitness.wire import Slot, decode_call
 
 
-def in_process(module, raw_config, weight_dir, device, events, rounds, variant) -> list:
+def in_process(slot, module, raw_config, weight_dir, device, events, rounds, variant) -> list:
     messages = [call_message(call) for call in materialize(events, raw_config["vocab_size"], 0, "cpu")]
     calls = materialize(events, raw_config["vocab_size"], 0, device)
-    runner = Runner()
+    runner = Runner(slot)
     runner.module, runner.device = module, device
     seconds = []
     with torch.no_grad():
@@ -53,10 +55,16 @@ def in_process(module, raw_config, weight_dir, device, events, rounds, variant) 
             else:
                 runner.engine, runner.outputs = engine, []
                 runner.ready(device)  # as the runner's `prepare` ends
+                mapped = runner.inputs.on_device
+                if variant == "go_copied":  # each call's inputs copied to the device (pinned: no wait)
+                    runner.inputs.on_device = None
+                planned = slot.plan(messages)[:-1]  # the run's calls, less its end
                 started = time.perf_counter()
-                for fields, tensors in messages:
-                    runner.call(*tensors, **fields)
+                for payload, start, values in planned:
+                    slot.send(payload, start, values)
+                    runner.call(decode_call(slot.calls.take()))
                 output_checksum(runner.outputs)  # its .item(): the device is idle after it
+                runner.inputs.on_device = mapped
                 seconds.append(time.perf_counter() - started)
             del engine
         del warm
@@ -114,10 +122,11 @@ def main(argv=None) -> int:
     raw_config = json.loads(args.model_config.read_text())
     weight_dir = args.weight_dir.resolve()
     module = load_engine_module(args.engine)
+    slot = Slot()  # one for the process: its inputs are mapped into the device's space once
     for name, events in select_cases(args.cases).items():
-        here = functools.partial(in_process, module, raw_config, weight_dir, args.device, events, args.rounds)
+        here = functools.partial(in_process, slot, module, raw_config, weight_dir, args.device, events, args.rounds)
         judge = functools.partial(judged, args.engine, raw_config, weight_dir, args.device, events, args.rounds)
-        variants = {**{variant: functools.partial(here, variant) for variant in ("bench", "go")},
+        variants = {**{variant: functools.partial(here, variant) for variant in ("bench", "go", "go_copied")},
                     "judge": functools.partial(judge, args.gap), "judge_now": functools.partial(judge, 0.0),
                     **{variant: functools.partial(judge, args.gap, variant)
                        for variant in ("judge_home", "judge_no_burst", "ping")}}

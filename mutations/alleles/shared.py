@@ -76,25 +76,6 @@ def per_request_attention(q, k, v, num_new):
     return torch.cat(outs)
 
 
-def read_checkpoint(model_config, weight_dir, device, dtype):
-    """The checkpoint on the device in the compute dtype, in the seed's layout (one dict
-    per layer: "q", "k", "v", "o", "gate", "up", "down" and the two norms)."""
-    # mmap: tensors read straight from the page cache as they go to the device (no
-    # copy of the whole checkpoint first; half of making an engine was that copy)
-    raw = torch.load(os.path.join(weight_dir, "model.pt"), map_location="cpu", weights_only=True, mmap=True)
-
-    def get(name):
-        return raw[name].to(device=device, dtype=dtype)
-
-    names = {"input_norm": "input_layernorm", "q": "self_attn.q_proj", "k": "self_attn.k_proj",
-             "v": "self_attn.v_proj", "o": "self_attn.o_proj", "post_norm": "post_attention_layernorm",
-             "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
-    layers = [{key: get(f"layers.{i}.{name}.weight") for key, name in names.items()}
-              for i in range(model_config["num_hidden_layers"])]
-    return {"embed": get("embed_tokens.weight"), "layers": layers,
-            "norm": get("norm.weight"), "lm_head": get("lm_head.weight")}
-
-
 def stack_rows(layer, name, parts):
     """Replace the weights `parts` of one layer by `name`, their rows stacked (one matmul
     instead of len(parts)), and `name`_sizes, their row counts for the split after it."""

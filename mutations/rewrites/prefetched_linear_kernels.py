@@ -1,7 +1,7 @@
 """The prefetched_linears rewrite's helpers, which it copies into a program: a Triton kernel
 for few rows by a small weight that loads its weight share before it waits on the kernel
 before it, the kernel that sums its inner-dimension shares, and the dispatcher. Importable
-(tools.skinny_matmul times them; the CPU tests run them in Triton's interpreter)."""
+(tools.probes.skinny_matmul times them; the CPU tests run them in Triton's interpreter)."""
 import os
 
 import torch

@@ -30,11 +30,12 @@ class Engine:
         self.head_dim = model_config["head_dim"]
         self.eps = float(model_config.get("rms_norm_eps") or 1e-5)
         self.rope_theta = float(model_config.get("rope_theta") or 10000.0)
+        self.rope_scaling = model_config.get("rope_scaling")
         self.w = load_weights(model_config, weight_dir, self.device, self.dtype)
         self.cache = KVCache(model_config, self.device, self.dtype)
         every_position = torch.arange(self.cache.max_positions, device=self.device)
         self.rope_cos, self.rope_sin = rope_tables(every_position, self.head_dim, self.rope_theta,
-                                                   self.dtype)  # [max_positions, head_dim/2]
+                                                   self.dtype, self.rope_scaling)  # [max_positions, head_dim/2]
         self.buckets = graph_buckets(MAX_GRAPH_BATCH)
         largest = self.buckets[-1]
         self.static = {  # zeros address the cache's scratch row 0: harmless padding
@@ -124,9 +125,10 @@ class Engine:
         attend = attend_decode if step.is_decode else attend_prefill
         x = self.w["embed"][tokens]  # [N, hidden]
         for i, layer in enumerate(self.w["layers"]):
-            q, k, v = qkv_proj(rms_norm(x, layer["input_norm"], self.eps), layer)
-            q = apply_rope(q.view(n, self.num_heads, self.head_dim), cos, sin)
-            k = apply_rope(k.view(n, self.num_kv_heads, self.head_dim), cos, sin)
+            q, k, v = add_qkv_bias(*qkv_proj(rms_norm(x, layer["input_norm"], self.eps), layer), layer)
+            q, k = norm_heads(q.view(n, self.num_heads, self.head_dim),
+                              k.view(n, self.num_kv_heads, self.head_dim), layer, self.eps)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
             v = v.view(n, self.num_kv_heads, self.head_dim)
             self.cache.write(i, step, k, v)
             h, x = add_rms_norm(x, attend(q, k, v, self.cache, i, step) @ layer["o"].T,

@@ -106,11 +106,12 @@ class Engine:
         self.head_dim = model_config["head_dim"]
         self.eps = float(model_config.get("rms_norm_eps") or 1e-5)
         self.rope_theta = float(model_config.get("rope_theta") or 10000.0)
+        self.rope_scaling = model_config.get("rope_scaling")
         self.w = load_weights(model_config, weight_dir, self.device, self.dtype)
         self.cache = KVCache(model_config, self.device, self.dtype)
         every_position = torch.arange(self.cache.max_positions, device=self.device)
         self.rope_cos, self.rope_sin = rope_tables(every_position, self.head_dim, self.rope_theta,
-                                                   self.dtype)  # [max_positions, head_dim/2]
+                                                   self.dtype, self.rope_scaling)  # [max_positions, head_dim/2]
         self.buckets = {"decode": graph_buckets(MAX_GRAPH_BATCH), "prefill": token_buckets(MAX_PREFILL_TOKENS)}
         if self.dtype == torch.bfloat16:
             self.buckets["prefill"] = []  # its attention loops over prompts on the host: not capturable
@@ -303,8 +304,9 @@ class Engine:
         x = self.w["embed"][tokens]  # [N, hidden]
         h = rms_norm(x, layers[0]["input_norm"], self.eps)
         for i, layer in enumerate(layers):
-            q, k, v = (t.view(n, -1, self.head_dim) for t in qkv_proj(h, layer))
-            both = adjacent_heads(q, k)
+            q, k, v = (t.view(n, -1, self.head_dim) for t in add_qkv_bias(*qkv_proj(h, layer), layer))
+            q, k = norm_heads(q, k, layer, self.eps)
+            both = adjacent_heads(q, k)  # None once a bias or norm made q and k new tensors
             if both is None:
                 q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
             else:  # one launch rotates both

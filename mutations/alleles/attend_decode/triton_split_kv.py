@@ -11,7 +11,7 @@ for the tensor cores), and writes a partial (max, sum, weighted values) per head
 program per (request, query head, 256 tokens up to max_positions) re-read each K/V row
 `groups` times with scalar sums and launched mostly empty programs: on a 1B-class model (32
 query / 4 K/V heads) at batch 64 it took 461 us a layer, 78% of the decode's GPU time; now
-24 us (`python -m tools.decode_attention_bench`, H100, where 16-token tiles ran 2-6x faster
+24 us (`python -m tools.probes.decode_attention_bench`, H100, where 16-token tiles ran 2-6x faster
 than 32 or 64). Phase two: a program per (request, head) combines the splits that held
 tokens. Any head_dim up to 256 (padded to a power of two and masked). Scores are fp32 sums
 of exact products (fp32 inputs take IEEE dots, not TF32); probabilities meet V in the

@@ -10,7 +10,7 @@ A call captured in a CUDA graph passes the starts and lengths as device buffers 
 the whole call for every prompt slot, and blocks past a prompt's end do nothing.
 Blocks of 64 queries over 32 keys, two pipeline stages: on an H100 they took a layer of the
 public prefill (4 x 128 tokens, head_dim 192) from 27.9 us with 16 x 16 blocks to 17.4, and a
-1B-class group of 4 x 1024 prompts from 180 us to 97 (`python -m tools.prefill_attention_bench`,
+1B-class group of 4 x 1024 prompts from 180 us to 97 (`python -m tools.probes.prefill_attention_bench`,
 docs/PERF.md): a block's keys are a sequential loop, and 16 x 16 blocks made it long.
 """
 import math

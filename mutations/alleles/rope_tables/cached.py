@@ -1,4 +1,4 @@
-"""cos/sin tables computed once per (device, head_dim, theta, dtype) and gathered by position.
+"""cos/sin tables computed once per (device, head_dim, theta, dtype, scaling) and gathered by position.
 
 The table grows to the next power of two above the largest position asked for; looking
 that position up costs a host sync, so this allele suits eager engines (the CUDA-graph
@@ -9,18 +9,18 @@ import torch
 REQUIRES = {}
 DEVICES = "any"
 
-ROPE_TABLES = {}  # (device, head_dim, theta, dtype) -> (cos, sin) [positions, head_dim/2]
+ROPE_TABLES = {}  # (device, head_dim, theta, dtype, scaling) -> (cos, sin) [positions, head_dim/2]
 
 
-def rope_tables(positions, head_dim, theta, dtype):
+def rope_tables(positions, head_dim, theta, dtype, scaling):
     """cos and sin [N, head_dim/2] for absolute positions [N], computed in fp32."""
-    key = (str(positions.device), head_dim, float(theta), dtype)
+    key = (str(positions.device), head_dim, float(theta), dtype, scaling)
     cos, sin = ROPE_TABLES.get(key, (None, None))
     needed = int(positions.max()) + 1 if positions.numel() else 1
     if cos is None or cos.shape[0] < needed:
         table_positions = torch.arange(rope_table_size(needed), device=positions.device)
-        exponent = torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim
-        angles = table_positions.float()[:, None] * (1.0 / (theta ** exponent))[None, :]  # [P, head_dim/2]
+        inv_freq = rope_frequencies(head_dim, theta, scaling, positions.device)
+        angles = table_positions.float()[:, None] * inv_freq[None, :]  # [P, head_dim/2]
         cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
         ROPE_TABLES[key] = (cos, sin)
     return cos[positions], sin[positions]

@@ -3,7 +3,7 @@ each time (as the benchmark times it: created untimed, no synchronisation betwee
 timed, then again under cProfile, the profiler on only while the case runs (Python functions
 by their own time; a C call's time counts in its caller).
 
-    python -m tools.host_profile --engine E --model-config C --weight-dir W [--case decode] [--repeats 50]
+    python -m tools.probes.host_profile --engine E --model-config C --weight-dir W [--case decode] [--repeats 50]
 """
 import cProfile
 import json

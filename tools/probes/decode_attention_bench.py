@@ -1,6 +1,6 @@
 """The split-KV decode attention allele alone, on a GPU: microseconds a call, per shape and setting.
 
-    python -m tools.decode_attention_bench [--programs 256 512 1024] [--tiles 16 32 64]
+    python -m tools.probes.decode_attention_bench [--programs 256 512 1024] [--tiles 16 32 64]
 
 Each shape (the public config's decode batches, the 1B-class config's batch of 1 and of 64)
 is a paged cache of random K/V with scattered pages; each call is captured in a CUDA graph,
@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import torch
 
-from tools.graph_timing import time_graph
+from tools.probes.graph_timing import time_graph
 
 ALLELES = Path(__file__).resolve().parents[1] / "mutations" / "alleles"
 # (name, batch, query heads, K/V heads, head_dim, tokens a request holds, max_positions)

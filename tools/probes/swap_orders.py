@@ -1,7 +1,7 @@
 """Does one engine have one source? Every pair of single allele swaps of the seed, applied
 in both orders: how many pairs reach the same alleles yet write two different sources.
 
-    python -m tools.swap_orders      (about 1.5 minutes on one core)
+    python -m tools.probes.swap_orders      (about 1.5 minutes on one core)
 """
 import itertools
 

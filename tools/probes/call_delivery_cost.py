@@ -1,6 +1,6 @@
 """What delivering a trace call by call costs a program, in this process, per case.
 
-    python -m tools.call_delivery_cost --engine E [--rounds 9] [--cases public]
+    python -m tools.probes.call_delivery_cost --engine E [--rounds 9] [--cases public]
 
 Every variant times one pass over a case on a fresh engine (a warm-up engine alive),
 synchronised at both ends as the contract's benchmark does; the variants take turns,
@@ -75,7 +75,7 @@ def one_pass(engine, calls, host_calls, device, variant) -> float:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.call_delivery_cost", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.probes.call_delivery_cost", description=__doc__.splitlines()[0])
     parser.add_argument("--engine", type=Path, required=True)
     parser.add_argument("--model-config", type=Path, default=Path("target/model_config.json"))
     parser.add_argument("--weight-dir", type=Path, default=Path("target/weights"))

@@ -1,6 +1,6 @@
-"""Skinny matmuls on a GPU: cuBLAS against tools.skinny_matmul's kernels, microseconds a projection.
+"""Skinny matmuls on a GPU: cuBLAS against tools.probes.skinny_matmul's kernels, microseconds a projection.
 
-    python -m tools.linear_bench [--rows 1 8 64] [--configs public one_b] [--sweep] [--json OUT]
+    python -m tools.probes.linear_bench [--rows 1 8 64] [--configs public one_b] [--sweep] [--json OUT]
 
 For each projection of the public, 12-layer and 1B-class configs (q/k/v stacked, o, gate/up
 stacked, down, lm_head) and each row count: cuBLAS on `x @ w.T` and on a weight stored
@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 import triton
 
-from tools import skinny_matmul as kernels
-from tools.graph_timing import time_graph
+from tools.probes import skinny_matmul as kernels
+from tools.probes.graph_timing import time_graph
 
 CONFIGS = {  # hidden, query width, K/V width, intermediate, vocab
     "public": (768, 768, 768, 3072, 6000),

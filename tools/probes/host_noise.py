@@ -1,7 +1,7 @@
 """How steady this host is over a minute, for docs/PERF.md: what bounds the spread of a
 host-bound engine's speed between judgements.
 
-    python -m tools.host_noise [--seconds 60] [--engine seed_engine/engine.py] [--cpu N]
+    python -m tools.probes.host_noise [--seconds 60] [--engine seed_engine/engine.py] [--cpu N]
 
 In one process pinned to one core (the judge's timing core, the last, by default), in
 turn: a pure-Python loop of a few ms, and one public decode trace on a fresh engine, each
@@ -68,7 +68,7 @@ def summary(samples: list) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.host_noise", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.probes.host_noise", description=__doc__.splitlines()[0])
     parser.add_argument("--engine", type=Path, default=Path("seed_engine/engine.py"))
     parser.add_argument("--model-config", type=Path, default=Path("target/model_config.json"))
     parser.add_argument("--weight-dir", type=Path, default=Path("target/weights"))

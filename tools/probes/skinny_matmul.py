@@ -1,4 +1,4 @@
-"""Skinny matmuls (a decode step's few rows times a weight) in Triton, for tools.linear_bench:
+"""Skinny matmuls (a decode step's few rows times a weight) in Triton, for tools.probes.linear_bench:
 the kernels an allele would carry, measured before one is written.
 
 `skinny_matmul`: a program owns BLOCK_N output columns (and one of `split_k` shares of the

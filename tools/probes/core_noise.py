@@ -1,10 +1,10 @@
 """Are this host's cores slow together or apart? For docs/PERF.md: could a judge pick a
 steadier core for a host-bound engine's timed runs?
 
-    python -m tools.core_noise [--seconds 20] [--busy 1 16]
+    python -m tools.probes.core_noise [--seconds 20] [--busy 1 16]
 
 For each count in `--busy`: that many processes at once, each pinned to a core of its own
-(spread over the machine), each timing tools.host_noise's pure-Python loop over and over
+(spread over the machine), each timing tools.probes.host_noise's pure-Python loop over and over
 for `--seconds`. Printed per count: every core's median and CV; per 1-second window, the
 spread across cores (fastest core's median over the slowest's) and how much of the
 variance is shared by all cores (the window's mean moving every core alike); and whether
@@ -18,7 +18,7 @@ import os
 import statistics
 import time
 
-from tools.host_noise import python_loop
+from tools.probes.host_noise import python_loop
 
 
 def sample(core: int, seconds: float, start_at: float, out) -> None:
@@ -87,7 +87,7 @@ def measure(cores: list, seconds: float) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.core_noise", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.probes.core_noise", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--busy", type=int, nargs="+", default=[1, 16])
     args = parser.parse_args(argv)

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Issue 7 on one GPU (one device command may run 10 minutes):
-#   bash tools/gpu_issue7.sh search OUT [BUDGET]   # bash run.sh --budget BUDGET (8m), its report
-#   bash tools/gpu_issue7.sh compare OUT [ROUNDS]  # winner (or $ENGINES), fastest.txt's program
+# A search and its judge on one GPU (one device command may run 10 minutes):
+#   bash tools/gpu_search.sh search OUT [BUDGET]   # bash run.sh --budget BUDGET (8m), its report
+#   bash tools/gpu_search.sh compare OUT [ROUNDS]  # winner (or $ENGINES), fastest.txt's program
 #                                                   # and the seed, each benched in a fresh
 #                                                   # process, interleaved
-#   bash tools/gpu_issue7.sh all OUT BUDGET ROUNDS # the two, one after the other
-#   bash tools/gpu_issue7.sh judge OUT [WORKERS..]  # engine creation; the seed judged 5 times
+#   bash tools/gpu_search.sh all OUT BUDGET ROUNDS # the two, one after the other
+#   bash tools/gpu_search.sh judge OUT [WORKERS..]  # engine creation; the seed judged 5 times
 #                                                   # (its CV); judgements a minute, one by one
 #                                                   # and in groups of 4, with each worker count
 set -uo pipefail

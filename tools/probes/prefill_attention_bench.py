@@ -1,6 +1,6 @@
 """The varlen prefill attention allele alone, on a GPU: microseconds a call, per shape and tiling.
 
-    python -m tools.prefill_attention_bench [--blocks-m 16 32 64 128] [--blocks-n 16 32 64] [--stages 1 2 3]
+    python -m tools.probes.prefill_attention_bench [--blocks-m 16 32 64 128] [--blocks-n 16 32 64] [--stages 1 2 3]
 
 Each shape is a call's packed prompts as the prefill-graphs engine passes them: q, k, v
 strided views of one fused projection, and (captured calls) the prompts' starts and lengths
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from tools.graph_timing import time_graph
+from tools.probes.graph_timing import time_graph
 
 ALLELE = Path(__file__).resolve().parents[1] / "mutations" / "alleles" / "attend_prefill" / "triton_varlen.py"
 SLOTS = 16  # MAX_PREFILL_PROMPTS of the prefill-graphs engine

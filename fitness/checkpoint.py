@@ -1,0 +1,98 @@
+"""A checkpoint on disk, read into the one layout the reference computes with.
+
+Two formats come in. The contract's `model.pt` is that layout already. A Hugging Face
+directory (`model.safetensors`, or shards named by `model.safetensors.index.json`) differs
+in two ways, both undone here, once: its names carry a `model.` prefix, and its q/k rows
+(and their biases and per-head norm weights) pair dimension i with i + head_dim/2 for
+RoPE (rotate-half), where the layout pairs 2i with 2i + 1 (interleaved). Permuting the rows
+of each head gives the same rotation and the same q.k, so one interleaved RoPE serves both
+(gpt-fast's scripts/convert_hf_checkpoint.py undoes the same permutation).
+"""
+import json
+import re
+from pathlib import Path
+
+import torch
+
+from fitness.model_config import ConfigError, ModelConfig
+from target.toy_weights import weight_shapes
+
+CONTRACT_FILE = "model.pt"
+SAFETENSORS_FILE = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+# Tensors whose rows are laid out per head for RoPE: permuted from rotate-half order.
+ROTATED = re.compile(r"self_attn\.(q_proj|k_proj|q_norm|k_norm)\.")
+
+
+def checkpoint_files(weight_dir) -> list:
+    """The files the weights are read from (an index first, then its shards); ConfigError
+    naming what is missing."""
+    folder = Path(weight_dir)
+    if (folder / CONTRACT_FILE).is_file():
+        return [folder / CONTRACT_FILE]
+    if (folder / SAFETENSORS_INDEX).is_file():
+        shards = [folder / name for name in sorted(set(read_index(folder).values()))]
+        missing = [shard.name for shard in shards if not shard.is_file()]
+        if missing:
+            raise ConfigError(f"{folder / SAFETENSORS_INDEX} names shards that are not there: {', '.join(missing)}")
+        return [folder / SAFETENSORS_INDEX] + shards
+    if (folder / SAFETENSORS_FILE).is_file():
+        return [folder / SAFETENSORS_FILE]
+    raise ConfigError(f"weights not found in {folder}: expected {CONTRACT_FILE}, {SAFETENSORS_FILE} "
+                      f"or {SAFETENSORS_INDEX}")
+
+
+def read_index(folder: Path) -> dict:
+    """{tensor name: shard file name} of a sharded checkpoint."""
+    try:
+        return json.loads((folder / SAFETENSORS_INDEX).read_text())["weight_map"]
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise ConfigError(f"{folder / SAFETENSORS_INDEX} has no readable weight_map: {err!r}") from None
+
+
+def read_weights(weight_dir, head_dim: int) -> dict:
+    """Every tensor of the checkpoint (CPU, as stored), in the contract's names and layout."""
+    files = checkpoint_files(weight_dir)
+    if files[0].name == CONTRACT_FILE:
+        return torch.load(files[0], map_location="cpu", weights_only=True)
+    from safetensors.torch import load_file  # only a Hugging Face checkpoint needs it
+
+    stored = {}
+    for path in files:
+        if path.suffix == ".safetensors":
+            stored.update(load_file(path))
+    return from_hf_layout(stored, head_dim)
+
+
+def from_hf_layout(stored: dict, head_dim: int) -> dict:
+    """Hugging Face names and rotate-half rows -> the contract's names and interleaved rows."""
+    weights = {name.removeprefix("model."): tensor for name, tensor in stored.items()}
+    return {name: interleave_pairs(t, head_dim) if ROTATED.search(name) else t for name, t in weights.items()}
+
+
+def interleave_pairs(rows: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """Within each head's head_dim rows, row i + head_dim/2 moved next to row i: a
+    rotate-half tensor [heads*head_dim, ...] (or [head_dim] for a norm) -> interleaved."""
+    half = head_dim // 2
+    order = torch.arange(head_dim).view(2, half).T.reshape(-1)  # [0, half, 1, half + 1, ...]
+    per_head = rows.reshape(-1, head_dim, *rows.shape[1:])  # [heads, head_dim, ...]
+    return per_head[:, order].reshape(rows.shape)
+
+
+
+def load_checked_weights(config: ModelConfig, weight_dir) -> dict:
+    """The checkpoint in the contract's layout, every tensor checked against the config's
+    shapes; a tied head is the embedding table itself, unless the checkpoint stores a head
+    of its own anyway (transformers 5 then keeps that one)."""
+    weights = read_weights(weight_dir, config.head_dim)
+    expected = weight_shapes(config.to_dict())
+    missing = sorted(set(expected) - set(weights))
+    if missing:
+        raise ConfigError(f"{weight_dir} lacks {len(missing)} tensors, e.g. {missing[0]}")
+    for name, shape in expected.items():
+        if tuple(weights[name].shape) != shape:
+            raise ConfigError(f"{weight_dir}: {name} has shape {tuple(weights[name].shape)}, "
+                              f"the config implies {shape}")
+    if config.tie_word_embeddings:
+        weights.setdefault("lm_head.weight", weights["embed_tokens.weight"])
+    return weights

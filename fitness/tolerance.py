@@ -1,0 +1,13 @@
+"""How far a candidate's logits are from the reference's, in tolerances.
+
+The error of a call is max |s - r| / (atol + rtol * |r|): 1.0 is the evaluator's limit.
+"""
+ATOL = RTOL = 1e-2
+
+
+def error_ratio(student, reference) -> float:
+    """Worst |s - r| / (atol + rtol |r|); inf for NaN or inf in the student's logits."""
+    s, r = student.float().cpu(), reference.float().cpu()
+    ratio = (s - r).abs() / (ATOL + RTOL * r.abs())
+    worst = ratio.max().item() if ratio.numel() else 0.0
+    return float("inf") if worst != worst else worst

@@ -1,0 +1,118 @@
+"""Serve an engine file behind the OpenAI API.
+
+    python -m serve --engine workspace/engine.py --model-config C --weight-dir W
+                    [--tokenizer DIR] [--host 127.0.0.1] [--port 8000] [--device auto]
+
+The tokenizer is `--tokenizer`, else the weight folder's own (tokenizer.json beside the
+weights), else the repository's toy tokenizer of the model's vocab_size, generated when
+missing. Prints `serving http://HOST:PORT` once it answers requests.
+"""
+import argparse
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+import torch
+import uvicorn
+
+from fitness.model_config import ModelConfig
+from serve.app import build_app
+from serve.llm_engine import LLMEngine
+from serve.model_runner import ModelRunner, load_engine
+from serve.scheduler import Scheduler, SchedulerConfig
+from serve.serving import ServedModel
+from serve.tokenizer import Tokenizer
+from target import toy_tokenizer
+
+log = logging.getLogger("serve")
+DEFAULTS = SchedulerConfig()
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", type=Path, required=True)
+    parser.add_argument("--model-config", type=Path, required=True)
+    parser.add_argument("--weight-dir", type=Path, required=True)
+    parser.add_argument("--tokenizer", type=Path)
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000, help="0: any free port")
+    parser.add_argument("--served-model-name", help="default: the config's model_type")
+    parser.add_argument("--max-model-len", type=int, help="default: max_position_embeddings")
+    parser.add_argument("--max-num-seqs", type=int, default=DEFAULTS.max_num_seqs)
+    parser.add_argument("--max-num-kv-tokens", type=int,
+                        help="default: on CUDA what --kv-memory-fraction of the free memory "
+                             "holds; on CPU max-num-seqs full contexts")
+    parser.add_argument("--kv-memory-fraction", type=float, default=0.5)
+    parser.add_argument("--max-num-prefill-tokens", type=int, default=DEFAULTS.max_num_prefill_tokens)
+    parser.add_argument("--max-num-waiting", type=int, default=DEFAULTS.max_num_waiting)
+    parser.add_argument("--log-level", default="warning")
+    return parser.parse_args(argv)
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def tokenizer_dir(args) -> Path:
+    if args.tokenizer:
+        return args.tokenizer
+    if (args.weight_dir / "tokenizer.json").exists():
+        return args.weight_dir
+    return toy_tokenizer.ensure(args.model_config)
+
+
+def max_num_kv_tokens(args, config: ModelConfig, device: str, max_model_len: int) -> int:
+    """How many tokens' K/V the engine may hold at once: admission never reserves more."""
+    if args.max_num_kv_tokens:
+        return args.max_num_kv_tokens
+    if not device.startswith("cuda"):
+        return args.max_num_seqs * max_model_len
+    element_size = torch.finfo(config.compute_dtype(device)).bits // 8
+    bytes_per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * element_size
+    free_bytes, _ = torch.cuda.mem_get_info()
+    return int(free_bytes * args.kv_memory_fraction) // bytes_per_token
+
+
+def build(args) -> tuple:
+    """(the LLMEngine, the ServedModel), the engine made and warmed up."""
+    device = resolve_device(args.device)
+    config = ModelConfig.load(args.model_config)
+    max_model_len = args.max_model_len or config.max_position_embeddings
+    engine = load_engine(args.engine, args.model_config, args.weight_dir, device)
+    runner = ModelRunner(engine, device)
+    runner.warm_up()
+    scheduler = Scheduler(SchedulerConfig(
+        max_num_seqs=args.max_num_seqs,
+        max_num_kv_tokens=max_num_kv_tokens(args, config, device, max_model_len),
+        max_num_prefill_tokens=args.max_num_prefill_tokens,
+        max_num_waiting=args.max_num_waiting))
+    llm = LLMEngine(runner, scheduler, Tokenizer(tokenizer_dir(args)))
+    name = args.served_model_name or json.loads(args.model_config.read_text()).get("model_type", "model")
+    return llm, ServedModel(name=name, vocab_size=config.vocab_size, max_model_len=max_model_len)
+
+
+class AnnouncingServer(uvicorn.Server):
+    """Says where it serves once it listens (with --port 0, the port it was given)."""
+
+    async def startup(self, sockets=None):
+        await super().startup(sockets)
+        if self.started:
+            host, port = self.servers[0].sockets[0].getsockname()[:2]
+            print(f"serving http://{host}:{port}", flush=True)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper())
+    llm, model = build(args)
+    config = uvicorn.Config(build_app(llm, model), host=args.host, port=args.port,
+                            log_level=args.log_level)
+    asyncio.run(AnnouncingServer(config).serve())
+
+
+if __name__ == "__main__":
+    main()

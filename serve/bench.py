@@ -1,0 +1,233 @@
+"""Load generator: what a user of the server feels, level by level of concurrency.
+
+    python -m serve.bench --base-url http://127.0.0.1:8000 [--concurrency 1,2,4,8,16,32,64]
+        [--num-requests 64] [--input-len 1024] [--output-len 1024] [--burst 300] [--out DIR]
+
+Each level sends `--num-requests` streamed completions, at most `--concurrency` at a
+time, each a prompt of random token ids (drawn now, from a seeded RNG) asking for exactly
+`--output-len` tokens (ignore_eos); then `--burst` requests all at once. Per level:
+total and output tokens/s, output tokens counted by re-tokenizing the text that came
+back (as vLLM's benchmark_serving does) beside what the server's usage said, time to
+first token, time per output token (by both counts), inter-token latency (p50, p99),
+failures. Writes DIR/bench.json and DIR/bench.png.
+"""
+import argparse
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from serve.tokenizer import Tokenizer
+from target import toy_tokenizer
+
+HERE = Path(__file__).resolve().parent
+# How much each level of the sweep counts in its one score: high concurrency most.
+LEVEL_WEIGHTS = {1: 1, 2: 1, 4: 2, 8: 2, 16: 4, 32: 4, 64: 8}
+
+
+@dataclass
+class RequestResult:
+    ok: bool = False
+    error: str = ""
+    text: str = ""
+    latency: float = 0.0  # s, from sending to the last chunk
+    ttft: float = 0.0  # s, to the first chunk with text
+    chunk_gaps: list = field(default_factory=list)  # s between chunks with text
+    usage_prompt_tokens: int = 0
+    usage_output_tokens: int = 0
+
+
+async def send(http, model: str, prompt: list, output_len: int) -> RequestResult:
+    result = RequestResult()
+    body = {"model": model, "prompt": prompt, "max_tokens": output_len, "temperature": 0.0,
+            "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
+    start = last = time.perf_counter()
+    try:
+        async with http.stream("POST", "/v1/completions", json=body) as response:
+            if response.status_code != 200:
+                raise RuntimeError(f"{response.status_code}: {(await response.aread()).decode()[:200]}")
+            async for chunk in server_sent_events(response):
+                last = take_chunk(result, chunk, start, last)
+        result.latency = last - start
+        result.ok = True
+    except Exception as error:  # a failure is a result to count, not a reason to stop
+        result.error = f"{type(error).__name__}: {error}"
+    return result
+
+
+async def server_sent_events(response):
+    """The JSON payload of each `data:` event, until [DONE]."""
+    async for line in response.aiter_lines():
+        if not line.startswith("data: "):
+            continue
+        if line == "data: [DONE]":
+            return
+        chunk = json.loads(line[len("data: "):])
+        if "error" in chunk:
+            raise RuntimeError(chunk["error"]["message"])
+        yield chunk
+
+
+def take_chunk(result: RequestResult, chunk: dict, start: float, last: float) -> float:
+    """Record one chunk's text or usage; the time of the latest chunk with text."""
+    if chunk.get("usage"):
+        result.usage_prompt_tokens = chunk["usage"]["prompt_tokens"]
+        result.usage_output_tokens = chunk["usage"]["completion_tokens"]
+    text = chunk["choices"][0]["text"] if chunk["choices"] else ""
+    if not text:
+        return last
+    now = time.perf_counter()
+    if result.text:
+        result.chunk_gaps.append(now - last)
+    else:
+        result.ttft = now - start
+    result.text += text
+    return now
+
+
+async def run_level(http, model, prompts, concurrency: int, output_len: int) -> tuple:
+    """(results, seconds) of every prompt sent, at most `concurrency` in flight."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(prompt):
+        async with gate:
+            return await send(http, model, prompt, output_len)
+
+    start = time.perf_counter()
+    results = await asyncio.gather(*(one(p) for p in prompts))
+    return results, time.perf_counter() - start
+
+
+def percentiles(values: list, scale: float = 1e3) -> dict:
+    """p50 and p99 in ms (of values in s); None when there is nothing to measure."""
+    if not values:
+        return {"p50": None, "p99": None}
+    p50, p99 = np.percentile(values, [50, 99]) * scale
+    return {"p50": round(float(p50), 3), "p99": round(float(p99), 3)}
+
+
+def summarize(results: list, seconds: float, concurrency: int, tokenizer: Tokenizer) -> dict:
+    done = [r for r in results if r.ok]
+    output_tokens = [len(tokenizer.encode(r.text, add_special_tokens=False)) for r in done]
+    prompt_tokens = sum(r.usage_prompt_tokens for r in done)
+    time_per_output_token = [(r.latency - r.ttft) / (n - 1) for r, n in zip(done, output_tokens) if n > 1]
+    # The same by the server's count, which is the engine's decode steps: re-tokenized
+    # random tokens often merge into fewer.
+    time_per_step = [(r.latency - r.ttft) / (r.usage_output_tokens - 1) for r in done
+                     if r.usage_output_tokens > 1]
+    return {
+        "concurrency": concurrency, "requests": len(results), "completed": len(done),
+        "failed": len(results) - len(done), "errors": sorted({r.error for r in results if not r.ok})[:5],
+        "seconds": round(seconds, 3),
+        "output_tokens": sum(output_tokens), "usage_output_tokens": sum(r.usage_output_tokens for r in done),
+        "usage_prompt_tokens": prompt_tokens,
+        "output_tokens_per_s": round(sum(output_tokens) / seconds, 2),
+        "total_tokens_per_s": round((prompt_tokens + sum(output_tokens)) / seconds, 2),
+        "ttft_ms": percentiles([r.ttft for r in done]),
+        "tpot_ms": percentiles(time_per_output_token),
+        "tpot_by_usage_ms": percentiles(time_per_step),
+        "itl_ms": percentiles([gap for r in done for gap in r.chunk_gaps]),
+    }
+
+
+def random_prompts(tokenizer: Tokenizer, count: int, length: int, rng: random.Random) -> list:
+    special = set(tokenizer.backend.get_added_tokens_decoder())
+    ordinary = [t for t in range(tokenizer.vocab_size) if t not in special]
+    return [rng.choices(ordinary, k=length) for _ in range(count)]
+
+
+def weighted_score(levels: list) -> float:
+    """Output tokens/s over the sweep's levels, weighted by LEVEL_WEIGHTS."""
+    scored = [(LEVEL_WEIGHTS[lv["concurrency"]], lv["output_tokens_per_s"]) for lv in levels
+              if lv["concurrency"] in LEVEL_WEIGHTS]
+    total = sum(w for w, _ in scored)
+    return round(sum(w * tps for w, tps in scored) / total, 2) if total else None
+
+
+async def bench(args, tokenizer: Tokenizer) -> dict:
+    # No pool limit: a level's requests must all be in flight at once (300 in the burst).
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(base_url=args.base_url, timeout=args.timeout, limits=limits) as http:
+        model = args.model or (await http.get("/v1/models")).json()["data"][0]["id"]
+        rng = random.Random(args.seed)
+        report = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+                  "model": model, "sweep": []}
+        for concurrency in args.concurrency:
+            prompts = random_prompts(tokenizer, args.num_requests, args.input_len, rng)
+            report["sweep"].append(await measure(http, model, prompts, concurrency, args, tokenizer))
+        report["weighted_output_tokens_per_s"] = weighted_score(report["sweep"])
+        if args.burst:
+            prompts = random_prompts(tokenizer, args.burst, args.input_len, rng)
+            report["burst"] = await measure(http, model, prompts, args.burst, args, tokenizer)
+    return report
+
+
+async def measure(http, model, prompts, concurrency, args, tokenizer) -> dict:
+    results, seconds = await run_level(http, model, prompts, concurrency, args.output_len)
+    level = summarize(results, seconds, concurrency, tokenizer)
+    print(json.dumps(level), flush=True)
+    return level
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    levels = report["sweep"]
+    x = [lv["concurrency"] for lv in levels]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    axes[0].plot(x, [lv["output_tokens_per_s"] for lv in levels], "o-", label="output")
+    axes[0].plot(x, [lv["total_tokens_per_s"] for lv in levels], "s--", label="total")
+    axes[0].set(title="tokens/s", ylabel="tokens/s")
+    for ax, key in ((axes[1], "ttft_ms"), (axes[2], "tpot_ms")):
+        for p in ("p50", "p99"):
+            ax.plot(x, [lv[key][p] for lv in levels], "o-", label=p)
+        ax.set(title=key.replace("_ms", "").upper(), ylabel="ms")
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(x, [str(c) for c in x])
+        ax.minorticks_off()
+        ax.set_xlabel("concurrency")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base-url", required=True)
+    parser.add_argument("--model", help="default: the first the server lists")
+    parser.add_argument("--tokenizer", type=Path,
+                        help="the model's tokenizer folder (default: the toy tokenizer of --model-config)")
+    parser.add_argument("--model-config", type=Path, default=HERE.parent / "target" / "model_config.json")
+    parser.add_argument("--concurrency", type=lambda s: [int(c) for c in s.split(",")],
+                        default=list(LEVEL_WEIGHTS))
+    parser.add_argument("--num-requests", type=int, default=64, help="per level")
+    parser.add_argument("--input-len", type=int, default=1024)
+    parser.add_argument("--output-len", type=int, default=1024)
+    parser.add_argument("--burst", type=int, default=300, help="requests sent at once after the sweep; 0: none")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=3600.0, help="s, per request")
+    parser.add_argument("--out", type=Path, default=Path("serve_bench"))
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    tokenizer = Tokenizer(args.tokenizer or toy_tokenizer.ensure(args.model_config))
+    report = asyncio.run(bench(args, tokenizer))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "bench.json").write_text(json.dumps(report, indent=2))
+    plot(report, args.out / "bench.png")
+    print(f"wrote {args.out / 'bench.json'} and {args.out / 'bench.png'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""Random Hugging Face checkpoints of real shapes, made here (the machines reach no model
+hub): config.json spelled as the Hub's checkpoints spell it (`torch_dtype`, `rope_theta`,
+`rope_scaling`) and bf16 safetensors under Hugging Face's names, sharded with an index
+past MAX_SHARD_BYTES, as `save_pretrained` does.
+
+    python -m target.hf_checkpoints OUT [--only NAME ...] [--seed N]
+
+writes OUT/NAME/ for each of
+  llama_3_2_1b  Llama-3.2-1B's shape: hidden 2048, 16 layers, 32 / 8 heads of 64,
+                intermediate 8192, vocab 128256, tied, llama3 RoPE scaling (2.5 GB, two shards)
+  qwen3_0_6b    Qwen3-0.6B's shape: hidden 1024, 28 layers, 16 / 8 heads of 128 (not
+                1024 / 16), intermediate 3072, vocab 151936, tied, q/k norms (1.2 GB)
+  tiny_qwen3    a Qwen3-style model small enough for `bash run.sh --model` on a CPU
+
+Every matrix is drawn with std 1/sqrt(fan_in) and every norm weight (q/k norms too) as
+1 + N(0, 1/16): logits of order 1, where the gate sees a fault (the families' own 0.02
+init leaves them near zero), and norm weights that differ per dimension, so that one read
+in the wrong order shows. Then, for instance: bash run.sh --model OUT/tiny_qwen3
+"""
+import argparse
+import json
+import math
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from fitness.model_config import ModelConfig
+from target.toy_weights import weight_shapes
+
+MAX_SHARD_BYTES = 2 * 1024 ** 3
+LLAMA_3_2_1B = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": "bfloat16",
+    "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 128256, "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": True, "attention_bias": False,
+    "mlp_bias": False, "hidden_act": "silu", "bos_token_id": 128000, "eos_token_id": 128001,
+    "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192},
+}
+QWEN3_0_6B = {
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "torch_dtype": "bfloat16",
+    "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16,
+    "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960,
+    "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_scaling": None, "tie_word_embeddings": True,
+    "attention_bias": False, "use_sliding_window": False, "hidden_act": "silu", "bos_token_id": 151643,
+    "eos_token_id": 151645,
+}
+# Head_dim 64 over 4 heads of a hidden 128: explicit, as Qwen3's is; a max_position_embeddings
+# of 512 keeps the gate's longest prompt (min(max_position_embeddings, 1500)) cheap on a CPU.
+TINY_QWEN3 = {**QWEN3_0_6B, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 512,
+              "max_position_embeddings": 512, "bos_token_id": 0, "eos_token_id": 1}
+CHECKPOINTS = {"llama_3_2_1b": LLAMA_3_2_1B, "qwen3_0_6b": QWEN3_0_6B, "tiny_qwen3": TINY_QWEN3}
+
+
+def hf_name(name: str) -> str:
+    """The contract's tensor name as a Hugging Face checkpoint stores it."""
+    return name if name == "lm_head.weight" else "model." + name
+
+
+def random_tensors(config: dict, seed: int) -> dict:
+    """{Hugging Face name: bf16 tensor} for every tensor the config implies."""
+    generator = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for name, shape in weight_shapes(ModelConfig.from_dict(config).to_dict()).items():
+        if len(shape) == 1:
+            drawn = 1 + torch.randn(shape, generator=generator) / 4
+        else:
+            drawn = torch.randn(shape, generator=generator) / math.sqrt(shape[1])
+        tensors[hf_name(name)] = drawn.to(torch.bfloat16)
+    return tensors
+
+
+def shards(tensors: dict) -> list:
+    """Consecutive groups of tensors of at most MAX_SHARD_BYTES each (one tensor may exceed it)."""
+    groups, size = [{}], 0
+    for name, tensor in tensors.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if groups[-1] and size + nbytes > MAX_SHARD_BYTES:
+            groups.append({})
+            size = 0
+        groups[-1][name] = tensor
+        size += nbytes
+    return groups
+
+
+def write(out: Path, name: str, seed: int = 0) -> Path:
+    """OUT/name: its config.json and safetensors; the directory."""
+    config = CHECKPOINTS[name]
+    folder = Path(out) / name
+    folder.mkdir(parents=True, exist_ok=True)
+    groups = shards(random_tensors(config, seed))
+    if len(groups) == 1:
+        save_file(groups[0], folder / "model.safetensors", metadata={"format": "pt"})
+    else:
+        weight_map = {}
+        for i, group in enumerate(groups, start=1):
+            file = f"model-{i:05d}-of-{len(groups):05d}.safetensors"
+            save_file(group, folder / file, metadata={"format": "pt"})
+            weight_map.update(dict.fromkeys(group, file))
+        total = sum(t.numel() * t.element_size() for group in groups for t in group.values())
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return folder
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--only", choices=sorted(CHECKPOINTS), action="append")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    for name in args.only or CHECKPOINTS:
+        print(write(args.out, name, args.seed))
+
+
+if __name__ == "__main__":
+    main()

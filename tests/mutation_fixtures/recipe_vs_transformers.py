@@ -1,0 +1,37 @@
+"""The fastest recipe's program against transformers on a CPU, its Triton kernels through
+Triton's interpreter (a fresh process: TRITON_INTERPRET must be set before triton is imported).
+
+    TRITON_INTERPRET=1 python tests/mutation_fixtures/recipe_vs_transformers.py FAMILY...
+
+For each family, a random bf16 checkpoint saved by transformers (tests/test_hf.py); prints
+"ok FAMILY" once the program's prefill and decode logits match transformers' own.
+"""
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+assert os.environ.get("TRITON_INTERPRET") == "1", "set TRITON_INTERPRET=1"
+
+import torch  # noqa: E402
+
+from fitness.loader import load_engine_module  # noqa: E402
+from mutations import recipe  # noqa: E402
+from tests.test_hf import assert_engine_matches, make_checkpoint  # noqa: E402
+
+
+def main(families) -> int:
+    torch.set_num_threads(1)
+    root = Path(tempfile.mkdtemp())
+    program = root / "fastest.py"
+    program.write_text(recipe.apply(recipe.parse((REPO / "mutations" / "recipes" / "fastest.txt").read_text())))
+    for family in families:
+        assert_engine_matches(load_engine_module(program), make_checkpoint(root / family, family, torch.bfloat16))
+        print("ok", family, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,168 @@
+"""The server's parts on their own: toy tokenizer, stream decoding, stop strings, sampling,
+the scheduler's admission, the app over an engine that breaks, and the offline yardstick."""
+import asyncio
+import json
+import random
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from serve.app import build_app
+from serve.llm_engine import LLMEngine
+from serve.model_runner import ModelRunner
+from serve.sampling import SamplingParams, make_generator, sample
+from serve.scheduler import QueueFull, Scheduler, SchedulerConfig
+from serve.sequence import Sequence, SequenceOutput, Status
+from serve.serving import RequestError, ServedModel, merged
+from serve.tokenizer import StreamDecoder, Tokenizer
+from target import toy_tokenizer
+from tests.conftest import REPO, SEED_ENGINE
+from tools import serve_offline
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    return Tokenizer(toy_tokenizer.write(512, tmp_path_factory.mktemp("tokenizer")))
+
+
+def test_the_toy_tokenizer_has_the_targets_vocab_size_and_is_the_same_every_time(tmp_path):
+    vocab_size = json.loads((REPO / "target" / "model_config.json").read_text())["vocab_size"]
+    first = toy_tokenizer.write(vocab_size, tmp_path / "a")
+    second = toy_tokenizer.write(vocab_size, tmp_path / "b")
+    assert Tokenizer(first).vocab_size == vocab_size
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        assert (first / name).read_bytes() == (second / name).read_bytes()
+
+
+def test_the_chat_template_renders_the_messages_and_a_generation_prompt(tokenizer):
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": "hi there"}])
+    text = tokenizer.backend.decode(ids, skip_special_tokens=False)
+    assert text == "<|im_start|>user\nhi there<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_streamed_text_adds_up_to_the_whole_decode(tokenizer):
+    # Random ids split characters across tokens: what is handed out must still add up.
+    rng = random.Random(0)
+    ids = [rng.randrange(3, 512) for _ in range(200)]
+    decoder = StreamDecoder(tokenizer)
+    pieces = [decoder.step(ids[:n], is_last=n == len(ids)) for n in range(1, len(ids) + 1)]
+    assert "".join(pieces) == tokenizer.decode(ids)
+
+
+def sequence(tokenizer, **params):
+    return Sequence([1, 2, 3], SamplingParams(**params), tokenizer, asyncio.Queue())
+
+
+def test_a_stop_string_ends_the_sequence_and_is_never_handed_out(tokenizer):
+    ids = tokenizer.encode(" bada kiro sofu bise")
+    seq = sequence(tokenizer, max_tokens=50, stop=("kiro",))
+    sent = "".join(seq.append(t).text for t in ids if not seq.finish_reason)
+    assert seq.finish_reason == "stop"
+    assert sent == seq.text == " bada "
+
+
+def test_max_tokens_ends_the_sequence_with_length(tokenizer):
+    seq = sequence(tokenizer, max_tokens=2, ignore_eos=True)
+    reasons = [seq.append(t).finish_reason for t in (tokenizer.eos_token_id, 40)]
+    assert reasons == [None, "length"]
+
+
+def test_outputs_that_piled_up_go_out_as_one_per_sequence():
+    pending = [SequenceOutput(0, "ba", [1], None), SequenceOutput(1, "ki", [2], None),
+               SequenceOutput(0, "da", [3], "length")]
+    assert merged(pending) == [SequenceOutput(0, "bada", [1, 3], "length"),
+                               SequenceOutput(1, "ki", [2], None)]
+    with pytest.raises(RequestError):
+        merged(pending + [RuntimeError("the engine failed")])
+
+
+def test_sampling_is_greedy_at_temperature_zero_and_with_top_k_one():
+    logits = torch.randn(4, 100)
+    params = [SamplingParams(temperature=0.0), SamplingParams(temperature=1.5, top_k=1),
+              SamplingParams(temperature=0.0), SamplingParams(top_p=1e-6)]
+    assert sample(logits, params, [None] * 4).tolist() == logits.argmax(-1).tolist()
+
+
+def test_a_seeded_row_draws_the_same_tokens_whatever_its_neighbours():
+    params = SamplingParams(temperature=1.0, seed=7)
+    logits = torch.randn(3, 1000)
+    alone = [sample(logits[:1], [params], [make_generator(params, "cpu")]).item() for _ in range(2)]
+    generators = [make_generator(params, "cpu"), None, None]
+    batched = sample(logits, [params, SamplingParams(), SamplingParams()], generators)
+    assert alone[0] == alone[1] == batched[0].item()
+
+
+def test_top_p_keeps_only_the_smallest_set_reaching_p():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    params = [SamplingParams(top_p=0.7)]
+    drawn = {sample(logits, params, [None]).item() for _ in range(200)}
+    assert drawn == {0, 1}
+
+
+def waiting_seqs(count, prompt_len=10, max_tokens=10):
+    return [Sequence([1] * prompt_len, SamplingParams(max_tokens=max_tokens), None, None)
+            for _ in range(count)]
+
+
+def test_admission_stops_at_the_running_limit_and_at_the_kv_budget():
+    scheduler = Scheduler(SchedulerConfig(max_num_seqs=3, max_num_kv_tokens=50, max_num_waiting=10))
+    scheduler.add(waiting_seqs(5))  # 20 K/V rows each: two fit in 50
+    assert len(scheduler.schedule().prefill) == 2
+    assert len(scheduler.schedule().prefill) == 0
+    scheduler.finish(scheduler.running[0])
+    batch = scheduler.schedule()
+    assert len(batch.prefill) == 1 and len(batch.decode) == 1 and len(batch.remove) == 1
+
+
+def test_a_step_prefills_prompts_up_to_its_token_limit_and_always_one():
+    scheduler = Scheduler(SchedulerConfig(max_num_prefill_tokens=25))
+    scheduler.add(waiting_seqs(1, prompt_len=40) + waiting_seqs(3))
+    assert [len(scheduler.schedule().prefill) for _ in range(3)] == [1, 2, 1]
+
+
+def test_a_full_waiting_queue_refuses_a_whole_request_and_a_cancelled_one_leaves_it():
+    scheduler = Scheduler(SchedulerConfig(max_num_waiting=3))
+    first = waiting_seqs(2)
+    scheduler.add(first)
+    with pytest.raises(QueueFull):
+        scheduler.add(waiting_seqs(2))
+    assert len(scheduler.waiting) == 2
+    scheduler.finish(first[0])
+    assert first[0].status is Status.FINISHED and len(scheduler.waiting) == 1
+    assert not scheduler.to_remove  # it never reached the engine
+
+
+class BrokenEngine:
+    """Prefills, then fails at its first decode, as a faulty engine file might."""
+
+    def prefill(self, request_ids, input_ids):
+        return torch.zeros(len(request_ids), 512)
+
+    def decode(self, request_ids, token_ids):
+        raise RuntimeError("the engine broke")
+
+    def remove(self, request_ids):
+        pass
+
+
+def test_an_engine_that_fails_fails_its_requests_with_500_and_the_health_check(tokenizer):
+    llm = LLMEngine(ModelRunner(BrokenEngine(), "cpu"), Scheduler(SchedulerConfig()), tokenizer)
+    app = build_app(llm, ServedModel(name="broken", vocab_size=512, max_model_len=64))
+    with TestClient(app) as http:
+        assert http.get("/health").status_code == 200
+        response = http.post("/v1/completions", json={"model": "broken", "prompt": [5], "max_tokens": 4})
+        assert response.status_code == 500 and "the engine broke" in response.json()["error"]["message"]
+        assert http.get("/health").status_code == 503
+        later = http.post("/v1/completions", json={"model": "broken", "prompt": [5]})
+        assert later.status_code == 503
+
+
+def test_the_offline_yardstick_measures_the_engine_alone(small_target, capsys):
+    config, weights = small_target
+    serve_offline.main(["--engine", str(SEED_ENGINE), "--model-config", str(config),
+                        "--weight-dir", str(weights), "--device", "cpu", "--num-requests", "3",
+                        "--input-len", "8", "--output-len", "4", "--repeats", "2"])
+    result = json.loads(capsys.readouterr().out)
+    assert result["batch_output_tokens_per_s"] > 0
+    assert result["prefill_ms"] > 0 and result["decode_step_ms"] > 0

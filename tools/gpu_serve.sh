@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The server on one GPU: the recipe's program (fastest.txt) served on the 1B-class config and
+# measured by serve.bench, beside the same engine offline (tools.serve_offline).
+# One device command may run 10 minutes, so the sweep can go in parts:
+#   bash tools/gpu_serve.sh OUT                         # offline, levels 1..64, the 300-burst
+#   LEVELS=1,2,4 BURST=0 OFFLINE=0 CHECK=0 bash tools/gpu_serve.sh OUT   # a part of it
+# It also checks greedy outputs against the reference (tools.serve_greedy_check; CHECK=0: not).
+# $ENGINE serves another file; $CONFIG another of target.targets (default one_b);
+# $BENCH_FLAGS go to serve.bench (e.g. "--num-requests 16").
+# The GPU image lacks the server's libraries: carry them in .whl (device README) beside deap
+# and libcst, as tested here: fastapi 0.165.0, starlette 1.10.0, uvicorn 0.54.0,
+# httptools 0.9.0, pydantic 2.13.4, pydantic-core 2.46.4, annotated-types 0.7.0,
+# typing-inspection 0.4.2, opentelemetry-api and its importlib-metadata (fastapi needs them);
+# httpx, anyio, h11, click, jinja2, tokenizers and annotated-doc are there.
+set -uo pipefail
+out=$1; mkdir -p "$out"
+source tools/gpu_env.sh
+engine=${ENGINE:-/tmp/fastest.py}
+[[ -n "${ENGINE:-}" ]] || python3 -m mutations recipe mutations/recipes/fastest.txt -o "$engine" > /dev/null || exit 1
+config=$(python3 -m target.targets /tmp/targets --only "${CONFIG:-one_b}") || exit 1
+target=(--model-config "$config" --weight-dir "$(dirname "$config")/weights")
+
+if [[ "${OFFLINE:-1}" == 1 ]]; then
+    python3 -m tools.serve_offline --engine "$engine" "${target[@]}" | tee "$out/offline.json"
+fi
+
+python3 -m serve --engine "$engine" "${target[@]}" --port 0 > "$out/server.out" 2> "$out/server.log" &
+server=$!
+trap 'kill $server 2>/dev/null' EXIT
+for _ in $(seq 300); do
+    url=$(awk '/^serving /{print $2}' "$out/server.out")
+    [[ -n "$url" ]] && break
+    kill -0 $server 2>/dev/null || { echo "the server died:"; tail -20 "$out/server.log"; exit 1; }
+    sleep 1
+done
+[[ -n "$url" ]] || { echo "the server did not start in 300 s"; exit 1; }
+echo "serving $url"
+if [[ "${CHECK:-1}" == 1 ]]; then  # greedy outputs against the reference's, 32 at once
+    python3 -m tools.serve_greedy_check --base-url "$url" "${target[@]}" | tee "$out/greedy_check.json"
+fi
+python3 -m serve.bench --base-url "$url" --model-config "$config" --out "$out" \
+    --concurrency "${LEVELS:-1,2,4,8,16,32,64}" --burst "${BURST:-300}" ${BENCH_FLAGS:-}

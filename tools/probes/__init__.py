@@ -1,0 +1,12 @@
+"""One-off measurements whose figures are cited in docs/PERF.md or beside the code they
+justified (a kernel's block sizes, the judge's cost per call, the host's noise): kept so a
+figure can be measured again, not run by any driver.
+
+    python -m tools.probes.decode_attention_bench   split-KV decode attention's tiles (GPU)
+    python -m tools.probes.prefill_attention_bench  varlen prefill attention's blocks (GPU)
+    python -m tools.probes.linear_bench             skinny matmuls: cuBLAS against skinny_matmul's kernels (GPU)
+    python -m tools.probes.call_delivery_cost       what delivering a trace call by call costs a program (GPU)
+    python -m tools.probes.host_profile             where a case's host time goes (GPU)
+    python -m tools.probes.host_noise, core_noise   how noisy the host's cores are
+    python -m tools.probes.swap_orders              pairs of swaps in both orders: one engine, one source?
+"""
