@@ -6,7 +6,8 @@ import pytest
 
 from evolve.__main__ import build_parser
 from fitness.cases import select_cases
-from fitness.model_config import ModelConfig, load_checked_weights
+from fitness.checkpoint import load_checked_weights
+from fitness.model_config import ModelConfig
 from target import targets
 from tests.conftest import REPO, SMALL_CONFIG
 
