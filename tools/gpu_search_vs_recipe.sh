@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A search on one GPU, then its winner against the recipe's program (fastest.txt) on the same
 # target, per case. One device command may run 10 minutes, so a longer search goes over
-# several: each `search` call runs until the search ends or 570 s pass (then it is stopped,
+# several: each `search` call runs until the search ends or 540 s pass (then it is stopped,
 # and the next call resumes it, on the same warm machine).
 #   bash tools/gpu_search_vs_recipe.sh search OUT [TARGET] [run.sh flags ...]
 #       # bash run.sh [--target TARGET] FLAGS (TARGET "public": the repository's own model),
@@ -21,7 +21,7 @@ search() {
   local start=$(date +%s) run_dir status
   run_dir=$(cat "$out/run_dir" 2>/dev/null)
   # Resuming, the target's flags are given again: run.sh's default config would win otherwise.
-  timeout -s TERM 570 bash run.sh ${run_dir:+--resume "$run_dir"} "${target_args[@]}" "$@" >> "$out/run_sh.log" 2>&1
+  timeout -s TERM 540 bash run.sh ${run_dir:+--resume "$run_dir"} "${target_args[@]}" "$@" >> "$out/run_sh.log" 2>&1
   status=$?
   echo "run.sh exit $status after $(( $(date +%s) - start )) s"
   grep -oE "run dir [^ ]+" "$out/run_sh.log" | tail -1 | cut -d' ' -f3 > "$out/run_dir"
