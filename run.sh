@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The main job: set up, find the target, evolve, leave workspace/engine.py and results.log.
 #
-#   bash run.sh [--model DIR] [--budget 10m] [any other `python -m evolve run` flag ...]
+#   bash run.sh [--model DIR | --target NAME] [--budget 10m] [any other `python -m evolve run` flag ...]
 #
 # --model DIR: a Hugging Face model directory (config.json and safetensors, one file or
 # sharded; Llama, Qwen2 or Qwen3) instead of the contract's model_config.json and weights.
+# --target NAME: one of the repository's other targets (target/targets.py: twelve_layer,
+# one_b, bf16, long_prompts), its config and toy weights made under targets/NAME when missing.
 #
 # The budget covers the search and the final re-measure. Left out, it is the device's
 # default (evolve/config.py: 20m on a GPU, which keeps all of run.sh under 30 minutes on
@@ -30,14 +32,16 @@ if ((${#missing[@]})); then
     "$PYTHON" -m pip install -q "${missing[@]}" || { log "could not install ${missing[*]}"; exit 1; }
 fi
 
-# 2. The target: --model's directory, else the evaluator's when it is there, else the
-# repository's toy model.
-model_dir="" passed=()
+# 2. The target: --model's directory, else --target's, else the evaluator's when it is
+# there, else the repository's toy model.
+model_dir="" target_name="" passed=()
 while (($#)); do
     case "$1" in
         --model) [[ $# -ge 2 ]] || { log "--model needs a directory"; exit 2; }
                  model_dir="$2"; shift 2 ;;
         --model=*) model_dir="${1#--model=}"; shift ;;
+        --target) [[ $# -ge 2 ]] || { log "--target needs a name"; exit 2; }
+                  target_name="$2"; shift 2 ;;
         *) passed+=("$1"); shift ;;
     esac
 done
@@ -56,9 +60,16 @@ if [[ "$weights" == target/weights && ! -f "$weights/model.pt" ]]; then
     "$PYTHON" -m target.toy_weights --config "$config" --output "$weights/model.pt" || exit 1
 fi
 
+[[ -n "$model_dir" && -n "$target_name" ]] && { log "--model and --target name two targets: give one"; exit 2; }
+target_flags=()  # its config, weights and the flags it needs, after the defaults: they win
+if [[ -n "$target_name" ]]; then
+    mapfile -t target_flags < <("$PYTHON" -m target.targets --run-flags "$target_name")
+    ((${#target_flags[@]})) || { log "could not make target $target_name"; exit 2; }
+fi
+
 # 3. The search.
 workspace="${EVOLVE_WORKSPACE:-workspace}"
-args=(--model-config "$config" --weight-dir "$weights" --workspace "$workspace"
+args=(--model-config "$config" --weight-dir "$weights" "${target_flags[@]}" --workspace "$workspace"
       --history "${EVOLVE_HISTORY:-history.csv}" --runs-dir "${EVOLVE_RUNS_DIR:-runs}")
 [[ -n "${EVOLVE_BUDGET:-}" ]] && args+=(--budget "$EVOLVE_BUDGET")
 log "python -m evolve run ${args[*]} ${passed[*]}"

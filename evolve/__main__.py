@@ -2,7 +2,8 @@
 
     python -m evolve run --model-config C --weight-dir W [--budget 10m] [--population N]
         [--generations N] [--workers N] [--device auto|cpu|cuda] [--seed-from PATH ...]
-        [--resume RUN_DIR] [--nsga2] [--runs-dir runs] [--workspace workspace]
+        [--from-seed-only] [--library DIR] [--library-top N] [--resume RUN_DIR] [--nsga2]
+        [--runs-dir runs] [--workspace workspace]
         [--history history.csv] [--bench B] [--screen-bench B] [--rounds N] [--max-rounds N] [--no-derived]
         [--margin X] [--timeout 10m] [--final-top N] [--final-rounds N] [--rng-seed N]
     python -m evolve report [history.csv] [--out DIR] [--recipe OUT.txt]
@@ -27,7 +28,8 @@ from target.toy_weights import HERE as TARGET_DIR, ensure
 
 # flag's dest -> (RunConfig field, conversion)
 RENAMED = {"budget": ("budget_s", parse_duration), "timeout": ("timeout_s", parse_duration),
-           "no_derived": ("derived", lambda given: not given)}
+           "no_derived": ("derived", lambda given: not given),
+           "from_seed_only": ("library", lambda given: not given)}
 NOT_SETTINGS = ("command", "resume", "operators", "run")
 
 
@@ -45,6 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed-from", type=Path, nargs="+",
                      help="engine files, earlier run directories or history.csv files")
     run.add_argument("--resume", type=Path, help="continue this run directory where it stopped")
+    run.add_argument("--from-seed-only", action="store_true",
+                     help="start from the seed alone, not from the library's recipes for the target")
+    run.add_argument("--library", dest="library_dir", type=Path,
+                     help="the run's own library of recipes, read beside mutations/recipes/ and given the "
+                          "winner (default: library/ beside the history)")
+    run.add_argument("--library-top", type=int, help="the most recipes of the library the first generation takes")
     run.add_argument("--nsga2", action="store_true", help="peak memory as a second objective")
     run.add_argument("--runs-dir", type=Path)
     run.add_argument("--workspace", type=Path)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from fitness.cases import CASE_SETS
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SEED_ENGINE = REPO_ROOT / "seed_engine" / "engine.py"
 
@@ -27,7 +29,7 @@ DEVICE_DEFAULTS = {
     "cuda": {"budget_s": 20 * 60, "population": 8, "workers": None, "bench": "all", "screen_bench": "public",
              "rounds": 3, "max_rounds": 5, "timeout_s": 600.0, "final_top": 2, "final_rounds": 12},
 }
-BENCH_CHOICES = ("public", "hidden", "all", "small")
+BENCH_CHOICES = CASE_SETS
 MAX_CPU_WORKERS = 4
 # A screen's comparison with the parent is clear once known to +-5% (the bandit's
 # threshold for a gain: operators.IMPROVEMENT); a confirmation or the final to +-2%.
@@ -66,6 +68,11 @@ class RunConfig:
     generations: int | None = None  # None: until the budget runs out
     seed_from: tuple = ()
     seed_from_top: int = 3  # programs taken from each earlier run or history
+    # The library of recipes (evolve/library.py): the first generation takes its best for the
+    # target, and the winner is added to library_dir (None: a folder `library` beside the history).
+    library: bool = True
+    library_dir: Path | None = None
+    library_top: int = 4
     nsga2: bool = False  # peak memory as a second objective
     derived: bool = True  # judge on the derived configs too
     # The gate's limit on the target weights, in the contract's tolerances (fitness.gate): a
@@ -82,7 +89,7 @@ class RunConfig:
 
     def __post_init__(self):
         for name in ("population", "workers", "rounds", "max_rounds", "final_top", "final_rounds",
-                     "seed_from_top", "num_elite", "tournament_size"):
+                     "seed_from_top", "library_top", "num_elite", "tournament_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise SettingsError(f"{name} must be a positive integer, got {value!r}")
@@ -115,9 +122,11 @@ class RunConfig:
         unknown = set(settings) - {f.name for f in fields(cls)}
         if unknown:
             raise SettingsError(f"unknown settings: {', '.join(sorted(unknown))}")
-        for name in ("model_config", "weight_dir", "runs_dir", "workspace", "history", "seed_engine"):
-            if name in settings:
+        for name in ("model_config", "weight_dir", "runs_dir", "workspace", "history", "seed_engine", "library_dir"):
+            if settings.get(name) is not None:
                 settings[name] = Path(settings[name])
+        if settings.get("library_dir") is None:
+            settings["library_dir"] = Path(settings.get("history", cls.history)).parent / "library"
         settings["seed_from"] = tuple(Path(p) for p in settings.get("seed_from", ()))
         return cls(**settings)
 

@@ -15,11 +15,9 @@ over the rounds (how much one program's own measurements spread).
 """
 import math
 
-from evolve.history import REMEASURE_OPERATORS
+from evolve.history import FINAL
 from evolve.judging import run_jobs
 from fitness.timing import t95, t_cdf
-
-FINAL = REMEASURE_OPERATORS[1]
 
 
 def choose_winner(search):

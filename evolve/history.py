@@ -17,10 +17,9 @@ import pandas as pd
 from fitness.cases import select_cases
 
 
-
 def case_names() -> tuple:
     """Every throughput case a judgement can time, public first."""
-    return tuple(select_cases("all")) + tuple(select_cases("small"))
+    return sum((tuple(select_cases(which)) for which in ("all", "small", "large", "long")), ())
 
 
 def tps_column(case: str) -> str:
@@ -35,8 +34,10 @@ COLUMNS = BASE_COLUMNS + tuple(tps_column(c) for c in case_names()) + TAIL_COLUM
 NUMERIC = ("generation", "worst_ratio", "peak_memory_mb", "fitness", "ratio", "ratio_low", "ratio_high",
            "rounds", "fitness_cv", "judge_seconds")
 # Rows that judge a program already in the history again rather than add one: the full
-# gate after a screen ("confirm"), and the final re-measure against the seed.
-REMEASURE_OPERATORS = ("retime", "final", "confirm")
+# gate after a screen, and the final re-measure against the seed ("retime": the elite's
+# re-timing, in histories of older runs).
+CONFIRM, FINAL = "confirm", "final"
+REMEASURE_OPERATORS = ("retime", FINAL, CONFIRM)
 JUDGED_STATUSES = ("ok", "incorrect", "crash", "timeout", "invalid")
 ERROR_CHARS = 300
 

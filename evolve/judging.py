@@ -35,7 +35,7 @@ MIN_TIMEOUT_S = 60.0
 # A GPU batch's verdicts judged again alone before they count (runners side by side share
 # the card's memory; on a CPU each runner has its own memory limit: a crash is its own).
 RETRIED_ALONE = ("crash", "timeout")
-FINAL, CONFIRM = history.REMEASURE_OPERATORS[1:3]
+FINAL, CONFIRM = history.FINAL, history.CONFIRM
 
 
 @dataclass

@@ -27,7 +27,7 @@ def evolve(search) -> None:
         gen, started = search.generation, time.monotonic()
         # Breed: a sweep of every operator, then merges, crossovers and the bandit's mutations.
         if gen == 0:
-            brood, parents = Brood(search, search.population), []
+            brood, parents = Brood(search, search.population, search.num_first_declined), []
         else:
             parents = search.population
             brood = breed(search, parents, config.population)
@@ -43,7 +43,7 @@ def evolve(search) -> None:
         confirm(search, gen, offspring)
         # Learn: each mutant's outcome against its parent is credited to its operator.
         toolbox.learn(offspring, search.scores)
-        # Score: a program's fitness is the mean of its measurements so far.
+        # Score: a program's fitness is its fitted speed (scores.py: every judgement and paired ratio).
         search.assign_fitness(parents + offspring + list(search.hall_of_fame))
         # Remember: the hall of fame, and the best correct program in workspace/engine.py.
         search.update_best(parents + offspring)
@@ -57,8 +57,8 @@ class Brood:
     """A generation's children as they are bred; the known ones (nothing new: counted as
     cached) and the declined ones (recorded in history.csv) counted apart."""
 
-    def __init__(self, search, children=()):
-        self.search, self.children, self.num_known, self.num_declined = search, list(children), 0, 0
+    def __init__(self, search, children=(), num_declined: int = 0):
+        self.search, self.children, self.num_known, self.num_declined = search, list(children), 0, num_declined
 
     def add_if_new(self, result) -> bool:
         """Add a child, and nothing else: no decline recorded, no known one counted."""

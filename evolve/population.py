@@ -1,4 +1,5 @@
-"""The first population: the seed engine, and earlier winners named by --seed-from.
+"""The first population: the seed engine, earlier winners named by --seed-from, and the
+library's recipes for the target (evolve/library.py; not with --from-seed-only).
 
 --seed-from takes engine files, an earlier run's directory (its winner and hall of
 fame), or a history.csv (its best correct programs by mean fitness; their sources are
@@ -7,8 +8,9 @@ a source is judged once.
 """
 from pathlib import Path
 
-from evolve import checkpoint, history
+from evolve import checkpoint, history, library
 from evolve.config import SettingsError
+from mutations import Declined
 
 
 def seed_sources(config) -> list[tuple[str, dict]]:
@@ -65,13 +67,20 @@ def history_sources(path: Path) -> list[tuple[str, str]]:
     return found
 
 
-def initial_population(config, make) -> list:
-    """The seed, the --seed-from programs, then copies of them up to the population size."""
-    programs = [make(Path(config.seed_engine).read_text(), (), "seed", {})]
-    programs += [make(source, (), "seed_from", args) for source, args in seed_sources(config)
-                 if source != programs[0].source]
+def initial_population(config, make) -> tuple[list, list]:
+    """(programs, declines): the seed, the --seed-from programs, the library's for the
+    target, then copies of them up to the population size; a Declined for each recipe of
+    the library not taken, with the reason."""
+    seed = Path(config.seed_engine).read_text()
+    from_library, not_taken = library.seed_programs(config, seed)
+    programs, sources = [make(seed, (), "seed", {})], {seed}
+    for operator, found in (("seed_from", seed_sources(config)), (library.LIBRARY, from_library)):
+        for source, args in found:
+            if source not in sources:
+                sources.add(source)
+                programs.append(make(source, (), operator, args))
     distinct = len(programs)
     while len(programs) < config.population:
         original = programs[len(programs) % distinct]
         programs.append(make(original.source, original.parent_ids, original.operator, original.operator_args))
-    return programs
+    return programs, [Declined(library.LIBRARY, f"{name}: {why}") for name, why in not_taken]

@@ -17,6 +17,7 @@ import pandas as pd
 
 import mutations
 from evolve import history
+from evolve.library import LIBRARY
 from mutations import program, recipe
 
 
@@ -29,13 +30,14 @@ def lineage_recipe(frame: pd.DataFrame, candidate_id: str, history_path) -> str:
     steps = history.lineage(frame, candidate_id)
     if not steps:
         raise LineageError(f"{candidate_id} has no judged row in the history")
-    first = steps[0]
     source = program.SEED_PATH.read_text()
-    if first["operator"] != "seed" or first["candidate_id"] != recipe.source_hash(source):
-        raise LineageError(f"the lineage of {candidate_id} starts at {first['candidate_id']} ({first['operator']}), "
-                           f"not at {program.SEED_PATH.name}: a recipe starts from the seed")
-    lines = [f"# candidate {candidate_id}, made from the seed in {len(steps) - 1} steps ({Path(history_path).name})",
+    lines = [f"# candidate {candidate_id}, made in {len(steps) - 1} steps from {steps[0]['operator']} ({Path(history_path).name})",
              f"#   python -m mutations recipe <this file> -o engine.py --check-hash {candidate_id}"]
+    start = first_lines(steps[0], candidate_id)
+    if start:  # the library's recipe the lineage starts from
+        source = replayed(recipe.parse("\n".join(start)), source, 0, steps[0])
+        lines += start
+        lines[-1] += f"  # -> {steps[0]['candidate_id']}"
     for number, step in enumerate(steps[1:], start=1):
         made = recipe_steps(step, source, frame, history_path)
         source = replayed(made, source, number, step)
@@ -45,6 +47,18 @@ def lineage_recipe(frame: pd.DataFrame, candidate_id: str, history_path) -> str:
         lines += [s.line() for s in made]
         lines[-1] += f"  # -> {step['candidate_id']}"
     return "\n".join(lines) + "\n"
+
+
+def first_lines(first: dict, candidate_id: str) -> list:
+    """The recipe lines of a lineage's first program: none for the seed; for a program of
+    the library (evolve/library.py), its recipe's, as the history recorded them."""
+    if first["operator"] == LIBRARY:
+        args = recorded_args(first["operator_args"])
+        return [f"# from the library: {Path(args.get('recipe', '?')).name}", *args.get("steps", [])]
+    if first["operator"] != "seed" or first["candidate_id"] != recipe.source_hash(program.SEED_PATH.read_text()):
+        raise LineageError(f"the lineage of {candidate_id} starts at {first['candidate_id']} ({first['operator']}), "
+                           f"not at {program.SEED_PATH.name}: a recipe starts from the seed or the library")
+    return []
 
 
 def recipe_steps(step: dict, source: str, frame: pd.DataFrame, history_path) -> list:

@@ -79,11 +79,14 @@ def finite_or_zero(value) -> float:
 
 @dataclass(frozen=True)
 class Comparison:
-    """log(speed of a / speed of b) from one paired judgement, and its standard error."""
+    """log(speed of a / speed of b) from one paired judgement, its standard error, and the
+    interval's ends as the judge reported them."""
     a: str
     b: str
     log_ratio: float
     sd: float
+    log_low: float
+    log_high: float
 
     @classmethod
     def of(cls, a: str, b: str, ratio: float, low: float, high: float, rounds) -> "Comparison | None":
@@ -91,7 +94,8 @@ class Comparison:
         values = (ratio, low, high, rounds)
         if not all(isinstance(v, (int, float)) and v > 0 and math.isfinite(v) for v in values) or rounds < 2:
             return None
-        return cls(a, b, math.log(ratio), max(MIN_PAIRED_SD, math.log(high / low) / (2 * t95(int(rounds) - 1))))
+        return cls(a, b, math.log(ratio), max(MIN_PAIRED_SD, math.log(high / low) / (2 * t95(int(rounds) - 1))),
+                   math.log(low), math.log(high))
 
 
 class Scores:
@@ -135,6 +139,22 @@ class Scores:
         if not (self.is_ok(child_id) and self.is_ok(parent_id)):
             return None
         return self.speed(child_id) / self.speed(parent_id)
+
+    def could_be_a_gain(self, child_id: str, parent_id: str) -> bool:
+        """Whether the child may be faster than its parent: its fitted speed is higher, or a
+        paired comparison of the two leaves a gain inside its ~95% interval. A gain of 1-5%
+        reads anywhere from 0.95x to 1.05x in a screen's few rounds."""
+        gain = self.gain(child_id, parent_id)
+        if gain is None:
+            return False
+        return gain > 1.0 or any(self.upper_log_ratio(c, child_id, parent_id) > 0 for c in self.comparisons)
+
+    @staticmethod
+    def upper_log_ratio(comparison: Comparison, a: str, b: str) -> float:
+        """The top of log(speed a / speed b)'s interval by `comparison`; -inf when it compares others."""
+        if {comparison.a, comparison.b} != {a, b}:
+            return -math.inf
+        return comparison.log_high if comparison.a == a else -comparison.log_low
 
     def fit(self) -> dict:
         """Weighted least squares: log speeds that best explain every comparison between

@@ -13,12 +13,13 @@ from pathlib import Path
 
 from deap import tools
 
-from evolve import checkpoint, history
+from evolve import checkpoint, history, library
 from evolve.checkpoint import RunDir, new_run_id
 from evolve.final import choose_winner, table_of
 from evolve.judging import MAX_GROUP, Evaluator, WorkerPool, make_workers
 from evolve.loop import evolve
 from evolve.population import initial_population
+from evolve.recipe import LineageError, lineage_recipe
 from evolve.scores import Scores, target_key
 from evolve.toolbox import default_mate_fn, default_mutate_fn, make_hall_of_fame, make_statistics, make_toolbox
 from evolve.workspace import Workspace, device_label, roofline_tps, with_header, write_atomically
@@ -67,8 +68,13 @@ class Search:
         make = self.toolbox.individual
         self.seed = make(Path(config.seed_engine).read_text(), (), "seed", {})
         self.logbook = tools.Logbook()
+        self.num_first_declined = 0  # the library's recipes not taken, counted in generation 0's line
         if state is None:
-            self.population, self.generation, self.best_id = initial_population(config, make), 0, None
+            self.generation, self.best_id = 0, None
+            self.population, not_taken = initial_population(config, make)
+            for declined in not_taken:
+                self.record_decline(declined, (), stage="library")
+            self.num_first_declined = len(not_taken)
             random.seed(self.rng.getrandbits(64))  # DEAP's selections draw from `random`
         else:
             self.restore(state)
@@ -159,14 +165,14 @@ class Search:
         if len(self.hall_of_fame) and self.hall_of_fame[0].id != self.best_id:
             best = self.hall_of_fame[0]
             note = f"Best so far after generation {self.generation}: {best.fitness.values[0]:,.0f} tokens/s " \
-                   "(geometric mean over the cases, mean of its measurements)"
+                   "(geometric mean over the cases, fitted over its judgements and paired comparisons)"
             table = table_of(self.scores.mean_tps(best.id), self.scores.mean_tps(self.seed.id))
             self.put_engine(best, table, self.config.device, note)
             self.best_id = best.id
 
-    def record_decline(self, declined, parent_ids) -> None:
+    def record_decline(self, declined, parent_ids, stage: str = "mutate") -> None:
         self.history.append({**self.run.row_base(self.generation), "parent_ids": parent_ids,
-                             "operator": declined.operator, "status": "declined", "stage": "mutate",
+                             "operator": declined.operator, "status": "declined", "stage": stage,
                              "error": declined.reason})
 
     def finish_generation(self, new_results, num_cached: int, num_declined: int, seconds: float) -> None:
@@ -229,11 +235,27 @@ class Search:
         if is_ok:
             self.workspace.log_final(winner.id, table, steps, ratio, how, roofline_tps(self.config))
             line = f"winner {winner.id}: {ratio:.3f}x the seed, {how}"
+            if winner.id != self.seed.id:
+                kept = self.keep_in_library(winner, table, ratio)
+                self.workspace.log(kept)
+                print(kept, flush=True)
         else:
             line = "no program was judged correct: workspace/engine.py is the seed, unverified"
             self.workspace.log(line)
         self.save_checkpoint(finished=True)
         print(f"{line}; workspace {self.workspace.root}, run {self.run.path}", flush=True)
+
+    def keep_in_library(self, winner, table: list, ratio: float) -> str:
+        """Add the winner's recipe, with what it was judged on, to the run's library, so the
+        next run starts from it; the line that says what became of it."""
+        try:
+            text = lineage_recipe(history.read(self.config.history), winner.id, self.config.history)
+        except LineageError as err:
+            return f"library: the winner is not added, its lineage is no recipe: {err}"
+        judged = library.judged_as(library.RunTarget.of(self.config), device_label(self.config.device), table, ratio,
+                                   self.run.run_id, winner.id)
+        path = library.add_winner(self.config.library_dir, text, judged)
+        return f"library: the winner's recipe is {path}" if path else "library: the winner's recipe was there already"
 
     def put_engine(self, program, table: list, device: str, note: str) -> list:
         """workspace/engine.py: `program` under a header naming this run, its lineage (which

@@ -158,9 +158,9 @@ def merge(a: Program, b: Program, base: Program, make, vocabulary: Vocabulary, m
 
 
 def merge_every_gain(best: Program, scores, make, vocabulary: Vocabulary, memo: Memo, rng: random.Random):
-    """One child: `best` with the gains of every correct program that beat its own parent
-    by any margin (the child is judged beside `best`; the recipe's lead over an 8-minute
-    search's best was gains of 2-10% each, inside a screen's noise), merged weakest first,
+    """One child: `best` with the gains of every correct program that may have beaten its
+    own parent (`gains_to_merge`: the child is judged beside `best`; the recipe's lead over an
+    8-minute search's best was gains of 2-10% each, inside a screen's noise), merged weakest first,
     each bringing only the genes its operator meant to change, so that where two changed
     the same gene the stronger one's stays, and where a stronger one's requirements take
     back a weaker one's genes it displaces it whole (an H100 search: fused_both at 1.12x
@@ -172,13 +172,7 @@ def merge_every_gain(best: Program, scores, make, vocabulary: Vocabulary, memo: 
     Declined when nothing new comes of it, or Known."""
     if vocabulary.merge_gains is None:
         return mutations.Declined(MERGE_EVERY_GAIN, "the operators cannot merge")
-    gains = []
-    for program in memo.programs.values():
-        parent = memo.program(program.parent_ids[0]) if len(program.parent_ids) == 1 else None
-        ratio = scores.gain(program.id, parent.id) if parent is not None else None
-        if ratio is not None and ratio > 1.0:
-            gains.append((ratio, program, parent))
-    gains.sort(key=lambda g: (g[0], g[1].id))
+    gains = gains_to_merge(scores, memo)
     # A program-wide rewrite touches every gene with a kernel or a matmul, so stronger gains
     # own its genes and a fold by genes dropped it (an H100 search lost prefetched_linears,
     # 1.01x, to programmatic_launch, 1.01x, and gene gains): it is applied again at the end.
@@ -212,6 +206,19 @@ def merge_every_gain(best: Program, scores, make, vocabulary: Vocabulary, memo: 
     if not merged or source == best.source:
         return mutations.Declined(MERGE_EVERY_GAIN, f"no gain that {best.id} lacks")
     return admitted(mutations.Applied(source, MERGE_EVERY_GAIN, {"merged": merged}), (best.id, merged[-1]), make, memo)
+
+
+def gains_to_merge(scores, memo: Memo) -> list:
+    """(ratio, program, parent) of every mutant the run bred that may be faster than its
+    parent, weakest first: by the fitted speeds, or inside a paired comparison's interval
+    (an H100 search screened fused weights, cached RoPE tables, the SwiGLU kernel and last-
+    token logits each within the noise of its parent, some below 1.0x, and merged none)."""
+    gains = []
+    for program in memo.programs.values():
+        parent = memo.program(program.parent_ids[0]) if len(program.parent_ids) == 1 else None
+        if parent is not None and scores.could_be_a_gain(program.id, parent.id):
+            gains.append((scores.gain(program.id, parent.id), program, parent))
+    return sorted(gains, key=lambda g: (g[0], g[1].id))
 
 
 def gene_owners(gains: list, vocabulary: Vocabulary) -> dict:

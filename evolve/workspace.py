@@ -19,6 +19,7 @@ import libcst as cst
 import libcst.matchers as m
 import torch
 
+from evolve.library import LIBRARY
 from fitness import roofline
 from fitness.cases import select_cases
 from fitness.devices import is_cuda
@@ -97,8 +98,11 @@ def case_table(table: list, bounds: Roofline | None = None) -> list[str]:
 
 def describe_step(step: dict) -> str:
     """One lineage step: the operator and its args; a crossover by its other parent and
-    the genes it took from it (its args name every gene and the parent it came from)."""
+    the genes it took from it (its args name every gene and the parent it came from); a
+    program of the library by its recipe's file."""
     args = step["operator_args"]
+    if step["operator"] == LIBRARY:  # its recipe by name: the steps are in the file
+        return f"{LIBRARY}({Path(json.loads(args).get('recipe', '?')).name})"
     if len(step["parent_ids"]) > 1:
         genes = json.loads(args).get("genes", {}) if args not in ("", "nan") else {}
         taken = [gene for gene, parent in genes.items() if parent == "b"]

@@ -2,7 +2,7 @@
 hidden evaluation. Data only, so the benchmark and the speed-of-light model share them."""
 from fitness.traces import decode, prefill, remove
 
-CASE_SETS = ("public", "hidden", "all", "small", "large")
+CASE_SETS = ("public", "hidden", "all", "small", "large", "long")
 
 
 def prefill_events(num_requests: int, prompt_length: int) -> list:
@@ -73,8 +73,18 @@ def large_cases() -> dict:
     }
 
 
+def long_cases() -> dict:
+    """Long prompts (2,048 to 4,096 tokens), for a target whose engines must serve them: a
+    packed prefill, decode over long K/V, and the mixed schedule at long lengths."""
+    return {
+        "prefill_2x4096": prefill_events(2, 4096),
+        "decode_4x2048x16": decode_events(4, 2048, 16),
+        "mixed_long": mixed_events(2048, 4096, 2048),
+    }
+
+
 def select_cases(which: str) -> dict:
-    """"public", "hidden", "all" (public first), "small" or "large". In "all", a hidden-style case
+    """"public", "hidden", "all" (public first), "small", "large" or "long". In "all", a hidden-style case
     with the same events as a public one is left out: it would cost a second measurement
     of the same thing and count twice in a mean over cases."""
     if which not in CASE_SETS:
@@ -83,6 +93,8 @@ def select_cases(which: str) -> dict:
         return small_cases()
     if which == "large":
         return large_cases()
+    if which == "long":
+        return long_cases()
     cases = {}
     if which in ("public", "all"):
         cases.update(public_cases())

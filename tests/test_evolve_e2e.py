@@ -10,14 +10,16 @@ from pathlib import Path
 import pytest
 
 import mutations
-from evolve import checkpoint, history
+from evolve import checkpoint, history, library
 from evolve.__main__ import main
 from evolve.config import RunConfig
 from evolve.search import run
 from evolve.toolbox import MERGE_EVERY_GAIN
 from fitness.sandbox import judge
+from mutations import recipe
 from mutations.crossover import MERGE_NAME, NAME as CROSSOVER
 from tests import subreaper
+from tests.conftest import SEED_ENGINE
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -55,6 +57,20 @@ def test_two_generations_with_the_real_operators_and_judge(small_target, tmp_pat
     log = (config.workspace / "results.log").read_text()
     assert "winner" in log and "lineage:" in log and "roofline" in log
     judged_ok(config.workspace / "engine.py", small_target, tmp_path)
+    # The shipped library is GPU recipes: each declined, saying so; the winner joins the run's.
+    declined = frame[frame["status"] == "declined"]
+    shipped = {r.name for r in library.read_all([library.SHIPPED])}
+    assert {e.split(":")[0] for e in declined.loc[declined["stage"] == "library", "error"]} == shipped
+    assert declined.loc[declined["stage"] == "library", "error"].str.contains("needs a GPU").all()
+    winner = (only_run_dir(config.runs_dir) / "winner.py").read_text()
+    if winner != SEED_ENGINE.read_text():
+        kept = library.read_all([config.library_dir])
+        assert [recipe.apply(list(r.steps)) for r in kept] == [winner] or "library: the winner is not added" in log
+
+
+def only_run_dir(runs_dir: Path) -> Path:
+    (run_dir,) = [p for p in runs_dir.iterdir() if p.name != "gate_weights"]
+    return run_dir
 
 
 def evolve_command(small_target, tmp_path, *extra) -> list:
@@ -84,8 +100,8 @@ def test_sigterm_mid_run_leaves_a_correct_engine_and_a_resumable_run(small_targe
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         # Killed in generation 1, after the seed and at least one child were judged.
-        wait_for(lambda: history_path.exists() and len(history_path.read_text().splitlines()) >= 3,
-                 240, "two judgements")
+        wait_for(lambda: history_path.exists() and len(history.judged_rows(history.read(history_path))) >= 2,
+                 240, "two judgements")  # besides the library's declines, recorded first
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -97,7 +113,7 @@ def test_sigterm_mid_run_leaves_a_correct_engine_and_a_resumable_run(small_targe
     warnings = []
     frame = history.read(history_path, warn=warnings.append)
     assert not warnings and len(frame) >= 2
-    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if p.name != "gate_weights"]
+    run_dir = only_run_dir(tmp_path / "runs")
     state = checkpoint.load(run_dir)
     assert state["generation"] >= 1 and not state["finished"]
     assert not [p for p in os.listdir(run_dir / "candidates") if p.endswith(".tmp")]

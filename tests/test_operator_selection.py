@@ -224,6 +224,26 @@ def test_merge_every_gain_composes_all_that_beat_their_parent_the_stronger_last(
     assert carried["mlp"] == "fused"  # brought by fused_both's requirements, not as a gain
 
 
+def test_merge_every_gain_takes_a_gain_inside_the_noise_of_its_screen_but_not_a_clear_loss():
+    """A 1-5% gain reads anywhere from 0.95x to 1.05x in a screen: one at 0.98x (0.94-1.02x)
+    is folded; one at 0.90x (0.88-0.92x) is a loss."""
+    scores, memo, seed = Scores(), Memo(), Program(SEED)
+    measured = {"allele.load_weights.fused_both": (1.5, 1.45, 1.55), "allele.rope_tables.cached": (0.98, 0.94, 1.02),
+                "allele.attend_prefill.padded_sdpa": (0.90, 0.88, 0.92)}
+    scores.add(seed.id, "ok", 100.0, 1.0, 1.0)
+    made = {name: Program(swapped(SEED, name), (seed.id,), name) for name in measured}
+    for name, (ratio, low, high) in measured.items():
+        scores.add(made[name].id, "ok", 100.0 * ratio, 1.0, 1.0, level="screen")
+        scores.compare(made[name].id, seed.id, ratio, low, high, 3)
+    memo.see([seed, *made.values()])
+    vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover)
+    child = merge_every_gain(seed, scores, Program, vocabulary, memo, random.Random(0))
+    assert set(child.operator_args["merged"]) == {made["allele.load_weights.fused_both"].id,
+                                                  made["allele.rope_tables.cached"].id}
+    carried = program.gene_alleles(program.parse(child.source))
+    assert carried["rope_tables"] == "cached" and carried["attend_prefill"] == "seed"
+
+
 def test_merge_every_gain_keeps_the_best_programs_own_gene_over_a_weaker_gain_on_it():
     """An H100 search: the best (prefill graphs, 5.7x) got the decode-only graphs (2x) on
     its Engine gene from the fold, and the child ran at 0.53x of it."""

@@ -5,7 +5,7 @@
 #   bash tools/gpu_serve.sh OUT                         # offline, levels 1..64, the 300-burst
 #   LEVELS=1,2,4 BURST=0 OFFLINE=0 CHECK=0 bash tools/gpu_serve.sh OUT   # a part of it
 # It also checks greedy outputs against the reference (tools.serve_greedy_check; CHECK=0: not).
-# $ENGINE serves another file; $CONFIG another of tools.target_configs (default one_b);
+# $ENGINE serves another file; $CONFIG another of target.targets (default one_b);
 # $BENCH_FLAGS go to serve.bench (e.g. "--num-requests 16").
 # The GPU image lacks the server's libraries: carry them in .whl (device README) beside deap
 # and libcst, as tested here: fastapi 0.165.0, starlette 1.10.0, uvicorn 0.54.0,
@@ -17,7 +17,7 @@ out=$1; mkdir -p "$out"
 source tools/gpu_env.sh
 engine=${ENGINE:-/tmp/fastest.py}
 [[ -n "${ENGINE:-}" ]] || python3 -m mutations recipe mutations/recipes/fastest.txt -o "$engine" > /dev/null || exit 1
-config=$(python3 -m tools.target_configs /tmp/targets --only "${CONFIG:-one_b}") || exit 1
+config=$(python3 -m target.targets /tmp/targets --only "${CONFIG:-one_b}") || exit 1
 target=(--model-config "$config" --weight-dir "$(dirname "$config")/weights")
 
 if [[ "${OFFLINE:-1}" == 1 ]]; then

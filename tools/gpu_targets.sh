@@ -28,7 +28,7 @@ for recipe in $RECIPES; do
 done
 config_dir() {  # the directory of config $1's model_config.json and weights, made if need be
   if [ "$1" = public ]; then echo target; return; fi
-  python3 -m tools.target_configs /tmp/configs --only "$1" > /dev/null && echo "/tmp/configs/$1"
+  python3 -m target.targets /tmp/configs --only "$1" > /dev/null && echo "/tmp/configs/$1"
 }
 case $mode in
 check)

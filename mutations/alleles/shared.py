@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 
 MAX_GRAPH_BATCH = 64  # range: 8..256; the largest batch a decode graph is captured for
+GRAPH_BUCKET_STEP = 16  # range: 4..64; decode graphs above batch 8 are captured every this many
+ROPE_WARPS = 4  # range: 1..16; warps a program runs with (Triton's default: 4)
 
 
 def sdpa(q, k, v, attn_mask=None, is_causal=False):
@@ -60,7 +62,7 @@ def launch_rope(kernel, x, cos, sin):
     cos, sin = cos.contiguous(), sin.contiguous()
     kernel[(num_tokens,)](x, cos, sin, out, x.stride(0), x.stride(1), cos.stride(0), out.stride(0), out.stride(1),
                           num_heads, HALF=head_dim // 2, BLOCK_H=1 << (num_heads - 1).bit_length(),
-                          BLOCK_P=1 << (head_dim // 2 - 1).bit_length())
+                          BLOCK_P=1 << (head_dim // 2 - 1).bit_length(), num_warps=ROPE_WARPS)
     return out
 
 
@@ -93,8 +95,10 @@ def regrown(pools, num_layers, shape, device, dtype):
 
 
 def graph_buckets(largest):
-    """Batch sizes with a decode graph: 1, 2, 4, 8, then every multiple of 16 up to `largest`."""
-    return sorted({b for b in (1, 2, 4, 8) if b <= largest} | set(range(16, largest + 1, 16)) | {largest})
+    """Batch sizes with a decode graph: 1, 2, 4, 8, then every multiple of GRAPH_BUCKET_STEP
+    above 8 up to `largest`."""
+    steps = range(GRAPH_BUCKET_STEP, largest + 1, GRAPH_BUCKET_STEP)
+    return sorted({b for b in (1, 2, 4, 8) if b <= largest} | {b for b in steps if b > 8} | {largest})
 
 
 def reserve_pages(cache, step):

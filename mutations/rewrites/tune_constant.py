@@ -3,7 +3,9 @@
 A tunable constant is a module-level integer assignment with a trailing range comment,
 `SLAB_SLOTS = 16  # range: 4..256`; the comment (and anything after the range) is kept.
 Declines when the program declares no such constant, or none can halve or double inside
-its range. The seed declares none; alleles bring them (slots, pages, splits, graph batch).
+its range. The seed declares none; alleles bring them: sizes (slots, pages, pool chunks, graph
+batches and buckets, prefetch limits) and every kernel's launch parameters (blocks, warps,
+stages, split counts), so the search tunes each per target.
 Replayed from a recipe (`{"constant": NAME, "new": VALUE}`), it sets NAME to any VALUE in
 its range.
 """

@@ -39,6 +39,7 @@ MAX_PREFILL_PROMPTS = 16  # range: 4..64; the most prompts a captured prefill ta
 # The most tokens one eager forward takes: above the weights, its activations (about 50 KB a
 # token on a 1B-class model) are what a large prefill's peak memory is made of.
 EAGER_PREFILL_TOKENS = 4096  # range: 512..65536
+PREFILL_ROWS_BLOCK = 256  # range: 64..1024; packed tokens a program of the positions/slots kernel fills
 
 
 @triton.jit
@@ -285,10 +286,9 @@ class Engine:
         else:
             starts, lengths, last, page_starts, pages = self.metadata(s["meta"], kind, size)
             positions, slots = (torch.empty(size, dtype=torch.long, device=self.device) for _ in range(2))
-            block = 256
-            prefill_rows_kernel[(triton.cdiv(size, block),)](
+            prefill_rows_kernel[(triton.cdiv(size, PREFILL_ROWS_BLOCK),)](
                 starts, lengths, page_starts, pages, positions, slots, size, self.cache.page_size,
-                PROMPTS=MAX_PREFILL_PROMPTS, BLOCK=block)
+                PROMPTS=MAX_PREFILL_PROMPTS, BLOCK=PREFILL_ROWS_BLOCK)
             step = Step([], [], [], positions, False, slots)
             # Read by the varlen attention instead of the host's num_new (see its allele).
             step.prompt_starts, step.prompt_lengths = starts, lengths

@@ -6,6 +6,8 @@ import triton.language as tl
 REQUIRES = {}
 DEVICES = "cuda"
 
+ADD_RMS_NORM_WARPS = 4  # range: 1..16; warps a program runs with (Triton's default: 4)
+
 
 @triton.jit
 def add_rms_norm_kernel(x_ptr, r_ptr, w_ptr, out_ptr, sum_ptr, num_cols, eps, BLOCK: tl.constexpr):
@@ -31,5 +33,6 @@ def add_rms_norm(x, residual, weight, eps):
     res = residual.reshape(rows.shape).contiguous()
     out, total = torch.empty_like(rows), torch.empty_like(rows)
     add_rms_norm_kernel[(rows.shape[0],)](rows, res, weight, out, total, rows.shape[1], eps,
-                                          BLOCK=triton.next_power_of_2(rows.shape[1]))
+                                          BLOCK=triton.next_power_of_2(rows.shape[1]),
+                                          num_warps=ADD_RMS_NORM_WARPS)
     return out.view(x.shape), total.view(x.shape)

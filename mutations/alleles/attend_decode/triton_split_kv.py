@@ -33,7 +33,8 @@ DEVICES = "cuda"
 
 DECODE_PROGRAMS = 1024  # range: 64..8192; programs a decode aims for: splits = this / (batch x K/V heads)
 DECODE_TILE = 16  # range: 16..64; tokens a K/V tile holds (tl.dot needs 16 or more)
-MAX_SPLITS = 64  # the most shares one request's tokens are cut into
+MAX_SPLITS = 64  # range: 8..256; the most shares one request's tokens are cut into
+DECODE_WARPS = 4  # range: 1..16; warps a split runs with (Triton's default: 4)
 
 
 @triton.jit
@@ -131,7 +132,8 @@ def attend_decode(q, k, v, cache, layer, step):
         q.stride(0), q.stride(1), k_pages.stride(0), k_pages.stride(1), k_pages.stride(2),
         table.stride(0), cache.page_size, chunk_pages, 1.0 / math.sqrt(head_dim), num_heads, GROUPS=groups,
         SPLITS=splits, BLOCK_G=max(16, triton.next_power_of_2(groups)), HEAD_DIM=head_dim, BLOCK_D=block_d,
-        BLOCK_N=DECODE_TILE, PRECISION="ieee" if q.dtype == torch.float32 else "tf32")
+        BLOCK_N=DECODE_TILE, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        num_warps=DECODE_WARPS)
     out = torch.empty(batch, num_heads, head_dim, device=q.device, dtype=q.dtype)
     split_kv_combine_kernel[(batch, num_heads)](
         part_acc, part_max, part_sum, step.positions, out, out.stride(0), out.stride(1), num_heads, SPLITS=splits,

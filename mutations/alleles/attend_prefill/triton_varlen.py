@@ -24,6 +24,8 @@ DEVICES = "cuda"
 
 PREFILL_BLOCK_M = 64  # range: 16..128; queries a program takes
 PREFILL_BLOCK_N = 32  # range: 16..64; keys a step of its loop reads
+PREFILL_WARPS = 4  # range: 1..16; warps a program runs with, twice as many for blocks over 64 queries
+PREFILL_STAGES = 2  # range: 1..4; software-pipelining stages of its key loop
 
 
 @triton.jit
@@ -97,6 +99,6 @@ def attend_prefill(q, k, v, cache, layer, step):
         q, k, v, out, starts, lengths,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
         1.0 / math.sqrt(head_dim), GROUPS=num_heads // k.shape[1], HEAD_DIM=head_dim,
-        BLOCK_M=PREFILL_BLOCK_M, BLOCK_N=PREFILL_BLOCK_N, BLOCK_D=block_d, num_stages=2,
-        num_warps=8 if PREFILL_BLOCK_M > 64 else 4)
+        BLOCK_M=PREFILL_BLOCK_M, BLOCK_N=PREFILL_BLOCK_N, BLOCK_D=block_d, num_stages=PREFILL_STAGES,
+        num_warps=2 * PREFILL_WARPS if PREFILL_BLOCK_M > 64 else PREFILL_WARPS)
     return out.flatten(1)

@@ -18,6 +18,7 @@ REQUIRES = {"load_weights": ("fused_gate_up", "fused_both")}
 DEVICES = "cuda"
 
 SWIGLU_BLOCK = 1024  # range: 256..4096; activations a program handles
+SWIGLU_WARPS = 4  # range: 1..16; warps a program runs with (Triton's default: 4)
 
 
 @triton.jit
@@ -39,5 +40,6 @@ def mlp(x, layer):
         gate, up = gate_up.chunk(2, dim=-1)
         return (F.silu(gate) * up) @ layer["down"].T
     swiglu_kernel[(x.shape[0], triton.cdiv(width, SWIGLU_BLOCK))](gate_up, gate_up, gate_up.stride(0),
-                                                                  gate_up.stride(0), width, BLOCK=SWIGLU_BLOCK)
+                                                                  gate_up.stride(0), width, BLOCK=SWIGLU_BLOCK,
+                                                                  num_warps=SWIGLU_WARPS)
     return gate_up[:, :width] @ layer["down"].T

@@ -6,6 +6,8 @@ import triton.language as tl
 REQUIRES = {}
 DEVICES = "cuda"
 
+RMS_NORM_WARPS = 4  # range: 1..16; warps a program runs with (Triton's default: 4)
+
 
 @triton.jit
 def rms_norm_kernel(x_ptr, w_ptr, out_ptr, stride_x, stride_out, num_cols, eps, BLOCK: tl.constexpr):
@@ -24,5 +26,6 @@ def rms_norm(x, weight, eps):
     rows = x.reshape(-1, x.shape[-1]).contiguous()  # [R, hidden]
     out = torch.empty_like(rows)
     rms_norm_kernel[(rows.shape[0],)](rows, weight, out, rows.stride(0), out.stride(0), rows.shape[1],
-                                      eps, BLOCK=triton.next_power_of_2(rows.shape[1]))
+                                      eps, BLOCK=triton.next_power_of_2(rows.shape[1]),
+                                      num_warps=RMS_NORM_WARPS)
     return out.view(x.shape)

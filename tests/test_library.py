@@ -1,0 +1,110 @@
+"""The library of recipes: what each was judged on, the recipes a run takes for its target,
+the ones it declines and why, and a winner written back (CPU, seconds)."""
+import json
+
+from evolve import history, library
+from evolve.__main__ import build_parser, given_settings
+from evolve.config import RunConfig
+from evolve.recipe import lineage_recipe
+from evolve.workspace import describe_step
+from fitness.loader import source_hash
+from mutations import recipe
+from tests.conftest import SEED_ENGINE
+
+SEED = SEED_ENGINE.read_text()
+PAGED = "allele.KVCache.paged"
+
+
+def small_config(small_target, tmp_path, **changes):
+    config_path, weight_dir = small_target
+    return RunConfig.build("cpu", model_config=config_path, weight_dir=weight_dir, history=tmp_path / "history.csv",
+                           runs_dir=tmp_path / "runs", **changes)
+
+
+def write_recipe(folder, name, lines, **judged):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text("\n".join(library.judged_lines(judged) + lines) + "\n")
+
+
+def test_every_shipped_recipe_says_what_it_was_judged_on_and_reads_back_as_written():
+    shipped = library.read_all([library.SHIPPED])
+    assert {"fastest.txt", "h100_20261125_e7c360ba.txt"} <= {r.name for r in shipped}
+    for entry in shipped:
+        assert entry.steps, entry.name
+        assert entry.judged["device"] == "cuda" and entry.judged["dtype"] == "float16", entry.name
+        assert set(entry.judged["model"]) == set(library.SHAPE_KEYS), entry.name
+        assert library.judged_on("\n".join(library.judged_lines(entry.judged))) == entry.judged
+
+
+def test_recipes_closest_to_the_target_come_first_then_the_fastest():
+    target = library.RunTarget("cuda", {"hidden_size": 768}, "float16")
+    def entry(name, **judged):
+        return library.Recipe(library.SHIPPED / name, (), judged)
+    other_shape = entry("other.txt", device="cuda", model={"hidden_size": 2048}, dtype="float16",
+                        tokens_per_s={"prefill": 9e6})
+    slow, fast = (entry(f"{n}.txt", device="cuda", model={"hidden_size": 768}, dtype="float16",
+                        tokens_per_s={"prefill": tps, "decode": tps}) for n, tps in (("slow", 1e5), ("fast", 2e5)))
+    unknown = entry("unknown.txt")
+    assert [r.name for r in library.ranked([unknown, other_shape, slow, fast], target)] == \
+        ["fast.txt", "slow.txt", "other.txt", "unknown.txt"]
+
+
+def test_a_cpu_run_takes_what_replays_there_and_declines_the_rest_with_the_reason(small_target, tmp_path):
+    config = small_config(small_target, tmp_path, library_dir=tmp_path / "lib")
+    target = library.RunTarget.of(config)
+    write_recipe(config.library_dir, "paged.txt", [PAGED], device="cpu", model=target.model, dtype=target.dtype)
+    write_recipe(config.library_dir, "again.txt", [f"{PAGED}  # the same program"])
+    write_recipe(config.library_dir, "broken.txt", ['tune_constant {"constant": "NOPE", "new": 3}'])
+    write_recipe(config.library_dir, "garbled.txt", ["tune_constant {not json"])
+    taken, declined = library.seed_programs(config, SEED)
+    assert taken == [(recipe.apply([recipe.Step(PAGED)]), {"recipe": str(config.library_dir / "paged.txt"),
+                                                           "steps": [PAGED]})]
+    reasons = dict(declined)
+    assert reasons["again.txt"] == "makes the same program as paged.txt"
+    assert reasons["broken.txt"].startswith("does not replay on the seed: line 1: tune_constant declined")
+    assert reasons["garbled.txt"].startswith("does not parse: line 1: the args of tune_constant are not JSON")
+    shipped = {r.name for r in library.read_all([library.SHIPPED])}
+    assert all(reasons[name].startswith("needs a GPU: ") for name in shipped)
+    assert library.seed_programs(small_config(small_target, tmp_path, library=False), SEED) == ([], [])
+
+
+def test_from_seed_only_turns_the_library_off():
+    args = build_parser().parse_args(["run", "--from-seed-only", "--library", "lib", "--library-top", "2"])
+    settings = given_settings(args)
+    assert settings["library"] is False and str(settings["library_dir"]) == "lib" and settings["library_top"] == 2
+
+
+def add_row(hist, source, parents, operator, args, tmp_path):
+    path = tmp_path / f"{source_hash(source)}.py"
+    path.write_text(source)
+    hist.append({"run_id": "r1", "generation": 0, "candidate_id": source_hash(source), "operator": operator,
+                 "parent_ids": [source_hash(p) for p in parents], "operator_args": args, "status": "ok",
+                 "fitness": 1.0, "source_path": str(path), "target": "t"})
+
+
+def test_a_winner_grown_from_a_library_program_joins_the_library_and_leads_the_next_run(small_target, tmp_path):
+    config = small_config(small_target, tmp_path)
+    from_library = recipe.apply([recipe.Step(PAGED)])
+    winner = recipe.apply([recipe.Step("allele.load_weights.fused_qkv")], from_library)
+    hist = history.History(config.history)
+    add_row(hist, SEED, (), "seed", {}, tmp_path)
+    add_row(hist, from_library, (), library.LIBRARY, {"recipe": "x/paged.txt", "steps": [PAGED]}, tmp_path)
+    add_row(hist, winner, (from_library,), "allele.load_weights.fused_qkv", {}, tmp_path)
+    text = lineage_recipe(history.read(config.history), source_hash(winner), config.history)
+    assert recipe.apply(recipe.parse(text)) == winner
+    target = library.RunTarget.of(config)
+    table = [("prefill_4x32", 1234.4, 1000.0), ("decode_8x8x8", 99.6, 90.0)]
+    judged = library.judged_as(target, "cpu (2 cores)", table, 1.21, "r1", source_hash(winner))
+    path = library.add_winner(config.library_dir, text, judged)
+    assert library.read(path).judged == {**judged, "date": library.read(path).judged["date"],
+                                         "tokens_per_s": {"prefill_4x32": 1234, "decode_8x8x8": 100}}
+    assert library.add_winner(config.library_dir, text, judged) is None  # the same steps: kept once
+    taken, _ = library.seed_programs(config, SEED)
+    assert [source for source, _ in taken] == [winner]
+    assert json.loads(json.dumps(taken[0][1]))["recipe"] == str(path)
+
+
+def test_a_lineage_from_the_library_names_its_recipe_in_a_word():
+    step = {"operator": library.LIBRARY, "parent_ids": [], "candidate_id": "c",
+            "operator_args": json.dumps({"recipe": "mutations/recipes/fastest.txt", "steps": [PAGED] * 9})}
+    assert describe_step(step) == "library(fastest.txt)"

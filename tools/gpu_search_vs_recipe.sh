@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# A search on one GPU, then its winner against the recipe's program (fastest.txt) on the same
+# target, per case. One device command may run 10 minutes, so a longer search goes over
+# several: each `search` call runs until the search ends or 540 s pass (then it is stopped,
+# and the next call resumes it, on the same warm machine).
+#   bash tools/gpu_search_vs_recipe.sh search OUT [TARGET] [run.sh flags ...]
+#       # bash run.sh [--target TARGET] FLAGS (TARGET "public": the repository's own model),
+#       # or the rest of OUT's unfinished run; its log, winner and recipe go to OUT
+#   bash tools/gpu_search_vs_recipe.sh compare OUT [TARGET] [ROUNDS]
+#       # OUT's winner and fastest.txt's program benched in fresh processes, interleaved,
+#       # ROUNDS (3) times on the cases the search timed; the ratio per case (tools/versus_recipe.py)
+set -uo pipefail
+mode=$1 out=$2 target=${3:-public}; mkdir -p "$out"
+shift $(( $# < 3 ? $# : 3 ))
+source tools/gpu_env.sh
+target_args=()
+[ "$target" = public ] || target_args=(--target "$target")
+
+search() {
+  export EVOLVE_WORKSPACE="$out/workspace"
+  local start=$(date +%s) run_dir status
+  run_dir=$(cat "$out/run_dir" 2>/dev/null)
+  # Resuming, the target's flags are given again: run.sh's default config would win otherwise.
+  timeout -s TERM 540 bash run.sh ${run_dir:+--resume "$run_dir"} "${target_args[@]}" "$@" >> "$out/run_sh.log" 2>&1
+  status=$?
+  echo "run.sh exit $status after $(( $(date +%s) - start )) s"
+  grep -oE "run dir [^ ]+" "$out/run_sh.log" | tail -1 | cut -d' ' -f3 > "$out/run_dir"
+  grep -E "^(run |gen |winner|library)" "$out/run_sh.log"
+  if [ "$status" = 0 ]; then  # finished: nothing left to resume
+    rm -f "$out/run_dir"
+    cp "$EVOLVE_WORKSPACE/engine.py" "$out/winner.py"
+    python3 -m evolve report history.csv --out "$out/report" --recipe "$out/winner_recipe.txt" > "$out/report.txt" 2>&1
+    tail -3 "$out/report.txt"
+  fi
+}
+
+compare() {
+  local dir=target cases=all
+  if [ "$target" != public ]; then
+    dir=$(dirname "$(python3 -m target.targets targets --only "$target")") || exit 1
+    python3 -m target.targets --run-flags "$target" | grep -qx long && cases=long
+  fi
+  python3 -m mutations recipe mutations/recipes/fastest.txt -o /tmp/fastest.py > /dev/null || exit 1
+  for round in $(seq 1 "${1:-3}"); do
+    for engine in winner recipe; do
+      file="$out/winner.py"; [ $engine = recipe ] && file=/tmp/fastest.py
+      python3 -m fitness bench --engine "$file" --model-config "$dir/model_config.json" --weight-dir "$dir/weights" \
+        --device cuda --cases "$cases" > "$out/$round.$engine.json" || echo "round $round: $engine failed"
+      python3 -m tools.bench_line "$round $engine" < "$out/$round.$engine.json"
+    done
+  done | tee "$out/compare.txt"
+  python3 -m tools.versus_recipe "$out" | tee -a "$out/compare.txt"
+}
+
+case $mode in
+search) search "$@" ;;
+compare) compare "$@" ;;
+esac
