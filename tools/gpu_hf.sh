@@ -3,7 +3,7 @@
 # Llama-3.2-1B's and Qwen3-0.6B's shapes (target/hf_checkpoints.py), our engines beside
 # transformers on them. $RECIPES: recipe files to build and measure (default: the fastest);
 # $ENGINES: engine files measured as well (a search's winner). $MODELS: which checkpoints
-# (default: llama_3_2_1b qwen3_0_6b). safetensors and transformers (with its dependencies)
+# (default: llama_3_2_1b qwen3_0_6b); WITH_SEED=0 leaves the seed out. safetensors and transformers (with its dependencies)
 # must be among the carried wheels.
 #   bash tools/gpu_hf.sh check OUT         # the bf16 gate (calibrated allowance) on each, seed too
 #   bash tools/gpu_hf.sh bench OUT         # fitness bench --cases large --roofline of each, seed too
@@ -12,7 +12,8 @@ set -uo pipefail
 mode=$1 out=$2; mkdir -p "$out"
 source tools/gpu_env.sh
 MODELS=${MODELS:-llama_3_2_1b qwen3_0_6b}
-engines="${ENGINES:-} seed_engine/engine.py"
+engines="${ENGINES:-}"
+[ "${WITH_SEED:-1}" = 0 ] || engines="$engines seed_engine/engine.py"
 for recipe in ${RECIPES:-mutations/recipes/fastest.txt}; do
   name=$(basename "$recipe" .txt)
   python3 -m mutations recipe "$recipe" -o "/tmp/$name.py" > /dev/null || exit 1

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # A search on one GPU, then its winner against the recipe's program (fastest.txt) on the same
 # target, per case. One device command may run 10 minutes, so a longer search goes over
-# several: each `search` call runs until the search ends or 540 s pass (then it is stopped,
-# and the next call resumes it, on the same warm machine).
+# several: each `search` call runs until the search ends or SEARCH_LIMIT seconds pass (540;
+# then it is stopped, and the next call resumes it, on the same warm machine). SEARCH_LIMIT=0
+# lets it run to its end: start it under setsid and read OUT/run_sh.log from later calls.
+# Each OUT keeps its own history, runs and library, so two searches can share a host, one
+# per GPU (CUDA_VISIBLE_DEVICES).
 #   bash tools/gpu_search_vs_recipe.sh search OUT [TARGET] [run.sh flags ...]
 #       # bash run.sh [--target TARGET] FLAGS (TARGET "public": the repository's own model),
 #       # or the rest of OUT's unfinished run; its log, winner and recipe go to OUT
@@ -17,11 +20,12 @@ target_args=()
 [ "$target" = public ] || target_args=(--target "$target")
 
 search() {
-  export EVOLVE_WORKSPACE="$out/workspace"
+  export EVOLVE_WORKSPACE="$out/workspace" EVOLVE_HISTORY="$out/history.csv" EVOLVE_RUNS_DIR="$out/runs"
+  local limit=${SEARCH_LIMIT:-540}
   local start=$(date +%s) run_dir status
   run_dir=$(cat "$out/run_dir" 2>/dev/null)
   # Resuming, the target's flags are given again: run.sh's default config would win otherwise.
-  timeout -s TERM 540 bash run.sh ${run_dir:+--resume "$run_dir"} "${target_args[@]}" "$@" >> "$out/run_sh.log" 2>&1
+  timeout -s TERM "$([ "$limit" = 0 ] && echo infinity || echo "$limit")" bash run.sh ${run_dir:+--resume "$run_dir"} "${target_args[@]}" "$@" >> "$out/run_sh.log" 2>&1
   status=$?
   echo "run.sh exit $status after $(( $(date +%s) - start )) s"
   grep -oE "run dir [^ ]+" "$out/run_sh.log" | tail -1 | cut -d' ' -f3 > "$out/run_dir"
@@ -29,7 +33,7 @@ search() {
   if [ "$status" = 0 ]; then  # finished: nothing left to resume
     rm -f "$out/run_dir"
     cp "$EVOLVE_WORKSPACE/engine.py" "$out/winner.py"
-    python3 -m evolve report history.csv --out "$out/report" --recipe "$out/winner_recipe.txt" > "$out/report.txt" 2>&1
+    python3 -m evolve report "$out/history.csv" --out "$out/report" --recipe "$out/winner_recipe.txt" > "$out/report.txt" 2>&1
     tail -3 "$out/report.txt"
   fi
 }
