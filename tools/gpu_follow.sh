@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Follow, from a later device call, work that an earlier call started under setsid on the
+# same machine (a search per GPU, say), and bring back what exists so far.
+#   bash tools/gpu_follow.sh STATE SECONDS [DONE ...]
+# STATE: the folder the work writes to (each search's OUT below it). Stops at once when
+# STATE is missing: the machine was given back between calls and this one is bare.
+# Every minute, each run's last progress lines; it returns when every DONE file exists
+# (paths below STATE) or SECONDS pass. Either way STATE's small files (no weights) go to
+# $OUT/state.tgz, so each call brings back the progress a lost machine would take with it.
+set -uo pipefail
+state=$1 seconds=$2; shift 2
+[ -d "$state" ] || { echo "no $state: this machine is fresh, the earlier call's work is gone"; exit 3; }
+pack() { (cd "$state" && find . -type f -size -4M -not -name '*.pt' -not -name '*.safetensors' \
+           | tar czf "${OUT:-/tmp}/state.tgz" -T -); }
+trap pack EXIT
+done_all() { local f; for f in "$@"; do [ -e "$state/$f" ] || return 1; done; return 0; }
+end=$(( $(date +%s) + seconds ))
+while (( $(date +%s) < end )); do
+  if (( $# )) && done_all "$@"; then echo "done: $*"; break; fi
+  left=$(( end - $(date +%s) )); sleep $(( left < 60 ? (left > 0 ? left : 0) : 60 ))
+  echo "-- $(date +%T)"
+  for log in "$state"/*/run_sh.log; do
+    [ -f "$log" ] && { echo "${log%/run_sh.log}:"; grep -E "^(gen |winner)" "$log" | tail -2; }
+  done
+done
+for f in "$state"/*/compare.txt; do [ -f "$f" ] && { echo "== $f"; tail -n 12 "$f"; }; done
+exit 0
