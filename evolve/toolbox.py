@@ -80,8 +80,9 @@ def mutate(parent: Program, make, vocabulary: Vocabulary, selector: OperatorSele
 
 def open_operators(parent: Program, vocabulary: Vocabulary, memo: Memo, device: str) -> list:
     """The operators that apply to `parent` and are not spent on it. On a GPU, those that put
-    portable code where it runs a kernel only when nothing else is left (an H100 search spent
-    a third of its mutants of a 9x program on portable attentions and decode-only graphs)."""
+    portable code where it runs a kernel only when nothing else is left: on a fast program
+    they are losses (a search spent a third of its mutants of a 9x program on portable
+    attentions and decode-only graphs, docs/PERF.md)."""
     names = [n for n in vocabulary.applicable(parent.source, device) if not memo.is_spent(n, (parent.id,))]
     if str(device).startswith("cuda"):
         names = [n for n in names if not vocabulary.unports(n, parent.source)] or names
@@ -94,10 +95,10 @@ def sweep(parent: Program, limit: int, make, vocabulary: Vocabulary, selector: O
     not spent on it, each then spent on it: GPU-only ones first on a GPU (with
     `levers_only`, only those, if any), then by the bandit's score, then at random; on a
     GPU, swaps that put portable code where a kernel runs only when nothing else is left.
-    Operators the run never tried, the demoted aside, take every other place: an 8-minute
-    H100 search re-swept the GPU-only ones on each new best and never tried
-    `last_token_logits` (docs/PERF.md, 2026-11-23, sixth session). [] when the vocabulary
-    cannot name its operators."""
+    Operators the run never tried, the demoted aside, take every other place, or a short
+    search re-sweeps the GPU-only ones on each new best and never tries the rest (it never
+    tried `last_token_logits`: docs/PERF.md, 2026-11-23). [] when the vocabulary cannot
+    name its operators."""
     if not vocabulary.can_choose:
         return []
     names = open_operators(parent, vocabulary, memo, device)
@@ -242,8 +243,8 @@ def merge_genes(fold: Fold, program: Program, parent: Program, genes: set | None
 def gains_to_merge(scores, memo: Memo) -> list:
     """(ratio, program, parent) of every mutant the run bred that may be faster than its
     parent, weakest first: by the fitted speeds, or inside a paired comparison's interval
-    (an H100 search screened fused weights, cached RoPE tables, the SwiGLU kernel and last-
-    token logits each within the noise of its parent, some below 1.0x, and merged none)."""
+    (small gains are screened within their parent's noise, some below 1.0x: a search that
+    took only clear ones merged none of four, docs/PERF.md)."""
     gains = []
     for program in memo.programs.values():
         parent = memo.program(program.parent_ids[0]) if len(program.parent_ids) == 1 else None
@@ -257,8 +258,8 @@ def gene_owners(gains: list, vocabulary: Vocabulary) -> dict:
     parent), weakest first) takes: the strongest that meant to change it (a weaker gain's
     gene, later overwritten, could still have dragged its requirements along), unless a
     gain made on a program already carrying that version refines it, the strongest such
-    (an H100 search: `last_token_logits` on the best, 1.0x, changes the Engine gene that
-    prefill graphs, 9x on the seed, owned, and was never merged)."""
+    (`last_token_logits` made on the best changes the Engine gene that prefill graphs
+    owned: by the first rule alone it was never merged)."""
     owner, by_id = {}, {}
     for _, program, parent in gains:
         by_id[program.id] = program

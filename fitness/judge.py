@@ -40,7 +40,8 @@ from fitness.verdict import STATUSES, error_text, new_verdict
 
 LEVELS = ("none",) + gate.LEVELS
 # Before each timed run: the engine was just built on the host with the GPU idle, and an
-# idle H100 drops its clocks within milliseconds; every run starts from the same state.
+# idle GPU drops its clocks within milliseconds (fitness.devices.ramp_gpu_clocks); every
+# run starts from the same state.
 CLOCK_BURST_S = 0.02
 BENCH_CHOICES = ("none",) + CASE_SETS
 # Judgements one baseline runner serves before it is started afresh (a sweep times every
@@ -182,8 +183,8 @@ class Judge:
         self.device, self.threads = device, threads
         self.references = References(device)
         self.spares = Spares(device, {**(env or {}), "OMP_NUM_THREADS": "1"} if is_cuda(device) else env)
-        # Absolute: the runner works in a directory of its own (seen: a relative runs/ dir
-        # made every judgement of an H100 search a crash).
+        # Absolute: the runner works in a directory of its own, where a relative path names
+        # nothing (every judgement was a crash).
         self.scratch = Path(scratch or tempfile.mkdtemp(prefix="judge_weights_")).resolve()
         self.kept = None  # the last baseline's runner, warm, for the next judgement beside it
         # Threads that only wait on runners: the untimed work of a group runs at once.
