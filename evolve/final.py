@@ -47,19 +47,18 @@ def choose_winner(search):
             f"compared with the seed in fresh judgements: none beat it ({describe(verdict)})"
     # Among those that beat the seed, the best fitted speed, this judgement included: it
     # weighs the contenders' own paired comparisons, where their ratios to the seed alone
-    # drew a 1.2x program level with its parent (an H100 search, docs/PERF.md 2026-11-23).
+    # drew a 1.2x program level with its parent (docs/PERF.md, 2026-11-23).
     verdict, winner = max(beat_seed, key=lambda vp: scores.speed(vp[1].id))
     return winner, verdict["ratio"], table_of(verdict["tokens_per_second"], verdict["baseline_tokens_per_second"]), \
         f"compared with the seed in a fresh judgement: {describe(verdict)}"
 
 
 def closing_merge(search, best):
-    """`best` with the gains it lacks, in one child never confirmed (two 8-minute H100
-    searches screened gains of 2-11% in their last generation, with no time left to merge
-    them), or None. The last generation's own merge of them is that child when it was bred
-    but not screened for lack of time (a 7-minute H100 search), or screened but not
-    confirmed (an 8-minute one: 1.08x the best in its screen, then no time to confirm it,
-    and the winner stayed at 0.68-0.82x the recipe)."""
+    """`best` with the gains it lacks, in one child never confirmed, or None: a short
+    search's last generation screens gains with no time left to merge them (gains of 2-11%
+    so lost, docs/PERF.md). The last generation's own merge of them is that child when it
+    was bred but not screened for lack of time, or screened but not confirmed (one at 1.08x
+    the best in its screen, unconfirmed, left the winner at 0.68-0.82x the recipe)."""
     child = search.toolbox.merge_every_gain(best, search.scores)
     twin = getattr(child, "twin", None)
     if twin is not None:

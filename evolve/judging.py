@@ -131,9 +131,9 @@ class Evaluator:
                  time_left, judge_fn=None, final_reserve=lambda: 0.0):
         self.config, self.run, self.scores, self.history = config, run, scores, hist
         self.stopping, self.time_left = stopping, time_left
-        # Seconds kept for the final comparison: no other batch starts inside them (two H200
-        # searches of 8m judged a last generation's batches into the final's time, and
-        # ended without comparing their winner with the seed: docs/PERF.md).
+        # Seconds kept for the final comparison: no other batch starts inside them, or a last
+        # generation's batches take the final's time and the winner is never compared with
+        # the seed (docs/PERF.md).
         self.final_reserve = final_reserve
         self.judge_fn = judge_fn  # None: the worker's judge; else one path at a time (tests' stand-ins)
         self.batch_seconds = {}  # level -> wall seconds of each batch judged (the budget's estimates)
@@ -153,57 +153,78 @@ class Evaluator:
         """(fitness, verdict) of each program of the batch; (None, None) each when the
         budget ran out before it started (for all but the final, when a batch like it would
         end inside the final's reserve): nothing is recorded, and a resumed run judges them."""
-        if batch.label != FINAL and self.time_left() - self.expected_seconds(batch.level) <= self.final_reserve() \
-                or self.time_left() <= 0:
+        if not self.may_start(batch):
             return [(None, None)] * len(batch.programs)
+        paths = self.write_programs(batch)
+        options = self.judge_options(batch, len(paths))
+        started = time.monotonic()
+        verdicts = self.judge(paths, options, worker)
+        if self.stopping.is_set():  # killed by us, not by the candidate: nothing to record
+            return [(None, verdict) for verdict in verdicts]
+        share = self.account(batch.level, time.monotonic() - started, verdicts)
+        results = [self.result(program, path, verdict, share, generation, batch, worker)
+                   for program, path, verdict in zip(batch.programs, paths, verdicts)]
+        stop_if_weights_changed(verdicts, batch)
+        return results
+
+    def may_start(self, batch: Batch) -> bool:
+        """Time is left, and (but for the final) a batch like it would end before the final's reserve."""
+        if batch.label != FINAL and self.time_left() - self.expected_seconds(batch.level) <= self.final_reserve():
+            return False
+        return self.time_left() > 0
+
+    def write_programs(self, batch: Batch) -> list:
+        """The path of each program's file, written when missing."""
         paths = [self.run.candidate_path(program) for program in batch.programs]
         for program, path in zip(batch.programs, paths):
             if not path.exists():  # atomically: a file on disk is always a whole program
                 write_atomically(path, program.source)
+        return paths
+
+    def judge_options(self, batch: Batch, size: int) -> dict:
+        """Keyword arguments of the judgement of a batch of `size`, all but the worker."""
+        is_final = batch.label == FINAL
         baseline = self.scores.by_id[batch.baseline_id].source_path if batch.baseline_id else None
-        options = dict(timeout=self.timeout(len(paths)), worker=worker, baseline=baseline,
-                       seed=None if batch.label == FINAL else self.gate_seed,
+        options = dict(timeout=self.timeout(size), baseline=baseline, seed=None if is_final else self.gate_seed,
                        weights_fingerprint=self.weights_fingerprint,
-                       **self.config.judge_options(batch.level, final=batch.label == FINAL))
-        if batch.label != FINAL:  # fewer rounds rather than the final's time (an H100 search of
-            # 8m: a last batch of near-equal children ran 5 rounds each and left no final)
+                       **self.config.judge_options(batch.level, final=is_final))
+        if not is_final:  # fewer rounds rather than the final's time: a last batch of near-equal
+            # children would run every round it may and leave no final (docs/PERF.md)
             options["rounds_within"] = max(0.0, self.time_left() - self.final_reserve())
-        started = time.monotonic()
+        return options
+
+    def judge(self, paths: list, options: dict, worker: Worker) -> list:
+        """A verdict on each path, or None for one not judged."""
         if self.judge_fn is None:
-            options.pop("worker")
-            verdicts = worker.judge.judge_group(paths, self.config.model_config, self.config.weight_dir, **options)
-        else:  # one by one, each only while the budget lasts
-            verdicts = [self.judge_fn(path, self.config.model_config, self.config.weight_dir, self.config.device,
-                                      **options) if self.time_left() > 0 else None for path in paths]
-        if self.stopping.is_set():  # killed by us, not by the candidate: nothing to record
-            return [(None, verdict) for verdict in verdicts]
-        # Wall time, process start included, shared among the batch: what the budget paid
-        # for each judgement.
-        wall = time.monotonic() - started
-        self.batch_seconds.setdefault(batch.level, []).append(wall)
-        share = round(wall / max(1, sum(v is not None for v in verdicts)), 3)
-        results = []
-        for program, path, verdict in zip(batch.programs, paths, verdicts):
-            if verdict is None:
-                results.append((None, None))
-            elif len(paths) > 1 and verdict["status"] in RETRIED_ALONE and self.config.device == "cuda":
-                # Crowded out, maybe: programs side by side share the GPU's memory (seen: seven
-                # runners of 7 GB K/V slabs, and the baseline out of memory). Alone, it is its own.
-                print(f"  {program.id} judged again alone: {verdict['status']} in a batch of {len(paths)} "
-                      f"({last_line(verdict.get('error', ''))})", flush=True)
-                results.append(self(Batch((program,), batch.label, batch.level, batch.baseline_id),
-                                    generation, worker)[0])
-            else:
-                results.append(self.record(program, path, {**verdict, "seconds": share}, generation, batch, worker))
-        changed = next((v for v in verdicts if v and v.get("weights_changed")), None)
-        if changed is not None:  # recorded, and the run stops: no later verdict could be trusted
-            raise WeightsChanged(f"{changed['error']} (judging {', '.join(p.id for p in batch.programs)})")
-        return results
+            return worker.judge.judge_group(paths, self.config.model_config, self.config.weight_dir, **options)
+        # One by one, each only while the budget lasts.
+        return [self.judge_fn(path, self.config.model_config, self.config.weight_dir, self.config.device,
+                              worker=worker, **options) if self.time_left() > 0 else None for path in paths]
+
+    def account(self, level: str, wall: float, verdicts: list) -> float:
+        """The batch's wall time, process start included, kept for the budget's estimates;
+        each judgement's share of it (what the budget paid for it)."""
+        self.batch_seconds.setdefault(level, []).append(wall)
+        return round(wall / max(1, sum(v is not None for v in verdicts)), 3)
+
+    def result(self, program, path, verdict: dict | None, share: float, generation: int, batch: Batch,
+               worker: Worker) -> tuple:
+        """(fitness, verdict) of one program of the batch, recorded; judged again alone first
+        when it may have been crowded out."""
+        if verdict is None:
+            return None, None
+        if len(batch.programs) > 1 and verdict["status"] in RETRIED_ALONE and self.config.device == "cuda":
+            # Crowded out, maybe: programs side by side share the GPU's memory (runners of
+            # 7 GB K/V slabs put the baseline out of memory). Alone, it is its own.
+            print(f"  {program.id} judged again alone: {verdict['status']} in a batch of {len(batch.programs)} "
+                  f"({last_line(verdict.get('error', ''))})", flush=True)
+            return self(Batch((program,), batch.label, batch.level, batch.baseline_id), generation, worker)[0]
+        return self.record(program, path, {**verdict, "seconds": share}, generation, batch, worker)
 
     def expected_seconds(self, level: str) -> float:
-        """How long a batch of `level` is expected to take: the mean of those so far (an
-        H100 search started a 29 s confirmation 66 s before the end, inside the final's
-        40 s once it ran)."""
+        """How long a batch of `level` is expected to take: the mean of those so far. A batch
+        must end before the final's reserve, not merely start before it (a 29 s confirmation
+        started 66 s before the end ran into the final's 40 s: docs/PERF.md)."""
         walls = self.batch_seconds.get(level)
         return sum(walls) / len(walls) if walls else 0.0
 
@@ -227,6 +248,14 @@ class Evaluator:
             "level": batch.level, "baseline_id": batch.baseline_id or "",
             "device": worker.device_name(self.config.device)})
         return fitness, verdict
+
+
+def stop_if_weights_changed(verdicts: list, batch: Batch) -> None:
+    """WeightsChanged when a verdict says a candidate changed the target's weights: it is
+    recorded, and the run stops, for no later verdict could be trusted."""
+    changed = next((v for v in verdicts if v and v.get("weights_changed")), None)
+    if changed is not None:
+        raise WeightsChanged(f"{changed['error']} (judging {', '.join(p.id for p in batch.programs)})")
 
 
 def screen(search, generation: int, programs: list) -> list:

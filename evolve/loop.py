@@ -19,6 +19,12 @@ from evolve.memo import Known
 from evolve.operators import sweep_size
 from evolve.toolbox import Program
 
+# At most a third of a later generation's children are pair merges: they combine gains
+# found apart, and the rest must go on finding new ones (evolve/README.md, "Merging gains").
+CHILDREN_PER_MERGE = 3
+# Draws of crossover or mutation per child wanted: operators decline or repeat a program,
+# so a generation may take more draws than children, but not forever.
+MAX_DRAWS_PER_CHILD = 3
 
 def evolve(search) -> None:
     """Generations until the count or the budget runs out (DESIGN.md, "The search")."""
@@ -35,8 +41,8 @@ def evolve(search) -> None:
         # Judge each new source once, beside its parent.
         num_cached = brood.num_known + sum(p.id in search.scores for p in offspring)
         new = screen(search, gen, offspring)
-        # Merge the gains just screened into the best at once, not a generation later: two
-        # H100 searches of 8 minutes ended on screened gains no later generation merged.
+        # Merge the gains just screened into the best at once, not a generation later: a
+        # short search's last generation has no later one (docs/PERF.md).
         if gen > 0 and brood.add_if_new(toolbox.merge_every_gain(best_of(search), search.scores)):
             new += screen(search, gen, offspring[-1:])
         # Confirm the ones that could be kept.
@@ -93,18 +99,19 @@ def breed(search, parents: list, num_children: int) -> Brood:
             return brood
     best = best_of(search)
     brood.add(toolbox.merge_every_gain(best, search.scores), (best.id,))
-    num_merges = num_children // 3  # a merge can decline (b's gains in a already): twice as many trios
+    num_merges = num_children // CHILDREN_PER_MERGE
+    # A merge can decline (b's gains in a already): twice as many trios as merges wanted.
     for a, b, base in toolbox.pairs_to_merge(search.scores, search.seed, 2 * num_merges):
         if len(brood.children) < num_merges:
             brood.add(toolbox.merge(a, b, base), (a.id, b.id))
     # All but one of the rest sweep on from the best program, GPU-only operators first,
     # then as the bandit ranks them (never-tried ones every other place): gains measured
-    # on the seed do not carry over to a program 7x faster (on an H100 the Triton norms
-    # were noise on the eager seed and 1.11x on the prefill-graphs program); the other
+    # on the seed do not carry over to a program 7x faster (the Triton norms were noise on
+    # the eager seed and 1.11x on the prefill-graphs program, docs/PERF.md); the other
     # parents are mostly far slower.
     for result in toolbox.sweep(best, num_children - len(brood.children) - 1):
         brood.add(result, (best.id,))
-    for _ in range(3 * num_children):
+    for _ in range(MAX_DRAWS_PER_CHILD * num_children):
         if len(brood.children) >= num_children:
             break
         brood.add(*mutate_or_mate(search, parents))

@@ -88,8 +88,8 @@ class Memo:
             self.spend(child.operator, child.parent_ids)
             return Known(child.operator, "applied to the same parents before", twin)
         self.applied.add(key)
-        # Its own id too: an H100 search's merge and sweep bred one source twice in a
-        # generation, judged once, and the brood was a child short.
+        # Its own id too: two operators (a merge and a sweep) can breed one source in a
+        # generation; it is judged once, and the brood would be a child short.
         if twin is not None:
             self.twins.append((child.operator, twin, child.parent_ids))  # its operator made `twin`
             return Known(child.operator, f"the code of {twin}, comments and layout aside", twin)

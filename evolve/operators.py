@@ -113,7 +113,8 @@ GPU_LEVERS = ("allele.Engine.cuda_graphs",)
 
 # Operators whose children compile on every fresh engine: a screen of one is 2-3x another's
 # (H100: torch_compile 52 s against 20-25 s alone; its batch of 5 screens 113 s against 45 s),
-# and in six H100 searches it paid once (1.10x on the seed), 0.85-0.93x on faster programs.
+# and in six GPU searches it paid once (1.10x on the seed), 0.85-0.93x on faster programs
+# (docs/PERF.md).
 SLOW_TO_JUDGE = ("torch_compile",)
 
 DEMOTED = 2  # sweep_rank's last: tried only when nothing else is left, never-tried or not

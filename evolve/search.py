@@ -27,13 +27,21 @@ from fitness.weight_files import WeightsChanged
 
 
 # A screen's share of its batch over the seed's full judgement, before one is measured: on
-# an H100, 5-9 s against 20-30 s. On 2 CPU cores screens took 43-77 s against 92-100 s,
+# a GPU, 5-9 s against 20-30 s. On 2 CPU cores screens took 43-77 s against 92-100 s,
 # but reckoned at 2/3 (or 1/3) the default 9-minute run swept 5 (or 11) children and had
-# no time for a third generation: a CPU reckons the whole judgement, as before.
+# no time for a third generation: a CPU reckons the whole judgement (docs/PERF.md).
 SCREEN_SHARE = {"cuda": 1 / 3, "cpu": 1.0}
 # A best program this much faster than the seed clears the final's comparison in the rounds
 # of a confirmation; a closer one may take up to final_rounds.
 CLEAR_GAIN = 1.25
+# A final batch's contenders beyond the first add a quarter of a confirmation each: their
+# untimed steps run side by side and each adds a runner to the rounds (finals of 3 and 2
+# took 1.39x and 0.95x a confirmation; reckoning half more kept an 8-minute search from a
+# generation that fitted: docs/PERF.md).
+SHARE_PER_EXTRA_CONTENDER = 1 / 4
+# The rounds a close final may run beyond a confirmation's max_rounds count for a quarter:
+# most comparisons clear their interval well before the limit.
+SHARE_PER_EXTRA_ROUND = 1 / 4
 
 
 class Clock:
@@ -95,9 +103,9 @@ class Search:
             return False
         # One batch of screens and one confirmation must fit, and the final after them: the
         # rest of a generation that does not is skipped batch by batch (judging.Evaluator).
-        # Asking for a whole generation stopped an H100 run after the seed, whose first
+        # Asking for a whole generation would stop a run after the seed, whose first
         # judgement pays for every reference; asking for one judgement's share of a batch
-        # left no time for the final (an H100 run of 8m, docs/PERF.md).
+        # left no time for the final (docs/PERF.md).
         return self.clock.left() > self.estimated_round_s() + self.estimated_final_s()
 
     def estimated_round_s(self) -> float:
@@ -135,17 +143,16 @@ class Search:
         judgements beside the seed, with up to final_rounds."""
         if contenders is None:
             contenders = sum(1 for p in self.hall_of_fame if p.id != self.seed.id)
-        # One batch per worker: its untimed steps side by side, its rounds one runner more
-        # each. H100 finals of 3 and 2 took 1.39x and 0.95x a confirmation: a quarter more a
-        # contender (half more kept an 8-minute search from a generation that fitted, its
-        # final estimated at 77 s took 36). More rounds only for a close call: a program
-        # well ahead of the seed clears its interval in a confirmation's rounds.
+        # One batch per worker. More rounds only for a close call: a program well ahead of
+        # the seed clears its interval in a confirmation's rounds.
         together = math.ceil(min(self.config.final_top, contenders) / self.config.workers)
         best = next((p for p in self.hall_of_fame if p.id != self.seed.id), None)
         gain = self.scores.gain(best.id, self.seed.id) if best is not None else None
         close = gain is None or gain < CLEAR_GAIN
-        longer = 1 + (self.config.final_rounds / self.config.max_rounds - 1) / 4 if close else 1.0
-        return (1 + (together - 1) / 4) * longer * self.scores.mean_judge_seconds(ok_only=True, level="full")
+        extra_rounds = self.config.final_rounds / self.config.max_rounds - 1
+        longer = 1 + extra_rounds * SHARE_PER_EXTRA_ROUND if close else 1.0
+        wider = 1 + (together - 1) * SHARE_PER_EXTRA_CONTENDER
+        return wider * longer * self.scores.mean_judge_seconds(ok_only=True, level="full")
 
     def final_reserve_s(self) -> float:
         """The final's time, kept from other batches once there is a winner to compare."""

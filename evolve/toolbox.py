@@ -10,6 +10,7 @@ and sources are immutable. Which operator `mutate` applies is the bandit's choic
 """
 import importlib
 import random
+from dataclasses import dataclass, field
 
 import numpy as np
 from deap import base, creator, tools
@@ -79,8 +80,9 @@ def mutate(parent: Program, make, vocabulary: Vocabulary, selector: OperatorSele
 
 def open_operators(parent: Program, vocabulary: Vocabulary, memo: Memo, device: str) -> list:
     """The operators that apply to `parent` and are not spent on it. On a GPU, those that put
-    portable code where it runs a kernel only when nothing else is left (an H100 search spent
-    a third of its mutants of a 9x program on portable attentions and decode-only graphs)."""
+    portable code where it runs a kernel only when nothing else is left: on a fast program
+    they are losses (a search spent a third of its mutants of a 9x program on portable
+    attentions and decode-only graphs, docs/PERF.md)."""
     names = [n for n in vocabulary.applicable(parent.source, device) if not memo.is_spent(n, (parent.id,))]
     if str(device).startswith("cuda"):
         names = [n for n in names if not vocabulary.unports(n, parent.source)] or names
@@ -93,10 +95,10 @@ def sweep(parent: Program, limit: int, make, vocabulary: Vocabulary, selector: O
     not spent on it, each then spent on it: GPU-only ones first on a GPU (with
     `levers_only`, only those, if any), then by the bandit's score, then at random; on a
     GPU, swaps that put portable code where a kernel runs only when nothing else is left.
-    Operators the run never tried, the demoted aside, take every other place: an 8-minute
-    H100 search re-swept the GPU-only ones on each new best and never tried
-    `last_token_logits` (docs/PERF.md, 2026-11-23, sixth session). [] when the vocabulary
-    cannot name its operators."""
+    Operators the run never tried, the demoted aside, take every other place, or a short
+    search re-sweeps the GPU-only ones on each new best and never tries the rest (it never
+    tried `last_token_logits`: docs/PERF.md, 2026-11-23). [] when the vocabulary cannot
+    name its operators."""
     if not vocabulary.can_choose:
         return []
     names = open_operators(parent, vocabulary, memo, device)
@@ -159,14 +161,11 @@ def merge(a: Program, b: Program, base: Program, make, vocabulary: Vocabulary, m
 
 def merge_every_gain(best: Program, scores, make, vocabulary: Vocabulary, memo: Memo, rng: random.Random):
     """One child: `best` with the gains of every correct program that may have beaten its
-    own parent (`gains_to_merge`: the child is judged beside `best`; the recipe's lead over an
-    8-minute search's best was gains of 2-10% each, inside a screen's noise), merged weakest first,
-    each bringing only the genes its operator meant to change, so that where two changed
-    the same gene the stronger one's stays, and where a stronger one's requirements take
-    back a weaker one's genes it displaces it whole (an H100 search: fused_both at 1.12x
-    lost to fuse_linears at 1.02x, its merge declined as a copy). `best`'s own gain counts
-    too: an H100 search folded a 2x decode-graphs gain over its 5.7x prefill-graphs best
-    and got 0.53x of it.
+    own parent (`gains_to_merge`), merged weakest first (`fold_in`). The child is judged
+    beside `best`, so gains inside a screen's noise count: the recipe's lead over an
+    8-minute search's best was gains of 2-10% each (docs/PERF.md). `best`'s own gain counts
+    too, or a fold over it could undo it (a 2x decode-graphs gain folded over a 5.7x
+    prefill-graphs best drew 0.53x of it).
     A program-wide rewrite's gain (every kernel under PDL) is its operator applied again to
     the fold, last. Pair merges combine two gains a generation; a sweep finds many at once.
     Declined when nothing new comes of it, or Known."""
@@ -174,45 +173,78 @@ def merge_every_gain(best: Program, scores, make, vocabulary: Vocabulary, memo: 
         return mutations.Declined(MERGE_EVERY_GAIN, "the operators cannot merge")
     gains = gains_to_merge(scores, memo)
     # A program-wide rewrite touches every gene with a kernel or a matmul, so stronger gains
-    # own its genes and a fold by genes dropped it (an H100 search lost prefetched_linears,
-    # 1.01x, to programmatic_launch, 1.01x, and gene gains): it is applied again at the end.
-    wide, gains = ([g for g in gains if vocabulary.is_program_wide(g[1].operator) == w] for w in (True, False))
-    owner = gene_owners(gains, vocabulary)
-    source, merged = best.source, []
-    for _, program, parent in gains:
-        intended = vocabulary.intended(program, parent)
-        genes = {gene for gene in intended if owner[gene] == program.id} if intended else None
-        if intended and not genes:
-            continue  # every gene it meant to change, a stronger gain changes
-        if source == parent.source and genes in (None, intended):  # nothing added yet: the gain is the program
-            source, merged = program.source, merged + [program.id]
-            continue
-        if intended == set():  # no gene changed (a constant tuned: PAGE_SIZE 32, 1.10-1.19x on
-            # two H100 bests): nothing to take; its operator applied again, with its args
-            result = vocabulary.replay(program, source)
-            if hasattr(result, "source") and result.source != source:
-                source, merged = result.source, merged + [program.id]
-            continue
-        # A stronger gain whose requirements take back the weaker's genes displaces it whole.
-        result = vocabulary.merge(source, program.source, parent.source, rng, genes, b_whole=True)
-        if hasattr(result, "source"):
-            displaced = result.source == program.source  # every gene merged before, taken back
-            source, merged = result.source, ([] if displaced else merged) + [program.id]
+    # would own its genes and a fold by genes drop it (prefetched_linears, 1.01x, was lost
+    # so): it is applied again at the end.
+    wide = [g for g in gains if vocabulary.is_program_wide(g[1].operator)]
+    by_gene = [g for g in gains if not vocabulary.is_program_wide(g[1].operator)]
+    owner = gene_owners(by_gene, vocabulary)
+    fold = Fold(best.source)
+    for _, program, parent in by_gene:
+        fold_in(fold, program, parent, owner, vocabulary, rng)
     for _, program, _ in wide:
-        result = vocabulary.reapply(program, source, rng)
-        if hasattr(result, "source") and result.source != source:
-            source, merged = result.source, merged + [program.id]
-    merged = [pid for pid in merged if pid != best.id]
-    if not merged or source == best.source:
+        fold.take_if_new(vocabulary.reapply(program, fold.source, rng), program)
+    merged = [pid for pid in fold.merged if pid != best.id]
+    if not merged or fold.source == best.source:
         return mutations.Declined(MERGE_EVERY_GAIN, f"no gain that {best.id} lacks")
-    return admitted(mutations.Applied(source, MERGE_EVERY_GAIN, {"merged": merged}), (best.id, merged[-1]), make, memo)
+    child = mutations.Applied(fold.source, MERGE_EVERY_GAIN, {"merged": merged})
+    return admitted(child, (best.id, merged[-1]), make, memo)
+
+
+@dataclass
+class Fold:
+    """merge_every_gain's child as gains are folded into it, and the ids of those it carries."""
+    source: str
+    merged: list = field(default_factory=list)
+
+    def take(self, source: str, program_id: str, displaced: bool = False) -> None:
+        """`source` now, carrying `program_id`'s gain (and, when `displaced`, none before)."""
+        self.source, self.merged = source, ([] if displaced else self.merged) + [program_id]
+
+    def take_if_new(self, result, program: Program) -> None:
+        """An operator's result, when it applied and changed the fold."""
+        if hasattr(result, "source") and result.source != self.source:
+            self.take(result.source, program.id)
+
+
+def fold_in(fold: Fold, program: Program, parent: Program, owner: dict, vocabulary: Vocabulary,
+            rng: random.Random) -> None:
+    """One gain into the fold, by the genes its operator meant to change (`intended`). A gain
+    made on what the fold still is comes whole: nothing was added yet."""
+    intended = vocabulary.intended(program, parent)
+    is_on_fold = fold.source == parent.source
+    if intended is None:  # its operator cannot say: every gene it differs in
+        if is_on_fold:
+            fold.take(program.source, program.id)
+        else:
+            merge_genes(fold, program, parent, None, vocabulary, rng)
+    elif not intended:  # no gene changed (a constant tuned, as PAGE_SIZE 32): nothing to take
+        if is_on_fold:  # by genes; its operator is applied again, with its args
+            fold.take(program.source, program.id)
+        else:
+            fold.take_if_new(vocabulary.replay(program, fold.source), program)
+    else:  # only the genes no stronger gain changes: where two changed one, the stronger stays
+        owned = {gene for gene in intended if owner[gene] == program.id}
+        if is_on_fold and owned == intended:
+            fold.take(program.source, program.id)
+        elif owned:
+            merge_genes(fold, program, parent, owned, vocabulary, rng)
+
+
+def merge_genes(fold: Fold, program: Program, parent: Program, genes: set | None, vocabulary: Vocabulary,
+                rng: random.Random) -> None:
+    """`genes` of `program` (None: every one it differs in) merged into the fold. A stronger
+    gain whose requirements take back a weaker one's genes displaces it whole (fused_both at
+    1.12x was lost to fuse_linears at 1.02x, its merge declined as a copy)."""
+    result = vocabulary.merge(fold.source, program.source, parent.source, rng, genes, b_whole=True)
+    if hasattr(result, "source"):
+        fold.take(result.source, program.id, displaced=result.source == program.source)
 
 
 def gains_to_merge(scores, memo: Memo) -> list:
     """(ratio, program, parent) of every mutant the run bred that may be faster than its
     parent, weakest first: by the fitted speeds, or inside a paired comparison's interval
-    (an H100 search screened fused weights, cached RoPE tables, the SwiGLU kernel and last-
-    token logits each within the noise of its parent, some below 1.0x, and merged none)."""
+    (small gains are screened within their parent's noise, some below 1.0x: a search that
+    took only clear ones merged none of four, docs/PERF.md)."""
     gains = []
     for program in memo.programs.values():
         parent = memo.program(program.parent_ids[0]) if len(program.parent_ids) == 1 else None
@@ -226,8 +258,8 @@ def gene_owners(gains: list, vocabulary: Vocabulary) -> dict:
     parent), weakest first) takes: the strongest that meant to change it (a weaker gain's
     gene, later overwritten, could still have dragged its requirements along), unless a
     gain made on a program already carrying that version refines it, the strongest such
-    (an H100 search: `last_token_logits` on the best, 1.0x, changes the Engine gene that
-    prefill graphs, 9x on the seed, owned, and was never merged)."""
+    (`last_token_logits` made on the best changes the Engine gene that prefill graphs
+    owned: by the first rule alone it was never merged)."""
     owner, by_id = {}, {}
     for _, program, parent in gains:
         by_id[program.id] = program

@@ -21,7 +21,7 @@ import os
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +40,8 @@ from fitness.verdict import STATUSES, error_text, new_verdict
 
 LEVELS = ("none",) + gate.LEVELS
 # Before each timed run: the engine was just built on the host with the GPU idle, and an
-# idle H100 drops its clocks within milliseconds; every run starts from the same state.
+# idle GPU drops its clocks within milliseconds (fitness.devices.ramp_gpu_clocks); every
+# run starts from the same state.
 CLOCK_BURST_S = 0.02
 BENCH_CHOICES = ("none",) + CASE_SETS
 # Judgements one baseline runner serves before it is started afresh (a sweep times every
@@ -182,8 +183,8 @@ class Judge:
         self.device, self.threads = device, threads
         self.references = References(device)
         self.spares = Spares(device, {**(env or {}), "OMP_NUM_THREADS": "1"} if is_cuda(device) else env)
-        # Absolute: the runner works in a directory of its own (seen: a relative runs/ dir
-        # made every judgement of an H100 search a crash).
+        # Absolute: the runner works in a directory of its own, where a relative path names
+        # nothing (every judgement was a crash).
         self.scratch = Path(scratch or tempfile.mkdtemp(prefix="judge_weights_")).resolve()
         self.kept = None  # the last baseline's runner, warm, for the next judgement beside it
         # Threads that only wait on runners: the untimed work of a group runs at once.
@@ -217,87 +218,119 @@ class Judge:
         as the caller found them before any candidate ran (fitness.weight_files); every
         verdict is `invalid` at stage `weights` if a trusted weight file changed."""
         assert level in LEVELS and bench in BENCH_CHOICES and 0 < len(paths) <= MAX_GROUP, (level, bench, paths)
-        started, deadline = time.monotonic(), time.monotonic() + timeout
-        # No timed round starts that would end past this (the first always runs): the caller's budget.
-        rounds_end = min(deadline, started + rounds_within) if rounds_within is not None else deadline
-        weight_dir = Path(weight_dir).resolve()  # the runner works in a directory of its own
-        baseline = Path(baseline).resolve() if baseline is not None and bench != "none" else None
-        entries = [Entry(i, Path(path), new_verdict(path, self.device, seed)) for i, path in enumerate(paths)]
-        marks = [("setup", time.monotonic())]  # (stage, when it began): where the seconds went
-        warming, base, check = None, None, None
+        group = Group.begin(paths, self.device, seed, level, timeout, rounds_within)
+        # Absolute paths: the runner works in a directory of its own.
+        weight_path = Path(weight_dir).resolve()
+        baseline_path = Path(baseline).resolve() if baseline is not None and bench != "none" else None
         try:
-            for entry in entries:
-                entry.verdict.update(level=level, group=len(entries))
-                entry.attempt(self.static_check, entry, stage="static")
-            config = ModelConfig.load(config_path)
-            weight_files.TRUSTED.trust(weight_dir, weights_fingerprint)
-            weight_files.TRUSTED.check()  # nothing changed since the last judgement's end
-            self.references.model(config, weight_dir)  # missing or misshapen weights: invalid
-            raw_config = json.loads(Path(config_path).read_text())  # the engine gets the file as it is
-            cases = select_cases(bench) if bench != "none" else {}
-            check = TimedOutputCheck(self.references, config, weight_dir, margin,
-                                     CHECKED_ROWS["cuda" if is_cuda(self.device) else "cpu"])
-            marks.append(("import", time.monotonic()))
-            live = [e for e in entries if e.alive]
-            for entry, process in zip(live, self.spares.take_many(len(live))):
-                entry.bind(self.driver(process, deadline, self.home_cpus[entry.index % len(self.home_cpus)]))
-                entry.attempt(self.load, entry.driver, entry.path, stage="import")
-            if baseline is not None and any(e.alive for e in entries):
-                with blamed_on_baseline():
-                    base = self.baseline(baseline, deadline)
-                if not base.warm and is_cuda(self.device):  # a CPU has no idle cores to lend it
-                    warming = self.helpers.submit(warm_up, base.driver, cases, raw_config, weight_dir)
-            marks.append(("gate", time.monotonic()))
-            self.for_each([e for e in entries if e.alive], self.untimed, config, raw_config, weight_dir, seed,
-                          margin, level, cases, check)
-            live = [e for e in entries if e.alive]
-            if bench != "none" and live:
-                marks.append(("timing", time.monotonic()))
-                with blamed_on_baseline():
-                    if baseline is not None and not base.warm:
-                        runs = warming.result() if warming else warm_up(base.driver, cases, raw_config, weight_dir)
-                        warming = None
-                        check_warm_up(check, "baseline", runs)
-                        base.warm = True
-                    self.spares.settle()
-                    # Only the baseline's failures leave `measure`: a candidate's is its own.
-                    with self.cores_for(alone=base is None) as next_round:
-                        outcome = measure([e.contender for e in live], base.contender() if base else None, cases,
-                                          raw_config, weight_dir, self.device, check, min_rounds, max_rounds,
-                                          lambda: rounds_end - time.monotonic(), resolution, next_round)
-                for entry in live:
-                    entry.record_timing(outcome, cases)
+            group.setting = self.set_up(group, config_path, weight_path, seed, margin, level, bench,
+                                        weights_fingerprint)
+            self.import_candidates(group)
+            if baseline_path is not None and group.live():
+                self.start_baseline(group, baseline_path)
+            group.mark("gate")
+            self.for_each(group.live(), self.untimed, group.setting)
+            if bench != "none" and group.live():
+                self.time_group(group, min_rounds, max_rounds, resolution)
         except Exception as err:  # the config, the baseline, or our reading of a runner's answer
-            for entry in entries:
-                if entry.alive:
-                    entry.fail(err, entry.stage)
+            group.fail_live(err)
         finally:
-            if warming is not None:  # the judgement ended before the baseline's warm-up was checked
-                try:
-                    check_warm_up(check, "baseline", warming.result())
-                    base.warm = True
-                except Exception:
-                    self.drop_kept()
-            if any(e.verdict["stage"] == "baseline" for e in entries):
-                self.drop_kept()  # it failed: the next judgement starts it afresh
-            if self.kept is not None:
-                self.kept.driver.process.pause()  # idle until the next judgement beside it
-            for entry in entries:
-                if entry.driver is not None:
-                    entry.driver.process.close()
-            try:  # no candidate's code runs now (the kept baseline is paused): did one change them?
-                weight_files.TRUSTED.check()
-            except weight_files.WeightsChanged as err:
+            self.end_group(group)
+        return group.verdicts()
+
+    def set_up(self, group: "Group", config_path, weight_dir: Path, seed: int, margin: float, level: str,
+               bench: str, weights_fingerprint) -> "Setting":
+        """Static checks of every candidate, then what they are all judged with."""
+        for entry in group.entries:
+            entry.attempt(self.static_check, entry, stage="static")
+        config = ModelConfig.load(config_path)
+        weight_files.TRUSTED.trust(weight_dir, weights_fingerprint)
+        weight_files.TRUSTED.check()  # nothing changed since the last judgement's end
+        self.references.model(config, weight_dir)  # missing or misshapen weights: invalid
+        raw_config = json.loads(Path(config_path).read_text())  # the engine gets the file as it is
+        cases = select_cases(bench) if bench != "none" else {}
+        check = TimedOutputCheck(self.references, config, weight_dir, margin,
+                                 CHECKED_ROWS["cuda" if is_cuda(self.device) else "cpu"])
+        return Setting(config, raw_config, weight_dir, seed, margin, level, cases, check)
+
+    def import_candidates(self, group: "Group") -> None:
+        """Each live candidate imported in a fresh runner of its own, on its home core."""
+        group.mark("import")
+        live = group.live()
+        for entry, process in zip(live, self.spares.take_many(len(live))):
+            entry.bind(self.driver(process, group.deadline, self.home_cpus[entry.index % len(self.home_cpus)]))
+            entry.attempt(self.load, entry.driver, entry.path, stage="import")
+
+    def start_baseline(self, group: "Group", path: Path) -> None:
+        """The baseline's runner; on a GPU its warm-up begins beside the candidates' gates."""
+        with blamed_on_baseline():
+            group.base = self.baseline(path, group.deadline)
+        if not group.base.warm and is_cuda(self.device):  # a CPU has no idle cores to lend it
+            setting = group.setting
+            group.warming = self.helpers.submit(warm_up, group.base.driver, setting.cases, setting.raw_config,
+                                                setting.weight_dir)
+
+    def time_group(self, group: "Group", min_rounds: int, max_rounds: int, resolution: float) -> None:
+        """The live candidates' timed rounds, beside the baseline when there is one."""
+        live, setting = group.live(), group.setting
+        group.mark("timing")
+        with blamed_on_baseline():
+            if group.base is not None and not group.base.warm:
+                self.finish_baseline_warm_up(group)
+            self.spares.settle()
+            # Only the baseline's failures leave `measure`: a candidate's is its own.
+            with self.cores_for(alone=group.base is None) as next_round:
+                outcome = measure([e.contender for e in live], group.base.contender() if group.base else None,
+                                  setting.cases, setting.raw_config, setting.weight_dir, self.device, setting.check,
+                                  min_rounds, max_rounds, lambda: group.rounds_end - time.monotonic(), resolution,
+                                  next_round)
+        for entry in live:
+            entry.record_timing(outcome, setting.cases)
+
+    def finish_baseline_warm_up(self, group: "Group") -> None:
+        """The baseline's warm-up (begun beside the gates, or run now) checked: it is warm."""
+        setting = group.setting
+        if group.warming is not None:
+            runs = group.warming.result()
+        else:
+            runs = warm_up(group.base.driver, setting.cases, setting.raw_config, setting.weight_dir)
+        group.warming = None
+        check_warm_up(setting.check, "baseline", runs)
+        group.base.warm = True
+
+    def end_group(self, group: "Group") -> None:
+        """Whatever happened: the kept baseline settled, the candidates' runners closed, the
+        weights checked, and every verdict completed."""
+        self.settle_kept(group)
+        for entry in group.entries:
+            if entry.driver is not None:
+                entry.driver.process.close()
+        self.check_weights_after(group)
+        group.complete()
+
+    def settle_kept(self, group: "Group") -> None:
+        """The baseline's runner after a judgement: kept paused for the next one beside it, or
+        dropped when it failed (the next judgement starts it afresh)."""
+        if group.warming is not None:  # the judgement ended before the baseline's warm-up was checked
+            try:
+                check_warm_up(group.setting.check, "baseline", group.warming.result())
+                group.base.warm = True
+            except Exception:
                 self.drop_kept()
-                for entry in entries:
-                    entry.fail(err, "weights")
-            for entry in entries:
-                if entry.alive:
-                    entry.end("ok", "", "")
-                entry.verdict["seconds"] = round(time.monotonic() - started, 3)
-                runners = [entry.driver.process] if entry.driver else []
-                entry.verdict["phases"] = phases(marks, runners + ([base.driver.process] if base else []))
-        return [entry.verdict for entry in entries]
+        if any(e.verdict["stage"] == "baseline" for e in group.entries):
+            self.drop_kept()
+        if self.kept is not None:
+            self.kept.driver.process.pause()  # idle until the next judgement beside it
+
+    def check_weights_after(self, group: "Group") -> None:
+        """No candidate's code runs now (the kept baseline is paused): did one change the
+        trusted weights? Then every verdict is invalid."""
+        try:
+            weight_files.TRUSTED.check()
+        except weight_files.WeightsChanged as err:
+            self.drop_kept()
+            for entry in group.entries:
+                entry.fail(err, "weights")
 
     @contextlib.contextmanager
     def cores_for(self, alone: bool):
@@ -328,21 +361,22 @@ class Judge:
         for future in [self.helpers.submit(fn, entry, *args) for entry in entries]:
             future.result()
 
-    def untimed(self, entry: "Entry", config, raw_config, weight_dir, seed, margin, level, cases, check) -> None:
+    def untimed(self, entry: "Entry", setting: "Setting") -> None:
         """The gate's traces, then the warm-up engine's run of every case (when timed)."""
-        if level != "none":
-            result = entry.attempt(gate.run_gate, entry.driver, self.references, config, weight_dir, seed,
-                                   self.scratch, margin, level, stage="target")
+        if setting.level != "none":
+            result = entry.attempt(gate.run_gate, entry.driver, self.references, setting.config, setting.weight_dir,
+                                   setting.seed, self.scratch, setting.margin, setting.level, stage="target")
             if result is None:
                 return
             entry.verdict.update(worst_ratio=result.worst_ratio, worst_case=result.worst_case)
             if not result.passed:
                 entry.verdict["case"] = result.case
                 return entry.end("incorrect", result.stage, result.error)
-        if cases:
-            runs = entry.attempt(warm_up, entry.driver, cases, raw_config, weight_dir, stage="timed")
+        if setting.cases:
+            runs = entry.attempt(warm_up, entry.driver, setting.cases, setting.raw_config, setting.weight_dir,
+                                 stage="timed")
             if runs is not None:
-                entry.attempt(check_warm_up, check, entry.contender.name, runs, stage="timed")
+                entry.attempt(check_warm_up, setting.check, entry.contender.name, runs, stage="timed")
 
     def load(self, driver: RunnerDriver, path) -> None:
         """`path` imported in the driver's fresh runner, on its home core."""
@@ -470,6 +504,65 @@ class KeptRunner:
 
     def contender(self) -> Contender:
         return Contender("baseline", self.driver)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What every candidate of a group is judged with."""
+    config: ModelConfig
+    raw_config: dict  # the config file as it is: what the engines get
+    weight_dir: Path
+    seed: int  # the gate traces' tokens
+    margin: float
+    level: str
+    cases: dict  # the timed cases; {} when not timed
+    check: TimedOutputCheck  # of timed outputs, the warm-ups' included
+
+
+@dataclass
+class Group:
+    """One group judgement as it goes: its candidates, its clock, the baseline's runner."""
+    entries: list
+    started: float
+    deadline: float  # every runner's requests end by then
+    rounds_end: float  # no timed round starts that would end past this (the first always runs)
+    marks: list  # (stage, when it began): where the seconds went
+    setting: Setting | None = None  # once the config and weights are read
+    base: KeptRunner | None = None
+    warming: Future | None = None  # the baseline's warm-up, run beside the gates, until checked
+
+    @classmethod
+    def begin(cls, paths, device: str, seed: int, level: str, timeout: float, rounds_within: float | None):
+        started, deadline = time.monotonic(), time.monotonic() + timeout
+        # The caller's budget for the rounds.
+        rounds_end = min(deadline, started + rounds_within) if rounds_within is not None else deadline
+        entries = [Entry(i, Path(path), new_verdict(path, device, seed)) for i, path in enumerate(paths)]
+        for entry in entries:
+            entry.verdict.update(level=level, group=len(entries))
+        return cls(entries, started, deadline, rounds_end, [("setup", time.monotonic())])
+
+    def mark(self, stage: str) -> None:
+        self.marks.append((stage, time.monotonic()))
+
+    def live(self) -> list:
+        return [e for e in self.entries if e.alive]
+
+    def fail_live(self, err: Exception) -> None:
+        """Every candidate without a verdict fails at its stage."""
+        for entry in self.live():
+            entry.fail(err, entry.stage)
+
+    def complete(self) -> None:
+        """Those that failed nothing are ok; every verdict gets its seconds and phases."""
+        for entry in self.entries:
+            if entry.alive:
+                entry.end("ok", "", "")
+            entry.verdict["seconds"] = round(time.monotonic() - self.started, 3)
+            runners = [entry.driver.process] if entry.driver else []
+            entry.verdict["phases"] = phases(self.marks, runners + ([self.base.driver.process] if self.base else []))
+
+    def verdicts(self) -> list:
+        return [entry.verdict for entry in self.entries]
 
 
 def phases(marks: list, runners: list) -> dict:

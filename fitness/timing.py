@@ -195,45 +195,81 @@ def measure(candidates: list, baseline, cases: dict, raw_config: dict, weight_di
     (fitness.judge.Stage). A failure of the baseline ends them all. `next_round()`, when
     given, is called before each round (the judge moves its timing core)."""
     outcome = Outcome(baseline, cases)
+    runs = TimedRuns(baseline, raw_config, weight_dir, check)
+    ending = RoundsEnd(min_rounds, resolution, ALONE_MIN_SPAN_S["cuda" if is_cuda(device) else "cpu"])
+    round_limit = max(max_rounds, ALONE_MAX_ROUNDS) if baseline is None else max_rounds
     active = list(candidates)
     round_seconds, first_round = 0.0, time.monotonic()
-    min_span = ALONE_MIN_SPAN_S["cuda" if is_cuda(device) else "cpu"]
-    if baseline is None:
-        max_rounds = max(max_rounds, ALONE_MAX_ROUNDS)
-    while active and outcome.rounds < max_rounds and (outcome.rounds == 0 or time_left() > 2 * round_seconds):
+    while active and outcome.rounds < round_limit and (outcome.rounds == 0 or time_left() > 2 * round_seconds):
         started = time.monotonic()
         if next_round is not None:
             next_round()
-        everyone = active + ([baseline] if baseline else [])
-        shift = outcome.rounds % len(everyone)
-        order = everyone[shift:] + everyone[:shift]  # each takes every place in turn
-        for name, events in cases.items():
-            seed = fresh_seed()  # the same tokens for every contender in this round
-            waits = {c.name: attempt(c, baseline, c.driver.prepare, raw_config, weight_dir) for c in order}
-            for contender in order:
-                if waits[contender.name] is not None:
-                    attempt(contender, baseline, waits[contender.name])
-            for contender in [c for c in order if c.failure is None]:
-                seconds = attempt(contender, baseline, contender.driver.go, events, seed)
-                if contender.failure is None:
-                    contender.seconds.setdefault(name, []).append(seconds)
-            for contender in [c for c in order if c.failure is None]:
-                outputs = attempt(contender, baseline, contender.driver.fetch, events)
-                if contender.failure is None:
-                    contender.peak_bytes = max(contender.peak_bytes, contender.driver.last_peak_bytes)
-                    attempt(contender, baseline, check, outputs, events, seed, f"{contender.name}/timed/{name}")
-            order = [c for c in order if c.failure is None]
+        runs.round(round_order(active, baseline, outcome.rounds), cases)
         outcome.rounds += 1
         round_seconds, span = time.monotonic() - started, time.monotonic() - first_round
-
-        def is_done(c: Contender) -> bool:
-            if c.failure is not None or outcome.is_far_behind(c) or (baseline is None and span >= ALONE_MAX_SPAN_S):
-                return True
-            settled = baseline is not None or span >= min_span  # alone: over a slow spell of the host
-            return settled and outcome.rounds >= min_rounds and outcome.is_clear(c, resolution)
-
-        active = [c for c in active if not is_done(c)]
+        active = [c for c in active if not ending.is_done(c, outcome, span)]
     return outcome
+
+
+def round_order(active: list, baseline, index: int) -> list:
+    """The contenders of round `index`, in order: each takes every place in turn."""
+    everyone = active + ([baseline] if baseline else [])
+    shift = index % len(everyone)
+    return everyone[shift:] + everyone[:shift]
+
+
+@dataclass(frozen=True)
+class TimedRuns:
+    """The timed runs of one measurement: a fresh engine each, its outputs checked."""
+    baseline: Contender | None  # whose failure raises (`attempt`)
+    raw_config: dict
+    weight_dir: object
+    check: TimedOutputCheck
+
+    def round(self, order: list, cases: dict) -> None:
+        """Every case once for each contender in `order`; one that fails is out."""
+        for name, events in cases.items():
+            self.case(order, name, events)
+            order = [c for c in order if c.failure is None]
+
+    def case(self, order: list, name: str, events) -> None:
+        seed = fresh_seed()  # the same tokens for every contender in this round
+        self.prepare(order)
+        for contender in [c for c in order if c.failure is None]:
+            seconds = attempt(contender, self.baseline, contender.driver.go, events, seed)
+            if contender.failure is None:
+                contender.seconds.setdefault(name, []).append(seconds)
+        for contender in [c for c in order if c.failure is None]:
+            self.fetch_and_check(contender, name, events, seed)
+
+    def prepare(self, order: list) -> None:
+        """Every contender's fresh engine, made at once (untimed)."""
+        waits = {c.name: attempt(c, self.baseline, c.driver.prepare, self.raw_config, self.weight_dir) for c in order}
+        for contender in order:
+            if waits[contender.name] is not None:
+                attempt(contender, self.baseline, waits[contender.name])
+
+    def fetch_and_check(self, contender: Contender, name: str, events, seed: int) -> None:
+        outputs = attempt(contender, self.baseline, contender.driver.fetch, events)
+        if contender.failure is None:
+            contender.peak_bytes = max(contender.peak_bytes, contender.driver.last_peak_bytes)
+            attempt(contender, self.baseline, self.check, outputs, events, seed, f"{contender.name}/timed/{name}")
+
+
+@dataclass(frozen=True)
+class RoundsEnd:
+    """When a contender's rounds end."""
+    min_rounds: int
+    resolution: float
+    min_span: float  # alone: seconds its rounds must span (ALONE_MIN_SPAN_S)
+
+    def is_done(self, contender: Contender, outcome: Outcome, span: float) -> bool:
+        """Failed, far behind, or clear; alone, also after ALONE_MAX_SPAN_S."""
+        alone = outcome.baseline is None
+        if contender.failure is not None or outcome.is_far_behind(contender) or (alone and span >= ALONE_MAX_SPAN_S):
+            return True
+        settled = not alone or span >= self.min_span  # alone: over a slow spell of the host
+        return settled and outcome.rounds >= self.min_rounds and outcome.is_clear(contender, self.resolution)
 
 
 def attempt(contender: Contender, baseline, fn, *args, **kwargs):

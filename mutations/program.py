@@ -26,6 +26,9 @@ GENES = ("compute_dtype", "load_weights", "rms_norm", "add_rms_norm", "rope_freq
 SEED_ALLELE = "seed"
 SEED_PATH = Path(__file__).resolve().parents[1] / "seed_engine" / "engine.py"
 MARKER = re.compile(r"#\s*allele:\s*([A-Za-z0-9_]+)\s*$")
+# Passes of ensure_defined (one helper or import added each) and prune (one dropped each):
+# far more than any program has helpers; a bound, so that a cycle ends (ensure_defined raises).
+MAX_HELPER_PASSES = 100
 
 
 class ProgramError(ValueError):
@@ -205,7 +208,7 @@ def missing_names(module: cst.Module, sources: list) -> list:
 def ensure_defined(module: cst.Module, sources: list) -> cst.Module:
     """Pull every helper and import the program names but lacks from `sources`, in order of
     preference; each helper goes right before the first statement that names it."""
-    for _ in range(100):
+    for _ in range(MAX_HELPER_PASSES):
         missing = missing_names(module, sources)
         if not missing:
             return module
@@ -223,7 +226,7 @@ def ensure_defined(module: cst.Module, sources: list) -> cst.Module:
 def prune(module: cst.Module) -> cst.Module:
     """Drop helpers and imports nothing else names; genes, create_engine, the docstring and
     `from __future__` stay."""
-    for _ in range(100):
+    for _ in range(MAX_HELPER_PASSES):
         body = list(module.body)
         uses = [names_used(s) if not is_import(s) else set() for s in body]
         dead = None

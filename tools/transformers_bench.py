@@ -1,6 +1,6 @@
 """`transformers` itself on a Hugging Face checkpoint, on the large cases our engines are
 benched on (fitness.cases.large_cases: one request decoding, 64 decoding, a 16 x 1024
-prefill), for the figures issue 27 sets beside it (docs/PERF.md).
+prefill), so that our engines' figures have the library's own beside them (docs/PERF.md).
 
     python -m tools.transformers_bench DIR [--mode eager|compiled] [--repeat 3] [--device cuda]
 

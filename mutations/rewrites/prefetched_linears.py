@@ -6,7 +6,7 @@ whoever writes it, of which the weight's bytes are a fraction (the public o proj
 paid after the kernel before has finished. Here a program loads its share of the weight
 first (no kernel before it writes a weight), then waits for the kernel before
 (`gdc_wait`) and reads x: launched under programmatic dependent launch (PDL), that wait
-overlaps the kernel before. Measured alone (docs/PERF.md, tenth session, 8 rows): the
+overlaps the kernel before. Measured alone (docs/PERF.md, 2026-11-24, 8 rows): the
 public o 3.92 -> 2.36 us, q/k/v 4.54 -> 3.75, down 7.38 -> 5.54; gate/up (6144 x 768) and
 every 1B-class projection were slower (a program holds its share in registers), hence the
 size limit.

@@ -1,8 +1,8 @@
 """Prefill and decode both captured in CUDA graphs, for bucketed sizes, all inside create_engine.
 
 A prefill is host-bound without graphs: one call launches a few hundred kernels from
-Python for well under a millisecond of GPU work (issue 8: 6.3 ms of wall time for 0.49 ms
-of GPU). Here a prefill of N packed tokens from at most MAX_PREFILL_PROMPTS prompts
+Python for well under a millisecond of GPU work (one measured: 6.3 ms of wall time for
+0.49 ms of GPU). Here a prefill of N packed tokens from at most MAX_PREFILL_PROMPTS prompts
 replays the graph of the smallest token bucket >= N: its tokens fill the first N rows of a
 static buffer; the host sends only each prompt's start, length, last row and pages, and the
 graph's first kernel gives every row its position and cache slot (the host's per-token lists
