@@ -118,9 +118,10 @@ def test_sigterm_mid_run_leaves_a_correct_engine_and_a_resumable_run(small_targe
     assert state["generation"] >= 1 and not state["finished"]
     assert not [p for p in os.listdir(run_dir / "candidates") if p.endswith(".tmp")]
 
-    # The run goes on where it stopped: same run id, the generation count continued.
+    # The run goes on where it stopped: same run id, the generation count continued. The
+    # operators module is not a setting the run keeps: named again, the stand-ins breed.
     resumed = subprocess.run([sys.executable, "-m", "evolve", "run", "--resume", str(run_dir),
-                              "--generations", str(state["generation"])],
+                              "--generations", str(state["generation"]), "--operators", "tests.test_evolve_stand_in"],
                              cwd=REPO, capture_output=True, text=True, timeout=400)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert f"gen {state['generation']:>3}" in resumed.stdout
