@@ -9,6 +9,10 @@
                                 profile, memory, gate)
     bash tools/gpu_judge_before_after.sh   one judge against another on the same programs
     bash tools/gpu_serve.sh, gpu_hf.sh     the server, and Hugging Face shapes, on a GPU
+    bash tools/gpu_search_vs_recipe.sh     a search on any target (one per GPU), then its winner
+                                against the recipe, case by case
+    bash tools/gpu_follow.sh    a later device call's view of work an earlier call started under
+                                setsid: stops at once on a fresh machine, brings back what exists
     tools/probes/               one-off measurements cited in docs/PERF.md, kept to re-measure
 
 They judge what `mutations` makes with `fitness`, which is why they live here: the
