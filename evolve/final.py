@@ -17,6 +17,7 @@ import math
 
 from evolve.history import FINAL
 from evolve.judging import run_jobs
+from evolve.toolbox import made
 from fitness.timing import t95, t_cdf
 
 
@@ -63,7 +64,7 @@ def closing_merge(search, best):
     twin = getattr(child, "twin", None)
     if twin is not None:
         child = search.toolbox.memo.program(twin)
-    if not hasattr(child, "source"):
+    if not made(child):
         return None
     scores = search.scores
     never_confirmed = child.id not in scores or (scores.is_ok(child.id) and not scores.is_confirmed(child.id))

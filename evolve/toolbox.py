@@ -46,6 +46,12 @@ class Program:
         return f"{type(self).__name__}({self.id}, {self.operator})"
 
 
+def made(result) -> bool:
+    """Whether an operator's result is a program (Applied, or a Program already admitted),
+    not a Declined or a Known child."""
+    return isinstance(result, (mutations.Applied, Program))
+
+
 if not hasattr(creator, "Engine"):
     creator.create("Engine", Program, fitness=creator.FitnessSpeed)
     creator.create("EngineNSGA2", Program, fitness=creator.FitnessSpeedMemory)
@@ -129,7 +135,7 @@ def alternate(first: list, second: list) -> list:
 def apply_named(parent: Program, name: str, make, vocabulary: Vocabulary, selector: OperatorSelector,
                 memo: Memo, rng: random.Random):
     result = vocabulary.apply(name, parent.source, rng)
-    if not hasattr(result, "source"):  # declined: credited now, and not drawn for this parent again
+    if not made(result):  # declined: credited now, and not drawn for this parent again
         selector.reward(name, DECLINED)
         memo.spend(name, (parent.id,))
         return result
@@ -154,7 +160,7 @@ def merge(a: Program, b: Program, base: Program, make, vocabulary: Vocabulary, m
             mutations.Declined("merge_gains", f"{a.id} changed every gene {b.id} meant to change")
     else:  # b's lineage unknown: every gene it differs in
         result = vocabulary.merge(a.source, b.source, base.source, rng)
-    if not hasattr(result, "source"):
+    if not made(result):
         memo.spend(MERGE_DECLINED, (a.id, b.id))  # nor into a's descendants
     return admitted(result, (a.id, b.id), make, memo, {"base": base.id})
 
@@ -202,7 +208,7 @@ class Fold:
 
     def take_if_new(self, result, program: Program) -> None:
         """An operator's result, when it applied and changed the fold."""
-        if hasattr(result, "source") and result.source != self.source:
+        if made(result) and result.source != self.source:
             self.take(result.source, program.id)
 
 
@@ -236,7 +242,7 @@ def merge_genes(fold: Fold, program: Program, parent: Program, genes: set | None
     gain whose requirements take back a weaker one's genes displaces it whole (fused_both at
     1.12x was lost to fuse_linears at 1.02x, its merge declined as a copy)."""
     result = vocabulary.merge(fold.source, program.source, parent.source, rng, genes, b_whole=True)
-    if hasattr(result, "source"):
+    if made(result):
         fold.take(result.source, program.id, displaced=result.source == program.source)
 
 
@@ -276,7 +282,7 @@ def gene_owners(gains: list, vocabulary: Vocabulary) -> dict:
 
 def admitted(result, parent_ids: tuple, make, memo: Memo, extra_args=None):
     """The operator's child, unless the memo knows it; its Declined as it is."""
-    if not hasattr(result, "source"):
+    if not made(result):
         return result
     return memo.admit(make(result.source, parent_ids, result.operator, {**result.args, **(extra_args or {})}))
 
