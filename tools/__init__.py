@@ -11,6 +11,8 @@
     bash tools/gpu_serve.sh, gpu_hf.sh     the server, and Hugging Face shapes, on a GPU
     bash tools/gpu_search_vs_recipe.sh     a search on any target (one per GPU), then its winner
                                 against the recipe, case by case
+    bash tools/gpu_queue.sh     jobs (searches, comparisons, the server, HF shapes) one after
+                                another on one GPU, in the background, outliving the call
     bash tools/gpu_follow.sh    a later device call's view of work an earlier call started under
                                 setsid: stops at once on a fresh machine, brings back what exists
     tools/probes/               one-off measurements cited in docs/PERF.md, kept to re-measure

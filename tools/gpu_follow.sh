@@ -10,7 +10,7 @@
 set -uo pipefail
 state=$1 seconds=$2; shift 2
 [ -d "$state" ] || { echo "no $state: this machine is fresh, the earlier call's work is gone"; exit 3; }
-pack() { (cd "$state" && find . -type f -size -4M -not -name '*.pt' -not -name '*.safetensors' \
+pack() { (cd "$state" && find . -type f -size -4M -not -path './repo/*' -not -name '*.pt' -not -name '*.safetensors' \
            | tar czf "${OUT:-/tmp}/state.tgz" -T -); }
 trap pack EXIT
 done_all() { local f; for f in "$@"; do [ -e "$state/$f" ] || return 1; done; return 0; }
@@ -19,6 +19,7 @@ while (( $(date +%s) < end )); do
   if (( $# )) && done_all "$@"; then echo "done: $*"; break; fi
   left=$(( end - $(date +%s) )); sleep $(( left < 60 ? (left > 0 ? left : 0) : 60 ))
   echo "-- $(date +%T)"
+  for log in "$state"/queue*.log; do [ -f "$log" ] && grep "^== " "$log" | tail -1; done
   for log in "$state"/*/run_sh.log; do
     [ -f "$log" ] && { echo "${log%/run_sh.log}:"; grep -E "^(gen |winner)" "$log" | tail -2; }
   done

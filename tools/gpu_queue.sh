@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Jobs run one after another on one GPU in the background (setsid), so they outlive the
+# device call that starts them: a 20-minute search and its comparison on one card, the
+# server's sweep on the other. Read them from later calls with tools/gpu_follow.sh.
+#   bash tools/gpu_queue.sh STATE GPU JOB ...
+# The repository is copied to STATE/repo once (a later call re-sends the working tree;
+# running jobs keep theirs). Each job's output goes to STATE/queueGPU.log, and
+# STATE/queueGPU.done appears when the last has ended. Jobs:
+#   search:TARGET[:BUDGET]    bash run.sh on TARGET ("public": the toy model) -> STATE/TARGET
+#   seed_only:TARGET:BUDGET   the same from the seed alone (--from-seed-only) -> STATE/TARGET_seed_only
+#   compare:NAME[:TARGET]     STATE/NAME's winner against the recipe, 3 rounds
+#   serve                     tools/gpu_serve.sh -> STATE/serve
+#   hf:MODE                   tools/gpu_hf.sh MODE (check, bench, transformers) -> STATE/hf
+set -uo pipefail
+state=$1 gpu=$2; shift 2
+mkdir -p "$state"
+[ -d "$state/repo" ] || cp -a . "$state/repo"
+cd "$state/repo" || exit 1
+source tools/gpu_env.sh > /dev/null  # the wheels once, before two queues could race for them
+
+run_job() {
+  local kind target budget
+  IFS=: read -r kind target budget <<< "$1"
+  local search=tools/gpu_search_vs_recipe.sh
+  case $kind in
+  search) SEARCH_LIMIT=0 bash $search search "$state/$target" "$target" ${budget:+--budget "$budget"} ;;
+  seed_only) SEARCH_LIMIT=0 bash $search search "$state/${target}_seed_only" "$target" --from-seed-only \
+               ${budget:+--budget "$budget"} ;;
+  compare) bash $search compare "$state/$target" "${budget:-$target}" 3 ;;
+  serve) bash tools/gpu_serve.sh "$state/serve" ;;
+  hf) WITH_SEED=0 bash tools/gpu_hf.sh "$target" "$state/hf" ;;
+  *) echo "unknown job $1"; return 2 ;;
+  esac
+}
+
+queue() {
+  for job in "$@"; do
+    echo "== $(date +%T) $job"
+    run_job "$job"
+    echo "== $(date +%T) $job ended: $?"
+  done
+  touch "$state/queue$gpu.done"
+}
+export -f run_job queue
+export state gpu
+CUDA_VISIBLE_DEVICES=$gpu setsid bash -c 'queue "$@"' queue "$@" > "$state/queue$gpu.log" 2>&1 < /dev/null &
+echo "queue $gpu started: $* (log $state/queue$gpu.log)"
