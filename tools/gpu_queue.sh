@@ -11,6 +11,8 @@
 #   compare:NAME[:TARGET]     STATE/NAME's winner against the recipe, 3 rounds
 #   serve                     tools/gpu_serve.sh -> STATE/serve
 #   hf:MODE                   tools/gpu_hf.sh MODE (check, bench, transformers) -> STATE/hf
+#   create:TARGET             what making the seed's and the recipe's engines costs on TARGET
+#                             against running a case (tools.create_probe) -> STATE/create_TARGET.json
 set -uo pipefail
 state=$1 gpu=$2; shift 2
 mkdir -p "$state"
@@ -29,11 +31,17 @@ run_job() {
   compare) bash $search compare "$state/$target" "${budget:-$target}" 3 ;;
   serve) bash tools/gpu_serve.sh "$state/serve" ;;
   hf) WITH_SEED=0 bash tools/gpu_hf.sh "$target" "$state/hf" ;;
+  create) local config=target/model_config.json
+          [ "$target" = public ] || config=$(python3 -m target.targets targets --only "$target") || return 1
+          python3 -m mutations recipe mutations/recipes/fastest.txt -o /tmp/fastest.py > /dev/null || return 1
+          python3 -m tools.create_probe --engines seed_engine/engine.py /tmp/fastest.py --model-config "$config" \
+            --weight-dir "$(dirname "$config")/weights" | tee "$state/create_$target.json" ;;
   *) echo "unknown job $1"; return 2 ;;
   esac
 }
 
 queue() {
+  set -o pipefail
   for job in "$@"; do
     echo "== $(date +%T) $job"
     run_job "$job"
