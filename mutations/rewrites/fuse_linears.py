@@ -80,6 +80,7 @@ class UseParts(cst.CSTTransformer):
 
 class FuseLinearsOperator(StructuralRewrite):
     name = "fuse_linears"
+    order = 1
     devices = "any"
     description = DESCRIPTION
     declined_because = "no statement multiplies one input by two weights of one dict"

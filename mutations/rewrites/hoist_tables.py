@@ -72,6 +72,7 @@ def sets_attribute(stmt, names) -> bool:
 
 class HoistTablesOperator(StructuralRewrite):
     name = "hoist_tables"
+    order = 4
     devices = "any"
     description = DESCRIPTION
     declined_because = "no per-call table building by a row-wise gene with self arguments"

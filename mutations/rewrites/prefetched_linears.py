@@ -58,6 +58,7 @@ class ThroughHelper(cst.CSTTransformer):
 
 class PrefetchedLinearsOperator(StructuralRewrite):
     name = "prefetched_linears"
+    order = 7
     program_wide = True  # every kernel and launch: merged by applying it again
     devices = "cuda"
     description = DESCRIPTION

@@ -120,6 +120,7 @@ def kept(source: str) -> str:
 
 class ProgrammaticLaunchOperator(StructuralRewrite):
     name = "programmatic_launch"
+    order = 6
     program_wide = True  # every kernel and launch: merged by applying it again
     devices = "cuda"
     description = DESCRIPTION

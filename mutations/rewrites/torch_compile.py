@@ -64,6 +64,7 @@ def compilable(module: cst.Module) -> list:
 
 class TorchCompileOperator(StructuralRewrite):
     name = "torch_compile"
+    order = 2
     devices = "cuda"
     description = DESCRIPTION
     declined_because = "every tensor-function gene is compiled or runs its own kernel"

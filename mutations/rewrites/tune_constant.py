@@ -54,6 +54,7 @@ def tunable(module: cst.Module) -> list:
 
 class TuneConstantOperator(StructuralRewrite):
     name = "tune_constant"
+    order = 3
     devices = "any"
     description = DESCRIPTION
     declined_because = "no module constant declares a range it can move in"
