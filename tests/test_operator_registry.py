@@ -1,5 +1,14 @@
-"""How operators are registered: the order the search indexes them in."""
+"""How operators are registered: the order the search indexes them in, and what each
+declares of itself (its rng draws, the swap it needs on the seed)."""
+import random
+
+import pytest
+
 import mutations
+from mutations.base import Operator
+from tests.conftest import SEED_ENGINE
+
+SEED = SEED_ENGINE.read_text()
 
 # Every operator as of 2026-11-25, in order. The search draws operators by their index in
 # all_operators(), so these keep their relative order; a new one may go anywhere.
@@ -23,3 +32,24 @@ def test_operators_keep_their_order():
     names = [op.name for op in mutations.all_operators()]
     assert len(set(names)) == len(names), "two operators share a name"
     assert [n for n in names if n in ORDER_2026_11_25] == ORDER_2026_11_25
+
+
+def with_work(op) -> str:
+    """The seed, after the swap the operator needs there if any."""
+    if not op.needs_swap:
+        return SEED
+    return mutations.get_operator(op.needs_swap).apply(SEED, random.Random(0)).source
+
+
+@pytest.mark.parametrize("op", mutations.all_operators(), ids=lambda op: op.name)
+def test_an_operator_that_draws_declares_it(op):
+    """An undeclared draw would be replayed with Random(0)'s choice, not the recorded one."""
+    source = with_work(op)
+    assert op.applies(source) is None, f"{op.name} has nothing to do after its needs_swap: {op.applies(source)}"
+    rng = random.Random(0)
+    before = rng.getstate()
+    op.apply(source, rng)
+    drew = rng.getstate() != before
+    assert drew == op.draws, f"{op.name} {'draws' if drew else 'draws nothing'} but declares draws = {op.draws}"
+    if op.draws:
+        assert type(op).rewrite_as is not Operator.rewrite_as, f"{op.name} draws but replays by drawing from Random(0)"

@@ -59,6 +59,7 @@ class ThroughHelper(cst.CSTTransformer):
 class PrefetchedLinearsOperator(StructuralRewrite):
     name = "prefetched_linears"
     order = 7
+    needs_swap = "allele.Engine.cuda_graphs"  # it rewrites only programs run in CUDA graphs
     program_wide = True  # every kernel and launch: merged by applying it again
     devices = "cuda"
     description = DESCRIPTION

@@ -65,6 +65,7 @@ def compilable(module: cst.Module) -> list:
 class TorchCompileOperator(StructuralRewrite):
     name = "torch_compile"
     order = 2
+    draws = True  # gene, mode and dynamic
     devices = "cuda"
     description = DESCRIPTION
     declined_because = "every tensor-function gene is compiled or runs its own kernel"
