@@ -36,6 +36,7 @@ class Operator:
     # a replay quietly makes Random(0)'s (tests/test_operator_registry.py holds it to this).
     draws: bool = False
     needs_swap: str = ""  # the swap that gives it something to do on the seed, when the seed has nothing
+    slow_to_judge: bool = False  # its children take far longer to judge: a sweep tries it last
 
     def can_run_on(self, device: str) -> bool:
         return self.devices == "any" or str(device).startswith("cuda")
