@@ -13,7 +13,7 @@
     intended_genes(child, parent, args)    the genes an operator meant to change
 
 Allele swaps (`allele.<gene>.<allele>`, one per file under alleles/) and structural
-rewrites (one per file under rewrites/), both discovered.
+rewrites (one per file under rewrites/), both discovered: README.md says how to add one.
 Every result is `Applied` (source, operator, JSON-serialisable args) or `Declined`
 (operator, reason); all of it is deterministic given the rng. `python -m mutations
 list|apply|cross` tries them by hand.

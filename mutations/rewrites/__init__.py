@@ -1,8 +1,9 @@
 """Structural rewrites: one libcst transformer per file, each working on any program in gene form.
 
 Every module here is one rewrite, discovered: a `StructuralRewrite` subclass that declares
-where it goes (`order`) and what the search and the tests must know of it (see the class).
-Helpers a rewrite copies into programs live under kernels/, which is not searched.
+where it goes (`order`) and what the search and the tests must know of it (`draws`,
+`needs_swap`, ...: mutations/README.md lists them). Helpers a rewrite copies into programs
+live under kernels/, which is not searched.
 """
 import importlib
 import pkgutil
