@@ -111,26 +111,20 @@ def sweep_size(time_left_s: float, judge_s: float, workers: int, population: int
 GPU_LEVERS = ("allele.Engine.cuda_graphs",)
 
 
-# Operators whose children compile on every fresh engine: a screen of one is 2-3x another's
-# (H100: torch_compile 52 s against 20-25 s alone; its batch of 5 screens 113 s against 45 s),
-# and in six GPU searches it paid once (1.10x on the seed), 0.85-0.93x on faster programs
-# (docs/PERF.md).
-SLOW_TO_JUDGE = ("torch_compile",)
-
 DEMOTED = 2  # sweep_rank's last: tried only when nothing else is left, never-tried or not
 
 
-def sweep_rank(name: str, device: str, devices_of) -> int:
+def sweep_rank(name: str, device: str, vocabulary) -> int:
     """Where an operator goes in a sweep that cannot take them all (random within a rank):
     on a GPU the GPU-only operators first (kernels and graphs are the large levers there:
     docs/PERF.md); last, swaps back to a seed allele (from the seed they have nothing to
-    do), the operators SLOW_TO_JUDGE and, on a CPU, the GPU's levers (CUDA graphs ran at
-    0.15x there, and a program that slow made its batch of screens last 3x as long:
-    docs/PERF.md, 2026-11-23)."""
+    do), the operators slow to judge (their `slow_to_judge` says why) and, on a CPU, the
+    GPU's levers (CUDA graphs ran at 0.15x there, and a program that slow made its batch of
+    screens last 3x as long: docs/PERF.md, 2026-11-23)."""
     on_gpu = str(device).startswith("cuda")
-    if name.endswith(".seed") or name in SLOW_TO_JUDGE or (not on_gpu and name in GPU_LEVERS):
+    if name.endswith(".seed") or vocabulary.is_slow_to_judge(name) or (not on_gpu and name in GPU_LEVERS):
         return DEMOTED
-    return 0 if on_gpu and (devices_of(name) == "cuda" or name in GPU_LEVERS) else 1
+    return 0 if on_gpu and (vocabulary.devices_of(name) == "cuda" or name in GPU_LEVERS) else 1
 
 
 def gain_pairs(programs: list, scores, memo, seed, limit: int) -> list:
@@ -173,6 +167,8 @@ class Vocabulary:
         get_operator = getattr(module, "get_operator", None)
         self.get_operator = get_operator if callable(get_operator) else None
         self.devices_of = (lambda name: get_operator(name).devices) if self.get_operator else (lambda name: "any")
+        self.is_slow_to_judge = (lambda name: getattr(get_operator(name), "slow_to_judge", False)) \
+            if self.get_operator else (lambda name: False)
         self.is_deterministic = getattr(module, "is_deterministic", lambda name: False)
         self.is_program_wide = getattr(module, "is_program_wide", lambda name: False)
         self.unports = getattr(module, "unports", lambda name, source: False)

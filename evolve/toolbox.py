@@ -80,7 +80,7 @@ def mutate(parent: Program, make, vocabulary: Vocabulary, selector: OperatorSele
     if not names:
         return Known("mutate", "every operator that applies was tried on this program")
     # Among operators never tried, the sweep's order: the GPU's large levers first.
-    name = selector.choose(names, rng, rank=lambda n: sweep_rank(n, device, vocabulary.devices_of))
+    name = selector.choose(names, rng, rank=lambda n: sweep_rank(n, device, vocabulary))
     return apply_named(parent, name, make, vocabulary, selector, memo, rng)
 
 
@@ -108,7 +108,7 @@ def sweep(parent: Program, limit: int, make, vocabulary: Vocabulary, selector: O
     if not vocabulary.can_choose:
         return []
     names = open_operators(parent, vocabulary, memo, device)
-    ranks = {n: sweep_rank(n, device, vocabulary.devices_of) for n in names}
+    ranks = {n: sweep_rank(n, device, vocabulary) for n in names}
     if levers_only and 0 in ranks.values():
         names = [n for n in names if ranks[n] == 0]
     ranked = sorted(names, key=lambda n: (ranks[n], -selector.score(n), rng.random()))

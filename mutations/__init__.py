@@ -13,9 +13,10 @@
     intended_genes(child, parent, args)    the genes an operator meant to change
 
 Allele swaps (`allele.<gene>.<allele>`, one per file under alleles/) and structural
-rewrites (one per file under rewrites/). Every result is `Applied` (source, operator,
-JSON-serialisable args) or `Declined` (operator, reason); all of it is deterministic given
-the rng. `python -m mutations list|apply|cross` tries them by hand.
+rewrites (one per file under rewrites/), both discovered: README.md says how to add one.
+Every result is `Applied` (source, operator, JSON-serialisable args) or `Declined`
+(operator, reason); all of it is deterministic given the rng. `python -m mutations
+list|apply|cross` tries them by hand.
 """
 import random
 from functools import lru_cache
@@ -23,13 +24,7 @@ from functools import lru_cache
 from mutations.allele_swap import swap_operators
 from mutations.base import Applied, Declined, Operator
 from mutations.crossover import crossover, intended_genes, merge_gains
-from mutations.rewrites.fuse_linears import FuseLinearsOperator
-from mutations.rewrites.hoist_tables import HoistTablesOperator
-from mutations.rewrites.last_token_logits import LastTokenLogitsOperator
-from mutations.rewrites.prefetched_linears import PrefetchedLinearsOperator
-from mutations.rewrites.programmatic_launch import ProgrammaticLaunchOperator
-from mutations.rewrites.torch_compile import TorchCompileOperator
-from mutations.rewrites.tune_constant import TuneConstantOperator
+from mutations.rewrites import rewrite_operators
 
 __all__ = ["Applied", "Declined", "Operator", "all_operators", "get_operator", "applicable_operators",
            "apply_operator", "is_deterministic", "is_program_wide", "unports", "random_mutation", "crossover",
@@ -38,10 +33,7 @@ __all__ = ["Applied", "Declined", "Operator", "all_operators", "get_operator", "
 
 @lru_cache(maxsize=None)
 def _operators() -> tuple:
-    structural = [FuseLinearsOperator(), TorchCompileOperator(), TuneConstantOperator(),
-                  HoistTablesOperator(), LastTokenLogitsOperator(), ProgrammaticLaunchOperator(),
-                  PrefetchedLinearsOperator()]
-    return tuple(swap_operators() + structural)
+    return tuple(swap_operators() + rewrite_operators())
 
 
 def all_operators() -> list:

@@ -23,6 +23,17 @@ class AlleleSwapOperator(Operator):
         self.devices = allele.devices
         self.description = f"{allele.gene} := {allele.name}: {allele.description}"
 
+    @property
+    def needs_swap(self) -> str:
+        """A swap back to the seed allele has nothing to do on the seed: first the swap to
+        another allele of its gene, a CPU one where there is one."""
+        gene = self.allele.gene
+        if self.allele.name != program.SEED_ALLELE:
+            return ""
+        others = sorted((a.devices != "any", name) for (g, name), a in alleles.library().items()
+                        if g == gene and name != program.SEED_ALLELE)
+        return f"allele.{gene}.{others[0][1]}"
+
     def plan(self, source: str):
         """(module, closed assignment, repairs) or the reason the swap cannot happen."""
         try:

@@ -26,12 +26,17 @@ class Declined:
 
 class Operator:
     """Base of every mutation operator; subclasses set the class attributes and `rewrite`,
-    and `rewrite_as` when `rewrite` draws a choice from its RNG."""
+    and `rewrite_as` when `rewrite` draws a choice from its RNG (`draws`)."""
     name: str = ""
     kind: str = ""  # "allele" | "structural"
     devices: str = "any"  # "any" | "cuda": where programs it writes can run
     description: str = ""  # one line, shown by `python -m mutations list`
     program_wide: bool = False  # what it changes is a property of the whole program, not of genes
+    # `rewrite` draws a choice from its rng: then `rewrite_as` must make the recorded one, or
+    # a replay quietly makes Random(0)'s (tests/test_operator_registry.py holds it to this).
+    draws: bool = False
+    needs_swap: str = ""  # the swap that gives it something to do on the seed, when the seed has nothing
+    slow_to_judge: bool = False  # its children take far longer to judge: a sweep tries it last
 
     def can_run_on(self, device: str) -> bool:
         return self.devices == "any" or str(device).startswith("cuda")

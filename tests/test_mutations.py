@@ -30,23 +30,12 @@ def one_thread():
 
 
 def applied_to_seed(name, seed=0):
-    """The operator on the seed, or (for one that needs what the seed lacks) on the seed
-    after a swap that brings it: tune_constant needs a declared constant, programmatic_launch
-    a Triton kernel, prefetched_linears a graph engine."""
-    source = SEED
-    if name == "tune_constant":
-        source = mutations.get_operator("allele.KVCache.paged").apply(SEED, random.Random(0)).source
-    elif name == "programmatic_launch":
-        source = mutations.get_operator("allele.rms_norm.triton").apply(SEED, random.Random(0)).source
-    elif name == "prefetched_linears":
-        source = mutations.get_operator("allele.Engine.cuda_graphs").apply(SEED, random.Random(0)).source
-    elif name.endswith(".seed"):  # the swap back: from a program carrying another allele
-        gene = name.split(".")[1]
-        others = sorted((alleles.get(g, a).devices != "any", a) for (g, a) in alleles.library()
-                        if g == gene and a != "seed")
-        other = others[0][1]  # a CPU allele where there is one
-        source = mutations.get_operator(f"allele.{gene}.{other}").apply(SEED, random.Random(0)).source
-    return mutations.get_operator(name).apply(source, random.Random(seed))
+    """The operator on the seed, or, for one that needs what the seed lacks, on the seed
+    after the swap that brings it (its `needs_swap`)."""
+    source, op = SEED, mutations.get_operator(name)
+    if op.needs_swap:
+        source = mutations.get_operator(op.needs_swap).apply(SEED, random.Random(0)).source
+    return op.apply(source, random.Random(seed))
 
 
 def gate(source, small_target, scratch, tmp_path, derived=True):

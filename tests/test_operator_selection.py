@@ -106,8 +106,8 @@ def test_sweep_size_fits_the_budget():
 
 
 def test_sweep_order_puts_each_device_levers_where_they_pay():
-    devices = {"allele.Engine.cuda_graphs": "any", "allele.rms_norm.triton": "cuda"}.get
-    rank = lambda name, device: sweep_rank(name, device, lambda n: devices(n, "any"))  # noqa: E731
+    vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover)
+    rank = lambda name, device: sweep_rank(name, device, vocabulary)  # noqa: E731
     assert rank("allele.Engine.cuda_graphs", "cuda") == rank("allele.rms_norm.triton", "cuda") == 0
     assert rank("fuse_linears", "cuda") == rank("fuse_linears", "cpu") == 1
     assert rank("allele.Engine.cuda_graphs", "cpu") == rank("allele.Engine.seed", "cuda") == 2  # last
@@ -132,7 +132,7 @@ def test_a_demoted_operator_stays_last_in_a_sweep_though_never_tried():
     vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover)
     parent = Program(swapped(SEED, "allele.rope_tables.cached"))
     names = open_operators(parent, vocabulary, Memo(), "cpu")
-    demoted = [n for n in names if sweep_rank(n, "cpu", vocabulary.devices_of) == DEMOTED]
+    demoted = [n for n in names if sweep_rank(n, "cpu", vocabulary) == DEMOTED]
     assert "allele.Engine.cuda_graphs" in demoted  # no CUDA graph on a CPU: it replays eagerly
     selector = OperatorSelector()
     for name in names[2:]:

@@ -4,9 +4,9 @@ seed's tokens/s and the speed-of-light bound beside them.
     python -m tools.gpu_check [--model-config target/model_config.json] [--weight-dir target/weights]
         [--operators all|cuda|NAME,NAME] [--bench none|public] [--no-derived] [--seed N] [--json OUT]
 
-For each operator: apply it to the seed (operators that need what the seed lacks, such as
-tune_constant and the swaps back to a seed allele, are applied after the swap that brings
-it), write the child, and judge it with `fitness.sandbox.judge` on cuda: the gate on the
+For each operator: apply it to the seed (one that needs what the seed lacks, such as
+tune_constant or a swap back to a seed allele, after the swap it names in `needs_swap`),
+write the child, and judge it with `fitness.sandbox.judge` on cuda: the gate on the
 target and derived configs, then the public benchmark. Prints one row per child: status,
 failing stage, worst error as a fraction of the tolerance, public-case tokens/s and the
 ratio to the seed's; the roofline row gives each case's bound on this GPU.
@@ -24,21 +24,17 @@ from fitness.__main__ import prepare_weights
 from fitness.cases import public_cases
 from fitness.model_config import ModelConfig
 from fitness.sandbox import judge as sandbox_judge
-from mutations import alleles, program
+from mutations import program
 
 ROOT = program.SEED_PATH.parents[1]
 
 
 def child_of_seed(name: str, seed: int = 0):
     """The operator's child of the seed (via the swap that gives it something to do)."""
-    source = program.SEED_PATH.read_text()
-    if name == "tune_constant":
-        source = mutations.get_operator("allele.KVCache.paged").apply(source, random.Random(0)).source
-    elif name.endswith(".seed"):
-        gene = name.split(".")[1]
-        other = sorted(a for (g, a) in alleles.library() if g == gene and a != "seed")[0]
-        source = mutations.get_operator(f"allele.{gene}.{other}").apply(source, random.Random(0)).source
-    return mutations.get_operator(name).apply(source, random.Random(seed))
+    source, op = program.SEED_PATH.read_text(), mutations.get_operator(name)
+    if op.needs_swap:
+        source = mutations.get_operator(op.needs_swap).apply(source, random.Random(0)).source
+    return op.apply(source, random.Random(seed))
 
 
 def selected(which: str) -> list:

@@ -80,6 +80,8 @@ class UseParts(cst.CSTTransformer):
 
 class FuseLinearsOperator(StructuralRewrite):
     name = "fuse_linears"
+    order = 1
+    draws = True  # which group of matmuls
     devices = "any"
     description = DESCRIPTION
     declined_because = "no statement multiplies one input by two weights of one dict"

@@ -72,6 +72,8 @@ def sets_attribute(stmt, names) -> bool:
 
 class HoistTablesOperator(StructuralRewrite):
     name = "hoist_tables"
+    order = 4
+    draws = True  # which class and gene
     devices = "any"
     description = DESCRIPTION
     declined_because = "no per-call table building by a row-wise gene with self arguments"

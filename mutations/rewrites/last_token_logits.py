@@ -80,6 +80,7 @@ def has_match(module: cst.Module) -> bool:
 
 class LastTokenLogitsOperator(StructuralRewrite):
     name = "last_token_logits"
+    order = 5
     devices = "any"
     description = DESCRIPTION
     declined_because = "no `logits = rms_norm(x, ...) @ w ... return logits[last]` block"

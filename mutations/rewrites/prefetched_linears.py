@@ -37,7 +37,7 @@ GRAPH_ENGINES = ("cuda_graphs", "cuda_graphs_prefill")
 
 # The helpers and their imports come from this file, as an allele's do from its own: it is
 # importable, so tools can time the kernels and the CPU tests interpret them.
-KERNELS = Path(__file__).with_name("prefetched_linear_kernels.py")
+KERNELS = Path(__file__).parent / "kernels" / "prefetched_linear.py"
 
 
 def matmul_sites(module: cst.Module) -> list:
@@ -58,6 +58,8 @@ class ThroughHelper(cst.CSTTransformer):
 
 class PrefetchedLinearsOperator(StructuralRewrite):
     name = "prefetched_linears"
+    order = 7
+    needs_swap = "allele.Engine.cuda_graphs"  # it rewrites only programs run in CUDA graphs
     program_wide = True  # every kernel and launch: merged by applying it again
     devices = "cuda"
     description = DESCRIPTION

@@ -120,6 +120,8 @@ def kept(source: str) -> str:
 
 class ProgrammaticLaunchOperator(StructuralRewrite):
     name = "programmatic_launch"
+    order = 6
+    needs_swap = "allele.rms_norm.triton"  # the seed has no Triton kernel
     program_wide = True  # every kernel and launch: merged by applying it again
     devices = "cuda"
     description = DESCRIPTION

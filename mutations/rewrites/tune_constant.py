@@ -54,6 +54,9 @@ def tunable(module: cst.Module) -> list:
 
 class TuneConstantOperator(StructuralRewrite):
     name = "tune_constant"
+    order = 3
+    draws = True  # which constant, halved or doubled
+    needs_swap = "allele.KVCache.paged"  # the seed declares no constant; alleles bring them
     devices = "any"
     description = DESCRIPTION
     declined_because = "no module constant declares a range it can move in"

@@ -14,7 +14,7 @@ import torch  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 ALLELES = REPO / "mutations" / "alleles"
 sys.path.insert(0, str(REPO))
-from mutations.rewrites import prefetched_linear_kernels as linear  # noqa: E402
+from mutations.rewrites.kernels import prefetched_linear as linear  # noqa: E402
 
 
 def load(gene, name):

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from mutations.rewrites.prefetched_linear_kernels import prefetched_linear_kernel, sum_shares_kernel
+from mutations.rewrites.kernels.prefetched_linear import prefetched_linear_kernel, sum_shares_kernel
 
 SKINNY_PROGRAMS = 264  # programs a call aims for (two per SM of an H100)
 
