@@ -16,7 +16,7 @@ from deap import tools
 from evolve import checkpoint, history, library
 from evolve.checkpoint import RunDir, new_run_id
 from evolve.final import choose_winner, table_of
-from evolve.judging import MAX_GROUP, Evaluator, WorkerPool, make_workers
+from evolve.judging import MAX_GROUP, Evaluator, Judging, WorkerPool, make_workers, screen, unjudged
 from evolve.loop import evolve
 from evolve.population import initial_population
 from evolve.recipe import LineageError, lineage_recipe
@@ -73,6 +73,7 @@ class Search:
                                    self.clock.left, judge_fn, final_reserve=self.final_reserve_s)
         self.toolbox = make_toolbox(config, self.hall_of_fame, self.evaluator, self.pool.map, self.rng,
                                     mutate_fn, mate_fn)
+        self.judging = Judging(self.toolbox, self.scores, config.workers)
         make = self.toolbox.individual
         self.seed = make(Path(config.seed_engine).read_text(), (), "seed", {})
         self.logbook = tools.Logbook()
@@ -107,6 +108,14 @@ class Search:
         # judgement pays for every reference; asking for one judgement's share of a batch
         # left no time for the final (docs/PERF.md).
         return self.clock.left() > self.estimated_round_s() + self.estimated_final_s()
+
+    def screen(self, generation: int, programs: list) -> list:
+        """judging.screen of the programs never judged, then the hall of fame rebuilt from
+        fresh scores (those with no judged parent, judged in full, enter it at once)."""
+        todo = unjudged(programs, self.scores)
+        new = screen(self.judging, generation, todo)
+        self.update_best(todo)
+        return new
 
     def estimated_round_s(self) -> float:
         """A batch of screens (as long as the batches so far, or a full batch of the mean
