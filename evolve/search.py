@@ -163,6 +163,10 @@ class Search:
         wider = 1 + (together - 1) * SHARE_PER_EXTRA_CONTENDER
         return wider * longer * self.scores.mean_judge_seconds(ok_only=True, level="full")
 
+    def final_fits(self, contenders: int) -> bool:
+        """Whether a final of `contenders` fits the time left."""
+        return self.clock.left() >= self.estimated_final_s(contenders)
+
     def final_reserve_s(self) -> float:
         """The final's time, kept from other batches once there is a winner to compare."""
         return self.estimated_final_s() if any(p.id != self.seed.id for p in self.hall_of_fame) else 0.0
@@ -241,7 +245,8 @@ class Search:
     # -- the end ---------------------------------------------------------------------------
     def finish(self) -> None:
         """Choose the winner by fresh interleaved measurements; leave it and its story."""
-        winner, ratio, table, how = choose_winner(self)
+        winner, ratio, table, how = choose_winner(self.judging, self.seed, self.hall_of_fame, self.config.final_top,
+                                                  self.generation, self.final_fits)
         is_ok = self.scores.is_ok(winner.id)
         note = f"Winner: {ratio:.3f}x the seed (geometric mean tokens/s; {how})" if is_ok \
             else "No program was judged correct: this is the seed, unverified"
