@@ -23,7 +23,7 @@ from pathlib import Path
 
 from evolve import history
 from evolve.config import visible_gpus
-from evolve.scores import geometric_mean_tps
+from evolve.scores import Scores, geometric_mean_tps
 from evolve.workspace import write_atomically
 from fitness.judge import MAX_GROUP
 from fitness.sandbox import JudgeProcess
@@ -263,7 +263,7 @@ class Judging:
     """What screens, confirmations and the final judge with, built once by Search: the
     toolbox (its `evaluate` and `map`), the scores they keep, the number of workers."""
     toolbox: object
-    scores: object
+    scores: Scores
     workers: int
 
     def run(self, generation: int, jobs: list) -> list:

@@ -69,6 +69,8 @@ class Search:
         self.rng = random.Random(config.rng_seed)
         self.pool = WorkerPool(make_workers(config))
         self.clock = Clock(config.budget_s, state["spent_s"] if state else 0.0)
+        # Functions, not values: the time left and the final's reserve (with the hall of fame
+        # and the mean judgement) change between one batch and the next.
         self.evaluator = Evaluator(config, run, self.scores, self.history, self.pool.stopping,
                                    self.clock.left, judge_fn, final_reserve=self.final_reserve_s)
         self.toolbox = make_toolbox(config, self.hall_of_fame, self.evaluator, self.pool.map, self.rng,
