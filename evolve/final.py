@@ -16,30 +16,32 @@ over the rounds (how much one program's own measurements spread).
 import math
 
 from evolve.history import FINAL
-from evolve.judging import run_jobs
+from evolve.judging import Judging, run_jobs
 from evolve.toolbox import made
 from fitness.timing import t95, t_cdf
 
 
-def choose_winner(search):
-    """(winner, its ratio to the seed, [(case, winner tok/s, seed tok/s)], how it was chosen)."""
-    seed, scores, config = search.seed, search.scores, search.config
-    contenders = [p for p in search.hall_of_fame if p.id != seed.id and scores.is_confirmed(p.id)][:config.final_top]
+def choose_winner(judging: Judging, seed, hall_of_fame, final_top: int, generation: int, fits):
+    """(winner, its ratio to the seed, [(case, winner tok/s, seed tok/s)], how it was chosen):
+    of the hall of fame's best `final_top`, as many as `fits(n)` allows (whether a final of
+    n contenders fits the time left), judged in `generation`'s rows."""
+    scores = judging.scores
+    contenders = [p for p in hall_of_fame if p.id != seed.id and scores.is_confirmed(p.id)][:final_top]
     if not contenders or not scores.is_confirmed(seed.id):
-        return unmeasured_choice(search, contenders, "no confirmed program to compare with the seed")
-    closing = closing_merge(search, contenders[0])
+        return unmeasured_choice(scores, seed, contenders, "no confirmed program to compare with the seed")
+    closing = closing_merge(judging.toolbox, scores, contenders[0])
     if closing is not None:  # second: more likely to win than the best's runner-up
         contenders.insert(1, closing)
     # As many contenders as the time left can compare, best first.
-    fitting = [p for i, p in enumerate(contenders) if search.clock.left() >= search.estimated_final_s(i + 1)]
+    fitting = [p for i, p in enumerate(contenders) if fits(i + 1)]
     if not fitting:
-        return unmeasured_choice(search, contenders, "not compared with the seed again (out of budget)")
+        return unmeasured_choice(scores, seed, contenders, "not compared with the seed again (out of budget)")
     contenders = fitting
-    results = run_jobs(search.toolbox, search.generation, [(p, FINAL, "full", seed.id) for p in contenders],
-                       search.config.workers, scores)
+    results = run_jobs(judging.toolbox, generation, [(p, FINAL, "full", seed.id) for p in contenders],
+                       judging.workers, scores)
     measured = [(verdict, p) for p, _, verdict in results if verdict["status"] == "ok" and verdict.get("ratio")]
     if not measured:
-        return unmeasured_choice(search, [p for p in contenders if scores.is_ok(p.id)],
+        return unmeasured_choice(scores, seed, [p for p in contenders if scores.is_ok(p.id)],
                                  "no contender passed its fresh judgement beside the seed")
     beat_seed = [(verdict, p) for verdict, p in measured if verdict["ratio"] > 1.0]
     if not beat_seed:
@@ -54,19 +56,18 @@ def choose_winner(search):
         f"compared with the seed in a fresh judgement: {describe(verdict)}"
 
 
-def closing_merge(search, best):
+def closing_merge(toolbox, scores, best):
     """`best` with the gains it lacks, in one child never confirmed, or None: a short
     search's last generation screens gains with no time left to merge them (gains of 2-11%
     so lost, docs/PERF.md). The last generation's own merge of them is that child when it
     was bred but not screened for lack of time, or screened but not confirmed (one at 1.08x
     the best in its screen, unconfirmed, left the winner at 0.68-0.82x the recipe)."""
-    child = search.toolbox.merge_every_gain(best, search.scores)
+    child = toolbox.merge_every_gain(best, scores)
     twin = getattr(child, "twin", None)
     if twin is not None:
-        child = search.toolbox.memo.program(twin)
+        child = toolbox.memo.program(twin)
     if not made(child):
         return None
-    scores = search.scores
     never_confirmed = child.id not in scores or (scores.is_ok(child.id) and not scores.is_confirmed(child.id))
     return child if never_confirmed else None
 
@@ -92,9 +93,8 @@ def confidence_faster(ratio: float, low: float, high: float, rounds: int) -> flo
     return t_cdf(math.log(ratio) / se, dof)
 
 
-def unmeasured_choice(search, contenders, why: str):
+def unmeasured_choice(scores, seed, contenders, why: str):
     """No fresh comparison (`why`): the best fitted speed."""
-    seed, scores = search.seed, search.scores
     candidates = [p for p in contenders + [seed] if scores.is_ok(p.id)]
     if not candidates:
         return seed, float("nan"), [], "nothing judged correct"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from evolve import history
 from evolve.config import visible_gpus
-from evolve.scores import geometric_mean_tps
+from evolve.scores import Scores, geometric_mean_tps
 from evolve.workspace import write_atomically
 from fitness.judge import MAX_GROUP
 from fitness.sandbox import JudgeProcess
@@ -258,27 +258,42 @@ def stop_if_weights_changed(verdicts: list, batch: Batch) -> None:
         raise WeightsChanged(f"{changed['error']} (judging {', '.join(p.id for p in batch.programs)})")
 
 
-def screen(search, generation: int, programs: list) -> list:
+@dataclass(frozen=True)
+class Judging:
+    """What screens, confirmations and the final judge with, built once by Search: the
+    toolbox (its `evaluate` and `map`), the scores they keep, the number of workers."""
+    toolbox: object
+    scores: Scores
+    workers: int
+
+    def run(self, generation: int, jobs: list) -> list:
+        """run_jobs with these parts: (program, fitness, verdict) of each judged."""
+        return run_jobs(self.toolbox, generation, jobs, self.workers, self.scores)
+
+
+def unjudged(programs: list, scores) -> list:
+    """The programs never judged, each source once however many copies of it there are."""
+    return [p for p in {p.id: p for p in programs}.values() if p.id not in scores]
+
+
+def screen(judging: Judging, generation: int, programs: list) -> list:
     """Judge every source not judged before (once, however many copies of it there are):
     beside its first judged parent (a screen), or in full when it has none. Returns the
     (fitness, verdict) pairs of their first judgements."""
-    toolbox, scores = search.toolbox, search.scores
-    todo = [p for p in {p.id: p for p in programs}.values() if p.id not in scores]
-    parents = [first_judged_parent(p, scores) for p in todo]
-    first = run_jobs(toolbox, generation, [(p, None, "screen" if parent else "full", parent)
-                                          for p, parent in zip(todo, parents)], search.config.workers, scores)
-    search.update_best(todo)
+    todo = unjudged(programs, judging.scores)
+    parents = [first_judged_parent(p, judging.scores) for p in todo]
+    first = judging.run(generation, [(p, None, "screen" if parent else "full", parent)
+                                     for p, parent in zip(todo, parents)])
     return [(fitness, verdict) for _, fitness, verdict in first]
 
 
-def confirm(search, generation: int, programs: list) -> None:
+def confirm(judging: Judging, hall_of_fame, generation: int, programs: list) -> None:
     """Judge in full, beside the champion, the screened programs that could enter the hall
     of fame (screened earlier but never confirmed, as when a run stopped between, counts)."""
-    champion = search.hall_of_fame[0].id if len(search.hall_of_fame) else None
+    champion = hall_of_fame[0].id if len(hall_of_fame) else None
     unique = list({p.id: p for p in programs}.values())
-    todo = [p for p in worth_confirming(search, unique) if p.id != champion]
-    run_jobs(search.toolbox, generation, [(p, CONFIRM, "full", champion) for p in todo],
-             search.config.workers, search.scores)
+    todo = [p for p in worth_confirming(judging.scores, hall_of_fame, unique, judging.workers) if p.id != champion]
+    judging.run(generation, [(p, CONFIRM, "full", champion) for p in todo])
 
 
 def batches(jobs: list, workers: int, max_size=MAX_GROUP) -> list:
@@ -349,11 +364,10 @@ def first_judged_parent(program, scores) -> str | None:
     return next((pid for pid in program.parent_ids if scores.is_ok(pid)), None)
 
 
-def worth_confirming(search, programs: list) -> list:
-    """Screened programs fast enough to enter the hall of fame, fastest first, at most one
-    per worker per generation."""
-    scores, hall = search.scores, search.hall_of_fame
+def worth_confirming(scores, hall, programs: list, limit: int) -> list:
+    """Screened programs fast enough to enter the hall of fame `hall`, fastest first, at
+    most `limit` (one per worker) per generation."""
     bar = scores.speed(hall[-1].id) if len(hall) >= hall.maxsize else 0.0
     fast = [p for p in programs if scores.is_ok(p.id) and not scores.is_confirmed(p.id) and scores.speed(p.id) > bar]
     fast.sort(key=lambda p: -scores.speed(p.id))
-    return fast[:search.config.workers]
+    return fast[:limit]

@@ -14,7 +14,7 @@ evolve/README.md ("How the search chooses") says why.
 """
 import time
 
-from evolve.judging import confirm, screen
+from evolve.judging import confirm
 from evolve.memo import Known
 from evolve.operators import sweep_size
 from evolve.toolbox import Program
@@ -40,13 +40,13 @@ def evolve(search) -> None:
         offspring = brood.children
         # Judge each new source once, beside its parent.
         num_cached = brood.num_known + sum(p.id in search.scores for p in offspring)
-        new = screen(search, gen, offspring)
+        new = search.screen(gen, offspring)
         # Merge the gains just screened into the best at once, not a generation later: a
         # short search's last generation has no later one (docs/PERF.md).
         if gen > 0 and brood.add_if_new(toolbox.merge_every_gain(best_of(search), search.scores)):
-            new += screen(search, gen, offspring[-1:])
+            new += search.screen(gen, offspring[-1:])
         # Confirm the ones that could be kept.
-        confirm(search, gen, offspring)
+        confirm(search.judging, search.hall_of_fame, gen, offspring)
         # Learn: each mutant's outcome against its parent is credited to its operator.
         toolbox.learn(offspring, search.scores)
         # Score: a program's fitness is its fitted speed (scores.py: every judgement and paired ratio).

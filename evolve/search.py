@@ -16,7 +16,7 @@ from deap import tools
 from evolve import checkpoint, history, library
 from evolve.checkpoint import RunDir, new_run_id
 from evolve.final import choose_winner, table_of
-from evolve.judging import MAX_GROUP, Evaluator, WorkerPool, make_workers
+from evolve.judging import MAX_GROUP, Evaluator, Judging, WorkerPool, make_workers, screen, unjudged
 from evolve.loop import evolve
 from evolve.population import initial_population
 from evolve.recipe import LineageError, lineage_recipe
@@ -69,10 +69,13 @@ class Search:
         self.rng = random.Random(config.rng_seed)
         self.pool = WorkerPool(make_workers(config))
         self.clock = Clock(config.budget_s, state["spent_s"] if state else 0.0)
+        # Functions, not values: the time left and the final's reserve (with the hall of fame
+        # and the mean judgement) change between one batch and the next.
         self.evaluator = Evaluator(config, run, self.scores, self.history, self.pool.stopping,
                                    self.clock.left, judge_fn, final_reserve=self.final_reserve_s)
         self.toolbox = make_toolbox(config, self.hall_of_fame, self.evaluator, self.pool.map, self.rng,
                                     mutate_fn, mate_fn)
+        self.judging = Judging(self.toolbox, self.scores, config.workers)
         make = self.toolbox.individual
         self.seed = make(Path(config.seed_engine).read_text(), (), "seed", {})
         self.logbook = tools.Logbook()
@@ -107,6 +110,14 @@ class Search:
         # judgement pays for every reference; asking for one judgement's share of a batch
         # left no time for the final (docs/PERF.md).
         return self.clock.left() > self.estimated_round_s() + self.estimated_final_s()
+
+    def screen(self, generation: int, programs: list) -> list:
+        """judging.screen of the programs never judged, then the hall of fame rebuilt from
+        fresh scores (those with no judged parent, judged in full, enter it at once)."""
+        todo = unjudged(programs, self.scores)
+        new = screen(self.judging, generation, todo)
+        self.update_best(todo)
+        return new
 
     def estimated_round_s(self) -> float:
         """A batch of screens (as long as the batches so far, or a full batch of the mean
@@ -153,6 +164,10 @@ class Search:
         longer = 1 + extra_rounds * SHARE_PER_EXTRA_ROUND if close else 1.0
         wider = 1 + (together - 1) * SHARE_PER_EXTRA_CONTENDER
         return wider * longer * self.scores.mean_judge_seconds(ok_only=True, level="full")
+
+    def final_fits(self, contenders: int) -> bool:
+        """Whether a final of `contenders` fits the time left."""
+        return self.clock.left() >= self.estimated_final_s(contenders)
 
     def final_reserve_s(self) -> float:
         """The final's time, kept from other batches once there is a winner to compare."""
@@ -232,7 +247,8 @@ class Search:
     # -- the end ---------------------------------------------------------------------------
     def finish(self) -> None:
         """Choose the winner by fresh interleaved measurements; leave it and its story."""
-        winner, ratio, table, how = choose_winner(self)
+        winner, ratio, table, how = choose_winner(self.judging, self.seed, self.hall_of_fame, self.config.final_top,
+                                                  self.generation, self.final_fits)
         is_ok = self.scores.is_ok(winner.id)
         note = f"Winner: {ratio:.3f}x the seed (geometric mean tokens/s; {how})" if is_ok \
             else "No program was judged correct: this is the seed, unverified"

@@ -12,7 +12,7 @@ import evolve.judging
 from evolve import checkpoint, final, history
 from evolve.checkpoint import RunDir
 from evolve.config import RunConfig, SettingsError, parse_duration
-from evolve.judging import Batch, FINAL, make_workers
+from evolve.judging import Batch, FINAL, Judging, make_workers
 from evolve.population import seed_sources
 from evolve.scores import Scores, target_key
 from evolve.search import Search, run
@@ -382,25 +382,23 @@ def test_the_final_choice_weighs_the_contenders_paired_comparison_not_their_rati
 
     monkeypatch.setattr(final, "run_jobs", final_judgements)
     nothing_to_merge = SimpleNamespace(merge_every_gain=lambda best, scores: None)
-    search = SimpleNamespace(seed=seed, scores=scores, hall_of_fame=[child, parent], toolbox=nothing_to_merge,
-                             generation=4, config=SimpleNamespace(final_top=2, workers=1),
-                             clock=SimpleNamespace(left=lambda: 1e9), estimated_final_s=lambda n: 0.0)
-    winner, ratio, table, how = final.choose_winner(search)
+
+    def choose(toolbox, fits=lambda n: True):
+        return final.choose_winner(Judging(toolbox, scores, 1), seed, [child, parent], 2, 4, fits)
+    winner, ratio, table, how = choose(nothing_to_merge)
     assert winner is child and ratio == 16.38 and table == [("decode", 7_000.0 * 16.38, 7_000.0)]
     assert "16.380x the seed" in how
     finals[child.id] = finals[parent.id] = (0.9, 0.8, 1.0)  # none beats the seed: the seed wins
-    assert final.choose_winner(search)[0] is seed
+    assert choose(nothing_to_merge)[0] is seed
     # The closing merge: the best with the gains it lacks, judged first in the final, second
     # in line (before the best's runner-up when only two fit), and the winner when faster.
     closing = Program("child = 2\nmerged = 3\n", (child.id, parent.id), "merge_every_gain")
-    search.toolbox = SimpleNamespace(merge_every_gain=lambda best, scores: closing if best is child else None)
+    merging = SimpleNamespace(merge_every_gain=lambda best, scores: closing if best is child else None)
     finals.update({child.id: (16.38, 15.0, 17.9), parent.id: (16.53, 15.5, 17.6), closing.id: (19.0, 17.5, 20.6)})
     judged = []
     monkeypatch.setattr(final, "run_jobs", lambda *args: judged.extend(p.id for p, *_ in args[2]) or
                         final_judgements(*args))
-    search.estimated_final_s = lambda n: 100.0 * n
-    search.clock = SimpleNamespace(left=lambda: 250.0)  # two fit
-    winner, ratio, _, _ = final.choose_winner(search)
+    winner, ratio, _, _ = choose(merging, fits=lambda n: 250.0 >= 100.0 * n)  # two fit
     assert judged == [child.id, closing.id] and winner is closing and ratio == 19.0
 
 

@@ -389,18 +389,18 @@ def test_the_closing_merge_is_the_last_generations_merge_when_that_was_bred_but_
     memo.see([seed, best, rms, rope])
     vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover)
     fold = functools.partial(merge_every_gain, make=Program, vocabulary=vocabulary, memo=memo, rng=random.Random(0))
-    search = SimpleNamespace(toolbox=SimpleNamespace(merge_every_gain=fold, memo=memo), scores=scores)
+    toolbox = SimpleNamespace(merge_every_gain=fold, memo=memo)
     late = fold(best, scores)  # bred in the last generation, never screened
     assert isinstance(late, Program) and isinstance(fold(best, scores), Known)
-    assert final.closing_merge(search, best) is late
+    assert final.closing_merge(toolbox, scores, best) is late
     scores.add(late.id, "ok", 990.0, 1.0, 1.0, level="screen")  # screened, never confirmed: still to close
-    assert final.closing_merge(search, best) is late
+    assert final.closing_merge(toolbox, scores, best) is late
     scores.add(late.id, "ok", 985.0, 1.0, 1.0, level="full")  # confirmed after all: nothing left to close
-    assert final.closing_merge(search, best) is None
+    assert final.closing_merge(toolbox, scores, best) is None
     failed = Program(late.source + "\n# failed its screen\n", late.parent_ids, late.operator, late.operator_args)
-    search.toolbox.merge_every_gain = lambda best, scores: failed
+    toolbox.merge_every_gain = lambda best, scores: failed
     scores.add(failed.id, "incorrect", 0.0, 1.0, 1.0, level="screen")
-    assert final.closing_merge(search, best) is None
+    assert final.closing_merge(toolbox, scores, best) is None
 
 
 def test_a_swap_that_puts_portable_code_where_a_gpu_kernel_runs_unports():
