@@ -344,14 +344,15 @@ def test_a_program_that_fails_beside_others_is_judged_again_alone(small_target, 
             verdict.update(status="crash", stage="target", error="CUDA out of memory", tokens_per_second={})
         return verdict
 
-    # On a GPU (runners share the card's memory); the stand-in judge needs none.
+    # On a GPU (runners share the card's memory); the stand-in judge needs none. From the
+    # seed alone: replaying the library's GPU recipes took 25 s and is not the subject here.
     given = {k: v for k, v in vars(make_config(small_target, tmp_path, generations=1)).items() if k != "device"}
-    config = RunConfig.build("cuda", **given)
+    config = RunConfig.build("cuda", **{**given, "library": False})
     assert run(config, **{**STAND_INS, "judge_fn": crowded_judge}) == 0
     judged = history.judged_rows(history.read(config.history))
     assert len(judged) > 2 and "crash" not in set(judged["status"])
     screened = judged[judged["level"] == "screen"]
-    assert all(calls[Path(p)] >= 2 for p in screened["source_path"])  # once in its batch, once alone
+    assert len(screened) and all(calls[Path(p)] >= 2 for p in screened["source_path"])  # once in its batch, once alone
 
 
 def test_the_final_choice_weighs_the_contenders_paired_comparison_not_their_ratios_alone(monkeypatch):
