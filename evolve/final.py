@@ -16,7 +16,7 @@ over the rounds (how much one program's own measurements spread).
 import math
 
 from evolve.history import FINAL
-from evolve.judging import Judging, run_jobs
+from evolve.judging import Judging
 from evolve.toolbox import made
 from fitness.timing import t95, t_cdf
 
@@ -37,8 +37,7 @@ def choose_winner(judging: Judging, seed, hall_of_fame, final_top: int, generati
     if not fitting:
         return unmeasured_choice(scores, seed, contenders, "not compared with the seed again (out of budget)")
     contenders = fitting
-    results = run_jobs(judging.toolbox, generation, [(p, FINAL, "full", seed.id) for p in contenders],
-                       judging.workers, scores)
+    results = judging.run(generation, [(p, FINAL, "full", seed.id) for p in contenders])
     measured = [(verdict, p) for p, _, verdict in results if verdict["status"] == "ok" and verdict.get("ratio")]
     if not measured:
         return unmeasured_choice(scores, seed, [p for p in contenders if scores.is_ok(p.id)],

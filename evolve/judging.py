@@ -276,11 +276,10 @@ def unjudged(programs: list, scores) -> list:
     return [p for p in {p.id: p for p in programs}.values() if p.id not in scores]
 
 
-def screen(judging: Judging, generation: int, programs: list) -> list:
-    """Judge every source not judged before (once, however many copies of it there are):
-    beside its first judged parent (a screen), or in full when it has none. Returns the
-    (fitness, verdict) pairs of their first judgements."""
-    todo = unjudged(programs, judging.scores)
+def screen(judging: Judging, generation: int, todo: list) -> list:
+    """Judge `todo`, sources never judged (`unjudged`): each beside its first judged parent
+    (a screen), or in full when it has none. Returns the (fitness, verdict) pairs of their
+    first judgements."""
     parents = [first_judged_parent(p, judging.scores) for p in todo]
     first = judging.run(generation, [(p, None, "screen" if parent else "full", parent)
                                      for p, parent in zip(todo, parents)])

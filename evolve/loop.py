@@ -26,6 +26,7 @@ CHILDREN_PER_MERGE = 3
 # so a generation may take more draws than children, but not forever.
 MAX_DRAWS_PER_CHILD = 3
 
+
 def evolve(search) -> None:
     """Generations until the count or the budget runs out (DESIGN.md, "The search")."""
     toolbox, config = search.toolbox, search.config

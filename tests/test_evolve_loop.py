@@ -381,7 +381,7 @@ def test_the_final_choice_weighs_the_contenders_paired_comparison_not_their_rati
             results.append((program, 7_000.0 * ratio, verdict))
         return results
 
-    monkeypatch.setattr(final, "run_jobs", final_judgements)
+    monkeypatch.setattr(evolve.judging, "run_jobs", final_judgements)
     nothing_to_merge = SimpleNamespace(merge_every_gain=lambda best, scores: None)
 
     def choose(toolbox, fits=lambda n: True):
@@ -397,7 +397,7 @@ def test_the_final_choice_weighs_the_contenders_paired_comparison_not_their_rati
     merging = SimpleNamespace(merge_every_gain=lambda best, scores: closing if best is child else None)
     finals.update({child.id: (16.38, 15.0, 17.9), parent.id: (16.53, 15.5, 17.6), closing.id: (19.0, 17.5, 20.6)})
     judged = []
-    monkeypatch.setattr(final, "run_jobs", lambda *args: judged.extend(p.id for p, *_ in args[2]) or
+    monkeypatch.setattr(evolve.judging, "run_jobs", lambda *args: judged.extend(p.id for p, *_ in args[2]) or
                         final_judgements(*args))
     winner, ratio, _, _ = choose(merging, fits=lambda n: 250.0 >= 100.0 * n)  # two fit
     assert judged == [child.id, closing.id] and winner is closing and ratio == 19.0
