@@ -4,6 +4,8 @@
     get_operator(name) -> Operator
     applicable_operators(source, device)   names of those that run on `device` and apply
     apply_operator(name, source, rng)      one of them, chosen by the caller (evolve's bandit)
+    with_work_for(name, seed)              `seed` (the seed engine's source), after the swap that
+                                           gives operator `name` something to do there, if any
     is_deterministic(name)                 True when it draws nothing from the rng
     unports(name, source)                  True when it puts portable code where a GPU kernel runs
     random_mutation(source, rng, device)   one operator, uniform over the applicable ones;
@@ -27,7 +29,7 @@ from mutations.crossover import crossover, intended_genes, merge_gains
 from mutations.rewrites import rewrite_operators
 
 __all__ = ["Applied", "Declined", "Operator", "all_operators", "get_operator", "applicable_operators",
-           "apply_operator", "is_deterministic", "is_program_wide", "unports", "random_mutation", "crossover",
+           "apply_operator", "with_work_for", "is_deterministic", "is_program_wide", "unports", "random_mutation", "crossover",
            "merge_gains", "intended_genes"]
 
 
@@ -54,6 +56,13 @@ def applicable_operators(source: str, device: str) -> list[str]:
 
 def apply_operator(name: str, source: str, rng: random.Random) -> Applied | Declined:
     return get_operator(name).apply(source, rng)
+
+
+def with_work_for(name: str, seed: str) -> str:
+    """`seed`, or for an operator with nothing to do on it, `seed` after the swap its
+    `needs_swap` names (the tests and tools that try every operator on the seed)."""
+    needs = get_operator(name).needs_swap
+    return get_operator(needs).apply(seed, random.Random(0)).source if needs else seed
 
 
 def is_deterministic(name: str) -> bool:

@@ -32,10 +32,7 @@ def one_thread():
 def applied_to_seed(name, seed=0):
     """The operator on the seed, or, for one that needs what the seed lacks, on the seed
     after the swap that brings it (its `needs_swap`)."""
-    source, op = SEED, mutations.get_operator(name)
-    if op.needs_swap:
-        source = mutations.get_operator(op.needs_swap).apply(SEED, random.Random(0)).source
-    return op.apply(source, random.Random(seed))
+    return mutations.get_operator(name).apply(mutations.with_work_for(name, SEED), random.Random(seed))
 
 
 def gate(source, small_target, scratch, tmp_path, derived=True):

@@ -34,17 +34,10 @@ def test_operators_keep_their_order():
     assert [n for n in names if n in ORDER_2026_11_25] == ORDER_2026_11_25
 
 
-def with_work(op) -> str:
-    """The seed, after the swap the operator needs there if any."""
-    if not op.needs_swap:
-        return SEED
-    return mutations.get_operator(op.needs_swap).apply(SEED, random.Random(0)).source
-
-
 @pytest.mark.parametrize("op", mutations.all_operators(), ids=lambda op: op.name)
 def test_an_operator_that_draws_declares_it(op):
     """An undeclared draw would be replayed with Random(0)'s choice, not the recorded one."""
-    source = with_work(op)
+    source = mutations.with_work_for(op.name, SEED)
     assert op.applies(source) is None, f"{op.name} has nothing to do after its needs_swap: {op.applies(source)}"
     rng = random.Random(0)
     before = rng.getstate()

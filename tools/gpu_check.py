@@ -31,10 +31,8 @@ ROOT = program.SEED_PATH.parents[1]
 
 def child_of_seed(name: str, seed: int = 0):
     """The operator's child of the seed (via the swap that gives it something to do)."""
-    source, op = program.SEED_PATH.read_text(), mutations.get_operator(name)
-    if op.needs_swap:
-        source = mutations.get_operator(op.needs_swap).apply(source, random.Random(0)).source
-    return op.apply(source, random.Random(seed))
+    source = mutations.with_work_for(name, program.SEED_PATH.read_text())
+    return mutations.get_operator(name).apply(source, random.Random(seed))
 
 
 def selected(which: str) -> list:
