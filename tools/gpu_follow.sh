@@ -5,8 +5,9 @@
 # STATE: the folder the work writes to (each search's OUT below it). Stops at once when
 # STATE is missing: the machine was given back between calls and this one is bare.
 # Every minute, each run's last progress lines; it returns when every DONE file exists
-# (paths below STATE) or SECONDS pass. Either way STATE's small files (no weights) go to
-# $OUT/state.tgz, so each call brings back the progress a lost machine would take with it.
+# (paths below STATE) or SECONDS pass. STATE's small files (no weights) go to $OUT/state.tgz
+# every minute and at the end, so a call cut short by the session's device time, or a lost
+# machine, still brings back what was done.
 set -uo pipefail
 state=$1 seconds=$2; shift 2
 [ -d "$state" ] || { echo "no $state: this machine is fresh, the earlier call's work is gone"; exit 3; }
@@ -19,6 +20,7 @@ while (( $(date +%s) < end )); do
   if (( $# )) && done_all "$@"; then echo "done: $*"; break; fi
   left=$(( end - $(date +%s) )); sleep $(( left < 60 ? (left > 0 ? left : 0) : 60 ))
   echo "-- $(date +%T)"
+  pack
   for log in "$state"/queue*.log; do [ -f "$log" ] && grep "^== " "$log" | tail -1; done
   for log in "$state"/*/run_sh.log; do
     [ -f "$log" ] && { echo "${log%/run_sh.log}:"; grep -E "^(gen |winner)" "$log" | tail -2; }
