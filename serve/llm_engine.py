@@ -1,15 +1,18 @@
-"""The serving loop: schedule a step, run it off the event loop, hand each request its output.
+"""The serving loop: schedule a step, launch it, read back the one before, hand out its tokens.
 
-The scheduler and every sequence are touched only on the event loop; a step's engine
-calls run in a worker thread (one at a time), so the server keeps answering while the
-model computes, and a request that arrives during a step joins at the next one.
+The scheduler and every sequence are touched only on the event loop; the engine calls run
+in a worker thread (one at a time), so the server keeps answering while the model
+computes, and a request that arrives during a step joins at the next one. Each step is
+launched before the one ahead of it is read back (serve.model_runner): a sequence that
+meets EOS or a stop string in the step read back was launched once more, and that token
+is dropped; max_tokens is known ahead, so no sequence decodes past it.
 """
 import asyncio
 import logging
 
-from serve.model_runner import ModelRunner
+from serve.model_runner import ModelRunner, Step
 from serve.sampling import SamplingParams
-from serve.scheduler import Batch, Scheduler
+from serve.scheduler import Scheduler
 from serve.sequence import Sequence
 from serve.tokenizer import Tokenizer
 
@@ -57,26 +60,45 @@ class LLMEngine:
 
     async def run_forever(self) -> None:
         try:
+            step = None  # launched, its tokens not yet read back
             while True:
-                await self.wake_up.wait()
-                if not self.scheduler.has_work():
-                    self.wake_up.clear()
-                    continue
-                batch = self.scheduler.schedule()
-                tokens = await asyncio.to_thread(self.runner.run, batch)
-                self.hand_out(batch, tokens)
+                if step is None:
+                    await self.wake_up.wait()
+                    if not self.scheduler.has_work():
+                        self.wake_up.clear()
+                        continue
+                # The next step is launched before this one's tokens are read: on a GPU it
+                # computes while they become text and reach their clients.
+                batch = self.scheduler.schedule(step.seqs if step else ())
+                launched, tokens = await asyncio.to_thread(self.runner.advance,
+                                                           None if batch.is_empty() else batch, step)
+                took = self.take(step, tokens) if step else []
+                step = launched
+                self.hand_out(took)
         except Exception as error:  # the engine's state is unknown now: fail everyone
             log.exception("the serving loop stopped")
             self.error = error
             self.fail_all(error)
 
-    def hand_out(self, batch: Batch, tokens: list) -> None:
-        for seq, token in zip(batch.prefill + batch.decode, tokens):
-            if seq.is_finished:  # cancelled while the step ran
+    def take(self, step: Step, tokens: list) -> list:
+        """Append each sequence its token; those that end here (EOS, max_tokens) leave the
+        running batch. The sequences that took one."""
+        took = []
+        for seq, token in zip(step.seqs, tokens):
+            if seq.is_finished:  # ended (EOS, stop string, a client gone) after it was launched
                 continue
             self.num_generated_tokens += 1
-            output = seq.append(token)
+            seq.append(token)
             if seq.finish_reason:
+                self.scheduler.finish(seq)
+            took.append(seq)
+        return took
+
+    def hand_out(self, seqs: list) -> None:
+        """Each sequence's new text to its request's handler."""
+        for seq in seqs:
+            output = seq.detokenize()
+            if seq.finish_reason and not seq.is_finished:  # a stop string ended it
                 self.scheduler.finish(seq)
             seq.outbox.put_nowait(output)
 

@@ -1,15 +1,23 @@
-"""Executes one scheduled step through the engine's three calls, then samples.
+"""Executes scheduled steps through the engine's three calls, then samples.
 
 The engine file is imported the way the judge imports it (`fitness.loader`), and driven
 only through the contract: prefill, decode and remove by request id.
+
+A step is launched before the one ahead of it is read back: its decodes take their
+input tokens from that step's sampled tokens on the device, so on a GPU the next step is
+queued while the host still waits for the last one, and the GPU does not idle between
+steps while the host hands tokens out (vLLM's async scheduling). Nothing here makes the
+host wait for the device but `Step.tokens`: host values go up through pinned memory.
 """
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import torch
 
 from fitness.loader import load_engine_module
-from serve.sampling import make_generator, sample
+from serve.sampling import make_generator, sample, to_device
 from serve.scheduler import Batch
 from serve.sequence import SEQUENCE_IDS
 
@@ -38,27 +46,62 @@ class ModelRunner:
         self.engine.remove([request_id])
 
     @torch.inference_mode()
-    def run(self, batch: Batch) -> list:
-        """The next token of every sequence in batch.prefill + batch.decode, in that order."""
+    def advance(self, batch: Optional[Batch], previous: Optional["Step"]) -> tuple:
+        """Launch `batch` (None: nothing to launch) behind `previous`, then read back
+        `previous`'s tokens: (the launched Step or None, previous's tokens or None)."""
+        launched = self.launch(batch, previous) if batch is not None else None
+        return launched, previous.tokens() if previous is not None else None
+
+    def launch(self, batch: Batch, previous: Optional["Step"]) -> "Step":
         if batch.remove:
             self.engine.remove(batch.remove)
         logits = []
         if batch.prefill:
             logits.append(self.prefill(batch.prefill))
         if batch.decode:
-            logits.append(self.decode(batch.decode))
-        if not logits:
-            return []
+            logits.append(self.decode(batch.decode, previous))
         seqs = batch.prefill + batch.decode
-        tokens = sample(torch.cat(logits), [s.params for s in seqs], [s.generator for s in seqs])
-        return tokens.tolist()  # the step's one host sync: the scheduler needs the tokens
+        if not logits:
+            return Step(seqs, None)
+        logits = logits[0] if len(logits) == 1 else torch.cat(logits)
+        return Step(seqs, sample(logits, [s.params for s in seqs], [s.generator for s in seqs]))
 
     def prefill(self, seqs: list) -> torch.Tensor:
         for seq in seqs:
             seq.generator = make_generator(seq.params, self.device)
-        prompts = [torch.tensor(s.prompt_token_ids, dtype=torch.long, device=self.device) for s in seqs]
+        prompts = [to_device(s.prompt_token_ids, torch.long, self.device) for s in seqs]
         return self.engine.prefill([s.seq_id for s in seqs], prompts)
 
-    def decode(self, seqs: list) -> torch.Tensor:
-        tokens = torch.tensor([s.last_token_id for s in seqs], dtype=torch.long, device=self.device)
+    def decode(self, seqs: list, previous: Optional["Step"]) -> torch.Tensor:
+        """Each sequence's newest token is its input: from `previous`'s tokens on the
+        device when that step is not read back yet (every running sequence was in it)."""
+        if previous is None:
+            tokens = to_device([s.last_token_id for s in seqs], torch.long, self.device)
+        else:
+            row = {seq: i for i, seq in enumerate(previous.seqs)}
+            tokens = previous.device_tokens[to_device([row[s] for s in seqs], torch.long, self.device)]
         return self.engine.decode([s.seq_id for s in seqs], tokens)
+
+
+@dataclass(eq=False)
+class Step:
+    """A launched step: its sequences, in the order of its tokens, and the tokens, still
+    on the device; their copy to the host is queued at once."""
+    seqs: list
+    device_tokens: Optional[torch.Tensor]
+
+    def __post_init__(self):
+        self.ready = None
+        self.host_tokens = self.device_tokens
+        if self.device_tokens is not None and self.device_tokens.is_cuda:
+            self.host_tokens = torch.empty(self.device_tokens.shape, dtype=self.device_tokens.dtype,
+                                           pin_memory=True)
+            self.host_tokens.copy_(self.device_tokens, non_blocking=True)
+            self.ready = torch.cuda.Event()
+            self.ready.record()
+
+    def tokens(self) -> list:
+        """The sampled tokens on the host: the step's one wait for the device."""
+        if self.ready is not None:
+            self.ready.synchronize()
+        return [] if self.host_tokens is None else self.host_tokens.tolist()

@@ -28,6 +28,15 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
+def to_device(values: list, dtype, device) -> torch.Tensor:
+    """A tensor of host values on `device`, without waiting for the device: a plain copy
+    from pageable memory would wait for every kernel queued before it."""
+    tensor = torch.tensor(values, dtype=dtype)
+    if torch.device(device).type != "cuda":
+        return tensor
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
 def make_generator(params: SamplingParams, device) -> Optional[torch.Generator]:
     """A request's own random stream when it asked for a seed; None otherwise."""
     if params.seed is None:
@@ -43,15 +52,15 @@ def sample(logits: torch.Tensor, params: list, generators: list) -> torch.Tensor
         return greedy
     device = logits.device
     # A greedy row divides by 1 (any value would do: its sample is replaced below).
-    temperatures = torch.tensor([p.temperature or 1.0 for p in params], device=device)
+    temperatures = to_device([p.temperature or 1.0 for p in params], torch.float32, device)
     logits = logits / temperatures[:, None]
     if any(p.top_k > 0 or p.top_p < 1.0 for p in params):
-        top_k = torch.tensor([p.top_k for p in params], device=device)
-        top_p = torch.tensor([p.top_p for p in params], device=device)
+        top_k = to_device([p.top_k for p in params], torch.long, device)
+        top_p = to_device([p.top_p for p in params], torch.float32, device)
         logits = mask_top_k_top_p(logits, top_k, top_p)
     probs = torch.softmax(logits, dim=-1)
     sampled = (probs / exponential_noise(probs, generators)).argmax(dim=-1)
-    is_greedy = torch.tensor([p.is_greedy for p in params], device=device)
+    is_greedy = to_device([p.is_greedy for p in params], torch.bool, device)
     return torch.where(is_greedy, greedy, sampled)
 
 

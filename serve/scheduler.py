@@ -59,8 +59,11 @@ class Scheduler:
         """Whether a sequence needing this many K/V rows could ever be admitted."""
         return num_kv_tokens <= self.config.max_num_kv_tokens
 
-    def schedule(self) -> Batch:
-        batch = Batch(remove=self.to_remove, decode=list(self.running))
+    def schedule(self, in_flight: tuple = ()) -> Batch:
+        """The next step. `in_flight`: the sequences of a step launched but not yet read
+        back; those whose token there is their last (max_tokens) do not decode again."""
+        ending = {seq for seq in in_flight if len(seq.output_token_ids) + 1 >= seq.params.max_tokens}
+        batch = Batch(remove=self.to_remove, decode=[seq for seq in self.running if seq not in ending])
         self.to_remove = []
         num_prefill_tokens = 0
         while self.waiting and self.can_admit(self.waiting[0], num_prefill_tokens):

@@ -59,20 +59,27 @@ class Sequence:
     def is_finished(self) -> bool:
         return self.status is Status.FINISHED
 
-    def append(self, token_id: int) -> SequenceOutput:
-        """Take one sampled token; say what it added and whether the sequence is done."""
+    def append(self, token_id: int) -> None:
+        """Take one sampled token and say at once whether it ends the sequence (EOS or
+        max_tokens), so that the next step is scheduled without it."""
         self.output_token_ids.append(token_id)
-        is_eos = token_id == self.tokenizer.eos_token_id and not self.params.ignore_eos
-        is_length = len(self.output_token_ids) >= self.params.max_tokens
-        self.text += self.decoder.step(self.output_token_ids, is_last=is_eos or is_length)
-        if is_eos or self.truncate_at_stop_string():
+        if token_id == self.tokenizer.eos_token_id and not self.params.ignore_eos:
             self.finish_reason = "stop"
-        elif is_length:
+        elif len(self.output_token_ids) >= self.params.max_tokens:
             self.finish_reason = "length"
+
+    def detokenize(self) -> SequenceOutput:
+        """The text the newest token adds, for the request's handler; a stop string in it
+        ends the sequence (finish_reason "stop")."""
+        self.text += self.decoder.step(self.output_token_ids, is_last=self.finish_reason is not None)
+        if self.truncate_at_stop_string():
+            self.finish_reason = "stop"
         return self.output()
 
     def truncate_at_stop_string(self) -> bool:
         # The text handed out holds no stop string, nor the start of one (it was held back).
+        if not self.params.stop:
+            return False
         found = [i for i in (self.text.find(s, self.num_text_sent) for s in self.params.stop) if i >= 0]
         if found:
             self.text = self.text[:min(found)]

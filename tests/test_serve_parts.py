@@ -54,17 +54,23 @@ def sequence(tokenizer, **params):
     return Sequence([1, 2, 3], SamplingParams(**params), tokenizer, asyncio.Queue())
 
 
+def take(seq, token_id):
+    """What the serving loop does with a sampled token: append it, then its text."""
+    seq.append(token_id)
+    return seq.detokenize()
+
+
 def test_a_stop_string_ends_the_sequence_and_is_never_handed_out(tokenizer):
     ids = tokenizer.encode(" bada kiro sofu bise")
     seq = sequence(tokenizer, max_tokens=50, stop=("kiro",))
-    sent = "".join(seq.append(t).text for t in ids if not seq.finish_reason)
+    sent = "".join(take(seq, t).text for t in ids if not seq.finish_reason)
     assert seq.finish_reason == "stop"
     assert sent == seq.text == " bada "
 
 
 def test_max_tokens_ends_the_sequence_with_length(tokenizer):
     seq = sequence(tokenizer, max_tokens=2, ignore_eos=True)
-    reasons = [seq.append(t).finish_reason for t in (tokenizer.eos_token_id, 40)]
+    reasons = [take(seq, t).finish_reason for t in (tokenizer.eos_token_id, 40)]
     assert reasons == [None, "length"]
 
 
@@ -144,6 +150,69 @@ class BrokenEngine:
 
     def remove(self, request_ids):
         pass
+
+
+class ScriptedEngine:
+    """Answers token 7, or EOS once a request has decoded `eos_after` times; checks that
+    each decode is fed the token it answered last; counts decodes, records removals."""
+
+    def __init__(self, eos_token_id: int, eos_after: int):
+        self.eos_token_id, self.eos_after = eos_token_id, eos_after
+        self.decodes, self.answered, self.removed = {}, {}, []
+
+    def answer(self, request_ids, tokens):
+        self.answered.update(zip(request_ids, tokens))
+        logits = torch.zeros(len(tokens), 512)
+        logits[range(len(tokens)), tokens] = 1.0
+        return logits
+
+    def prefill(self, request_ids, input_ids):
+        return self.answer(request_ids, [7] * len(request_ids))
+
+    def decode(self, request_ids, token_ids):
+        assert token_ids.tolist() == [self.answered[i] for i in request_ids]
+        for i in request_ids:
+            self.decodes[i] = self.decodes.get(i, 0) + 1
+        return self.answer(request_ids, [self.eos_token_id if self.decodes[i] >= self.eos_after else 7
+                                         for i in request_ids])
+
+    def remove(self, request_ids):
+        self.removed += request_ids
+
+
+def test_a_step_is_launched_before_the_last_is_read_yet_no_token_past_the_end_is_handed_out(tokenizer):
+    """The next step goes to the engine before the tokens of the one in flight are read
+    back, so a sequence that meets EOS there is decoded once more; that token is dropped.
+    One that reaches max_tokens is never decoded past it."""
+    engine = ScriptedEngine(tokenizer.eos_token_id, eos_after=2)
+    llm = LLMEngine(ModelRunner(engine, "cpu"), Scheduler(SchedulerConfig()), tokenizer)
+
+    async def answer(params):
+        outbox, (seq,) = llm.submit([[5, 6]], params)
+        outputs = [await outbox.get()]
+        while outputs[-1].finish_reason is None:
+            outputs.append(await outbox.get())
+        return seq, [t for output in outputs for t in output.token_ids]
+
+    async def serve_two():
+        loop = asyncio.create_task(llm.run_forever())
+        results = await asyncio.gather(answer(SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True)),
+                                       answer(SamplingParams(temperature=0.0, max_tokens=10)))
+        for _ in range(200):  # the finished sequences' removal, at the next step
+            if len(engine.removed) == 2:
+                break
+            await asyncio.sleep(0.01)
+        loop.cancel()
+        return results
+
+    (long, long_tokens), (eos, eos_tokens) = asyncio.run(serve_two())
+    # ignore_eos: EOS is its third token, not its end; max_tokens is
+    assert long.finish_reason == "length" and long_tokens == [7, 7, tokenizer.eos_token_id]
+    assert engine.decodes[long.seq_id] == 2  # tokens 2 and 3; never a 4th
+    assert eos.finish_reason == "stop" and eos_tokens == [7, 7, tokenizer.eos_token_id]
+    assert engine.decodes[eos.seq_id] == 3  # the EOS step's follower, launched before EOS was read
+    assert eos.output_token_ids == eos_tokens
+    assert sorted(engine.removed) == sorted([long.seq_id, eos.seq_id])
 
 
 def test_an_engine_that_fails_fails_its_requests_with_500_and_the_health_check(tokenizer):
