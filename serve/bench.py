@@ -6,9 +6,9 @@
 Each level sends `--num-requests` streamed completions, at most `--concurrency` at a
 time, each a prompt of random token ids (drawn now, from a seeded RNG) asking for exactly
 `--output-len` tokens (ignore_eos); then `--burst` requests all at once. Per level:
-total and output tokens/s, output tokens counted by re-tokenizing the text that came
-back (as vLLM's benchmark_serving does) beside what the server's usage said, time to
-first token, time per output token (by both counts), inter-token latency (p50, p99),
+total and output tokens/s (output tokens as the server's usage counts them, and, beside
+them, by re-tokenizing the text that came back, as vLLM's benchmark_serving does), time
+to first token, time per output token (by both counts), inter-token latency (p50, p99),
 failures. Writes DIR/bench.json and DIR/bench.png.
 """
 import argparse
@@ -112,27 +112,33 @@ def percentiles(values: list, scale: float = 1e3) -> dict:
 
 
 def summarize(results: list, seconds: float, concurrency: int, tokenizer: Tokenizer) -> dict:
+    """A level's figures. Output tokens are the server's count (usage), which is the
+    engine's: the same unit as the engine offline (tools.serve_offline). The re-tokenized
+    count vLLM's benchmark_serving uses is beside it: re-tokenized random tokens merge or
+    split (on the toy tokenizer 72,389 for 65,536 generated, docs/PERF.md)."""
     done = [r for r in results if r.ok]
-    output_tokens = [len(tokenizer.encode(r.text, add_special_tokens=False)) for r in done]
+    output_tokens = sum(r.usage_output_tokens for r in done)
+    retokenized = [len(tokenizer.encode(r.text, add_special_tokens=False)) for r in done]
     prompt_tokens = sum(r.usage_prompt_tokens for r in done)
-    time_per_output_token = [(r.latency - r.ttft) / (n - 1) for r, n in zip(done, output_tokens) if n > 1]
-    # The same by the server's count, which is the engine's decode steps: re-tokenized
-    # random tokens often merge into fewer.
-    time_per_step = [(r.latency - r.ttft) / (r.usage_output_tokens - 1) for r in done
-                     if r.usage_output_tokens > 1]
     return {
         "concurrency": concurrency, "requests": len(results), "completed": len(done),
         "failed": len(results) - len(done), "errors": sorted({r.error for r in results if not r.ok})[:5],
         "seconds": round(seconds, 3),
-        "output_tokens": sum(output_tokens), "usage_output_tokens": sum(r.usage_output_tokens for r in done),
-        "usage_prompt_tokens": prompt_tokens,
-        "output_tokens_per_s": round(sum(output_tokens) / seconds, 2),
-        "total_tokens_per_s": round((prompt_tokens + sum(output_tokens)) / seconds, 2),
+        "output_tokens": output_tokens, "prompt_tokens": prompt_tokens,
+        "output_tokens_per_s": round(output_tokens / seconds, 2),
+        "total_tokens_per_s": round((prompt_tokens + output_tokens) / seconds, 2),
         "ttft_ms": percentiles([r.ttft for r in done]),
-        "tpot_ms": percentiles(time_per_output_token),
-        "tpot_by_usage_ms": percentiles(time_per_step),
+        "tpot_ms": percentiles(time_per_token(done, [r.usage_output_tokens for r in done])),
         "itl_ms": percentiles([gap for r in done for gap in r.chunk_gaps]),
+        "retokenized_output_tokens": sum(retokenized),
+        "retokenized_output_tokens_per_s": round(sum(retokenized) / seconds, 2),
+        "retokenized_tpot_ms": percentiles(time_per_token(done, retokenized)),
     }
+
+
+def time_per_token(done: list, counts: list) -> list:
+    """Each request's time from its first token to its last, over the tokens after the first."""
+    return [(r.latency - r.ttft) / (n - 1) for r, n in zip(done, counts) if n > 1]
 
 
 def random_prompts(tokenizer: Tokenizer, count: int, length: int, rng: random.Random) -> list:

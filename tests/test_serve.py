@@ -279,7 +279,7 @@ def test_the_load_generator_writes_its_levels_and_a_plot(server, target, tmp_pat
     assert [level["concurrency"] for level in report["sweep"]] == [1, 2]
     for level in report["sweep"] + [report["burst"]]:
         assert level["failed"] == 0
-        assert level["usage_output_tokens"] == 4 * level["requests"]
+        assert level["output_tokens"] == 4 * level["requests"]
         assert level["output_tokens_per_s"] > 0 and level["ttft_ms"]["p50"] > 0
     assert report["burst"]["completed"] == 6
     assert (tmp_path / "bench.png").stat().st_size > 0

@@ -18,6 +18,7 @@ from serve.serving import RequestError, ServedModel, merged
 from serve.tokenizer import StreamDecoder, Tokenizer
 from target import toy_tokenizer
 from tests.conftest import REPO, SEED_ENGINE
+from serve.bench import RequestResult, summarize
 from tools import serve_offline
 
 
@@ -235,3 +236,16 @@ def test_the_offline_yardstick_measures_the_engine_alone(small_target, capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["batch_output_tokens_per_s"] > 0
     assert result["prefill_ms"] > 0 and result["decode_step_ms"] > 0
+
+
+def test_the_load_generator_counts_output_tokens_as_the_server_does(tokenizer):
+    """Tokens/s and time per token are the engine's (usage); re-tokenizing the text, which
+    merges or splits tokens, is only reported beside them."""
+    text = tokenizer.decode([40, 41, 42, 43])
+    done = RequestResult(ok=True, text=text, latency=1.0, ttft=0.1, usage_prompt_tokens=8,
+                         usage_output_tokens=10)
+    level = summarize([done, RequestResult(error="ReadTimeout")], 2.0, 2, tokenizer)
+    assert (level["completed"], level["failed"]) == (1, 1)
+    assert level["output_tokens"] == 10 and level["output_tokens_per_s"] == 5.0
+    assert level["tpot_ms"]["p50"] == pytest.approx(100.0)  # 0.9 s over the 9 tokens after the first
+    assert level["retokenized_output_tokens"] == len(tokenizer.encode(text, add_special_tokens=False)) != 10
