@@ -9,13 +9,20 @@ time, each a prompt of random token ids (drawn now, from a seeded RNG) asking fo
 total and output tokens/s (output tokens as the server's usage counts them, and, beside
 them, by re-tokenizing the text that came back, as vLLM's benchmark_serving does), time
 to first token, time per output token (by both counts), inter-token latency (p50, p99),
-failures. Writes DIR/bench.json and DIR/bench.png.
+failures. The requests go out from several client processes at high concurrency
+(--client-processes), so that reading the streams is not what is measured. Writes
+DIR/bench.json and DIR/bench.png.
 """
 import argparse
 import asyncio
 import json
+import math
+import multiprocessing
+import os
 import random
 import time
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +33,10 @@ from serve.tokenizer import Tokenizer
 from target import toy_tokenizer
 
 HERE = Path(__file__).resolve().parent
+# One client process took a core to read ~11k tokens/s of streams (httpx, a JSON parse per
+# chunk; docs/PERF.md): at concurrency 64 on a GPU the client, not the server, would be
+# measured. Each process sends at most this many requests at a time.
+REQUESTS_PER_PROCESS = 16
 # How much each level of the sweep counts in its one score: high concurrency most.
 LEVEL_WEIGHTS = {1: 1, 2: 1, 4: 2, 8: 2, 16: 4, 32: 4, 64: 8}
 
@@ -91,7 +102,8 @@ def take_chunk(result: RequestResult, chunk: dict, start: float, last: float) ->
 
 
 async def run_level(http, model, prompts, concurrency: int, output_len: int) -> tuple:
-    """(results, seconds) of every prompt sent, at most `concurrency` in flight."""
+    """(results, start, end) of every prompt sent, at most `concurrency` in flight; start
+    and end on time.perf_counter, which all processes of a host share on Linux."""
     gate = asyncio.Semaphore(concurrency)
 
     async def one(prompt):
@@ -100,7 +112,45 @@ async def run_level(http, model, prompts, concurrency: int, output_len: int) -> 
 
     start = time.perf_counter()
     results = await asyncio.gather(*(one(p) for p in prompts))
-    return results, time.perf_counter() - start
+    return results, start, time.perf_counter()
+
+
+def client(base_url: str, timeout: float) -> httpx.AsyncClient:
+    # No pool limit: a level's requests must all be in flight at once (300 in the burst).
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    return httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits)
+
+
+def run_share(base_url: str, timeout: float, model: str, prompts: list, concurrency: int,
+              output_len: int) -> tuple:
+    """A client process's share of a level: run_level on its own event loop."""
+    async def share():
+        async with client(base_url, timeout) as http:
+            return await run_level(http, model, prompts, concurrency, output_len)
+    return asyncio.run(share())
+
+
+def num_processes(concurrency: int, requested: int) -> int:
+    """Client processes for a level: `requested`, else one per REQUESTS_PER_PROCESS in
+    flight, at most a quarter of the host's cores (the server needs the rest)."""
+    if requested:
+        return max(1, min(requested, concurrency))
+    return max(1, min(math.ceil(concurrency / REQUESTS_PER_PROCESS), (os.cpu_count() or 1) // 4))
+
+
+async def run_level_in(pool, args, model: str, prompts: list, concurrency: int) -> tuple:
+    """(results in the order of `prompts`, seconds): the level split over the pool's
+    processes (round robin), each with its share of the concurrency."""
+    n = num_processes(concurrency, args.client_processes)
+    loop = asyncio.get_running_loop()
+    shares = await asyncio.gather(*(
+        loop.run_in_executor(pool, run_share, args.base_url, args.timeout, model, prompts[i::n],
+                             concurrency // n + (i < concurrency % n), args.output_len)
+        for i in range(n)))
+    results = [None] * len(prompts)
+    for i, (share, _, _) in enumerate(shares):
+        results[i::n] = share
+    return results, max(end for _, _, end in shares) - min(start for _, start, _ in shares)
 
 
 def percentiles(values: list, scale: float = 1e3) -> dict:
@@ -156,25 +206,33 @@ def weighted_score(levels: list) -> float:
 
 
 async def bench(args, tokenizer: Tokenizer) -> dict:
-    # No pool limit: a level's requests must all be in flight at once (300 in the burst).
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    async with httpx.AsyncClient(base_url=args.base_url, timeout=args.timeout, limits=limits) as http:
+    async with client(args.base_url, args.timeout) as http:
         model = args.model or (await http.get("/v1/models")).json()["data"][0]["id"]
+    levels = args.concurrency + ([args.burst] if args.burst else [])
+    with client_pool(max(num_processes(c, args.client_processes) for c in levels)) as pool:
         rng = random.Random(args.seed)
         report = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
                   "model": model, "sweep": []}
         for concurrency in args.concurrency:
             prompts = random_prompts(tokenizer, args.num_requests, args.input_len, rng)
-            report["sweep"].append(await measure(http, model, prompts, concurrency, args, tokenizer))
+            report["sweep"].append(await measure(pool, args, model, prompts, concurrency, tokenizer))
         report["weighted_output_tokens_per_s"] = weighted_score(report["sweep"])
         if args.burst:
             prompts = random_prompts(tokenizer, args.burst, args.input_len, rng)
-            report["burst"] = await measure(http, model, prompts, args.burst, args, tokenizer)
+            report["burst"] = await measure(pool, args, model, prompts, args.burst, tokenizer)
     return report
 
 
-async def measure(http, model, prompts, concurrency, args, tokenizer) -> dict:
-    results, seconds = await run_level(http, model, prompts, concurrency, args.output_len)
+@contextmanager
+def client_pool(size: int):
+    """`size` client processes, started before any level is timed."""
+    with ProcessPoolExecutor(size, mp_context=multiprocessing.get_context("spawn")) as pool:
+        list(pool.map(time.sleep, [0.5] * size))  # each process up and imported
+        yield pool
+
+
+async def measure(pool, args, model, prompts, concurrency, tokenizer) -> dict:
+    results, seconds = await run_level_in(pool, args, model, prompts, concurrency)
     level = summarize(results, seconds, concurrency, tokenizer)
     print(json.dumps(level), flush=True)
     return level
@@ -221,6 +279,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--burst", type=int, default=300, help="requests sent at once after the sweep; 0: none")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=3600.0, help="s, per request")
+    parser.add_argument("--client-processes", type=int, default=0,
+                        help=f"processes sending a level's requests (default: one per {REQUESTS_PER_PROCESS} "
+                             "in flight, at most a quarter of the cores)")
     parser.add_argument("--out", type=Path, default=Path("serve_bench"))
     return parser.parse_args(argv)
 
