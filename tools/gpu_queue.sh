@@ -10,7 +10,10 @@
 #   seed_only:TARGET:BUDGET   the same from the seed alone (--from-seed-only) -> STATE/TARGET_seed_only
 #   compare:NAME[:TARGET]     STATE/NAME's winner against the recipe, 3 rounds
 #   serve                     tools/gpu_serve.sh -> STATE/serve
-#   hf:MODE                   tools/gpu_hf.sh MODE (check, bench, transformers) -> STATE/hf
+#   hf_search:MODEL[:BUDGET]  bash run.sh --model on target.hf_checkpoints' MODEL (llama_3_2_1b,
+#                             qwen3_0_6b) -> STATE/hf_MODEL
+#   hf:MODE[:MODEL]           tools/gpu_hf.sh MODE (check, bench, transformers) -> STATE/hf, on
+#                             MODEL alone (default both), with STATE/hf_MODEL's winner beside the recipe
 #   create:TARGET             what making the seed's and the recipe's engines costs on TARGET
 #                             against running a case (tools.create_probe) -> STATE/create_TARGET.json
 set -uo pipefail
@@ -30,7 +33,13 @@ run_job() {
                ${budget:+--budget "$budget"} ;;
   compare) bash $search compare "$state/$target" "${budget:-$target}" 3 ;;
   serve) bash tools/gpu_serve.sh "$state/serve" ;;
-  hf) WITH_SEED=0 bash tools/gpu_hf.sh "$target" "$state/hf" ;;
+  hf_search) local dir=/tmp/hf/$target
+             [ -f "$dir/config.json" ] || python3 -m target.hf_checkpoints /tmp/hf --only "$target" > /dev/null || return 1
+             SEARCH_LIMIT=0 bash $search search "$state/hf_$target" public --model "$dir" ${budget:+--budget "$budget"} ;;
+  hf) local mode=$target model=$budget  # hf:MODE[:MODEL]
+      local winner=$state/hf_$model/winner.py
+      WITH_SEED=0 MODELS="${model:-llama_3_2_1b qwen3_0_6b}" ENGINES="$([ -n "$model" ] && [ -f "$winner" ] && echo "$winner")" \
+        bash tools/gpu_hf.sh "$mode" "$state/hf" ;;
   create) local config=target/model_config.json
           [ "$target" = public ] || config=$(python3 -m target.targets targets --only "$target") || return 1
           python3 -m mutations recipe mutations/recipes/fastest.txt -o /tmp/fastest.py > /dev/null || return 1
@@ -45,7 +54,8 @@ queue() {
   for job in "$@"; do
     echo "== $(date +%T) $job"
     run_job "$job"
-    echo "== $(date +%T) $job ended: $?"
+    local status=$?  # before the echo's own $(date) replaces it
+    echo "== $(date +%T) $job ended: $status"
   done
   touch "$state/queue$gpu.done"
 }
