@@ -12,7 +12,7 @@ generated unit-scaled weights.
 
 The error of a call is max |s - r| / (atol + rtol * |r|): 1.0 is the evaluator's limit
 (for a Hugging Face checkpoint, over an allowance calibrated on the reference's own
-rounding in bf16 or fp16: fitness.references).
+rounding in bf16 or fp16: fitness.reference_logits).
 On the target weights a candidate passes only under `margin` (0.5 by default): hidden
 weights and traces differ from ours, so one that scrapes through here fails there. The
 unit-scaled and derived configs are there to expose structural faults (errors of 100x and
@@ -35,7 +35,7 @@ import torch
 
 from fitness import traces, weight_files
 from fitness.model_config import ModelConfig, derived_configs
-from fitness.references import References
+from fitness.reference_logits import References
 from fitness.runner import retained_bytes
 from fitness.tolerance import error_ratio
 from target.toy_weights import PUBLIC_STD, generate as generate_weights, save_atomically
@@ -121,7 +121,7 @@ class Tally:
 def check_outputs(outputs: list, references: list, events, label: str, tally: Tally,
                   vocab_size: int, allowance: float = 1.0) -> None:
     """Compare one trace's outputs (one per call, None for removes) with its references;
-    errors count in units of `allowance` tolerances (fitness.references says why)."""
+    errors count in units of `allowance` tolerances (fitness.reference_logits says why)."""
     if len(outputs) != len(events):
         raise CorrectnessError(f"{label}: {len(outputs)} outputs for {len(events)} calls")
     for i, (output, expected, event) in enumerate(zip(outputs, references, events)):

@@ -31,7 +31,7 @@ from fitness.cases import CASE_SETS, select_cases
 from fitness.devices import core_siblings, is_cuda, ramp_gpu_clocks
 from fitness.loader import source_hash
 from fitness.model_config import ConfigError, ModelConfig
-from fitness.references import References
+from fitness.reference_logits import References
 from fitness.runner import output_checksum
 from fitness.traces import call_message, materialize
 from fitness.timing import (CHECKED_ROWS, RESOLUTION, Contender, TimedOutputCheck, check_warm_up, measure,

@@ -9,7 +9,7 @@ from fitness.gate import (DEFAULT_MARGIN, InProcessDriver, Tally, check_module, 
                           generated_weights, judging_weights, static_problems)
 from fitness.loader import load_engine_module
 from fitness.model_config import ModelConfig
-from fitness.references import References, histories, row_logits
+from fitness.reference_logits import References, histories, row_logits
 from fitness.traces import materialize
 from fitness.weight_files import TRUSTED, WeightsChanged
 from target.toy_weights import write as write_weights

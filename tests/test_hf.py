@@ -25,7 +25,7 @@ from fitness.gate import check_module
 from fitness.loader import load_engine_module
 from fitness.model_config import ConfigError, ModelConfig
 from fitness.reference import ReferenceModel
-from fitness.references import References
+from fitness.reference_logits import References
 from fitness.weight_files import TrustedFiles, WeightsChanged, fingerprint
 from target import hf_checkpoints
 from target.toy_weights import weight_shapes

@@ -24,7 +24,7 @@ assert os.environ.get("TRITON_INTERPRET") == "1", "set TRITON_INTERPRET=1"
 import mutations  # noqa: E402
 from fitness import gate  # noqa: E402
 from fitness.loader import load_engine_module  # noqa: E402
-from fitness.references import References  # noqa: E402
+from fitness.reference_logits import References  # noqa: E402
 from fitness.model_config import ModelConfig, derived_configs  # noqa: E402
 
 
