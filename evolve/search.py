@@ -150,13 +150,14 @@ class Search:
         return f"{status}: {error}"
 
     def estimated_final_s(self, contenders: int | None = None) -> float:
-        """The final comparison of `contenders` (the hall of fame's, by default): full
-        judgements beside the seed, with up to final_rounds."""
+        """The final comparison of `contenders` (by default the hall of fame's best
+        final_top; the final may add its closing merge to them): full judgements beside the
+        seed, with up to final_rounds."""
         if contenders is None:
-            contenders = sum(1 for p in self.hall_of_fame if p.id != self.seed.id)
+            contenders = min(self.config.final_top, sum(1 for p in self.hall_of_fame if p.id != self.seed.id))
         # One batch per worker. More rounds only for a close call: a program well ahead of
         # the seed clears its interval in a confirmation's rounds.
-        together = math.ceil(min(self.config.final_top, contenders) / self.config.workers)
+        together = math.ceil(contenders / self.config.workers)
         best = next((p for p in self.hall_of_fame if p.id != self.seed.id), None)
         gain = self.scores.gain(best.id, self.seed.id) if best is not None else None
         close = gain is None or gain < CLEAR_GAIN
