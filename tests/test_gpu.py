@@ -1,4 +1,5 @@
 """GPU-only paths, run on the GPU machine (docs/PERF.md); skipped cleanly on CPU."""
+import asyncio
 import json
 import random
 
@@ -11,6 +12,12 @@ from fitness.gate import check_module
 from fitness.loader import load_engine_module
 from fitness.model_config import ModelConfig
 from fitness.sandbox import judge
+from serve.llm_engine import LLMEngine
+from serve.model_runner import ModelRunner, load_engine
+from serve.sampling import SamplingParams
+from serve.scheduler import Scheduler, SchedulerConfig
+from serve.tokenizer import Tokenizer
+from target import toy_tokenizer
 from target.toy_weights import ensure
 from tests import planted
 from tests.conftest import REPO, SEED_ENGINE
@@ -90,3 +97,43 @@ def test_the_recipe_under_programmatic_launch_passes_the_gate(operator, scratch,
     assert module.PDL_LAUNCH == (torch.cuda.get_device_capability()[0] >= 9)
     result = check_module(module, ModelConfig.load(PUBLIC_CONFIG), PUBLIC_WEIGHTS, "cuda", 123, scratch)
     assert result.passed, result.error
+
+
+@pytest.mark.parametrize("engine", ["seed", "recipe"])
+def test_the_servers_steps_launched_ahead_give_the_engines_own_greedy_tokens(engine, small_target, tmp_path,
+                                                                           device="cuda"):
+    """The serving loop feeds each decode the last step's tokens on the device (pinned
+    copies up, the tokens' copy down behind an event) and reads a step back only after the
+    next is launched: the tokens must be the ones the same engine gives in the same
+    batches driven one call at a time."""
+    config_path, weight_dir = small_target
+    path = SEED_ENGINE
+    if engine == "recipe":
+        path = tmp_path / "recipe.py"
+        path.write_text(recipe.apply(recipe.parse((REPO / "mutations" / "recipes" / "fastest.txt").read_text())))
+    rng = random.Random(3)
+    prompts = [[rng.randrange(3, 256) for _ in range(n)] for n in (5, 17, 40)]
+    steps = 12
+
+    direct = load_engine(path, config_path, weight_dir, device)
+    ids = [1000, 1001, 1002]
+    with torch.inference_mode():
+        tokens = direct.prefill(ids, [torch.tensor(p, device=device) for p in prompts]).argmax(-1)
+        expected = [tokens.tolist()]
+        for _ in range(steps - 1):
+            tokens = direct.decode(ids, tokens).argmax(-1)
+            expected.append(tokens.tolist())
+    expected = [list(column) for column in zip(*expected)]  # per prompt
+
+    runner = ModelRunner(load_engine(path, config_path, weight_dir, device), device)
+    llm = LLMEngine(runner, Scheduler(SchedulerConfig()), Tokenizer(toy_tokenizer.write(512, tmp_path / "tok")))
+
+    async def serve():
+        loop = asyncio.create_task(llm.run_forever())
+        _, seqs = llm.submit(prompts, SamplingParams(temperature=0.0, max_tokens=steps, ignore_eos=True))
+        while not all(s.is_finished for s in seqs):
+            await asyncio.sleep(0.01)
+        loop.cancel()
+        return [s.output_token_ids for s in seqs]
+
+    assert asyncio.run(serve()) == expected
