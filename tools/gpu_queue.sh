@@ -14,6 +14,7 @@
 #                             qwen3_0_6b) -> STATE/hf_MODEL
 #   hf:MODE[:MODEL]           tools/gpu_hf.sh MODE (check, bench, transformers) -> STATE/hf, on
 #                             MODEL alone (default both), with STATE/hf_MODEL's winner beside the recipe
+#   gpu_tests[:EXPR]          python -m pytest tests/test_gpu.py [-k EXPR] -> STATE/gpu_tests.txt
 #   create:TARGET             what making the seed's and the recipe's engines costs on TARGET
 #                             against running a case (tools.create_probe) -> STATE/create_TARGET.json
 set -uo pipefail
@@ -40,6 +41,8 @@ run_job() {
       local winner=$state/hf_$model/winner.py
       WITH_SEED=0 MODELS="${model:-llama_3_2_1b qwen3_0_6b}" ENGINES="$([ -n "$model" ] && [ -f "$winner" ] && echo "$winner")" \
         bash tools/gpu_hf.sh "$mode" "$state/hf" ;;
+  gpu_tests) python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py ${target:+-k "$target"} 2>&1 \
+               | tee "$state/gpu_tests.txt" | tail -5 ;;
   create) local config=target/model_config.json
           [ "$target" = public ] || config=$(python3 -m target.targets targets --only "$target") || return 1
           python3 -m mutations recipe mutations/recipes/fastest.txt -o /tmp/fastest.py > /dev/null || return 1
