@@ -97,8 +97,8 @@ class Step:
             self.host_tokens = torch.empty(self.device_tokens.shape, dtype=self.device_tokens.dtype,
                                            pin_memory=True)
             self.host_tokens.copy_(self.device_tokens, non_blocking=True)
-            self.ready = torch.cuda.Event()
-            self.ready.record()
+            self.ready = torch.cuda.Event()  # on the tokens' device, which need not be the current one
+            self.ready.record(torch.cuda.current_stream(self.device_tokens.device))
 
     def tokens(self) -> list:
         """The sampled tokens on the host: the step's one wait for the device."""
