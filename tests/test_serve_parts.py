@@ -19,7 +19,7 @@ from serve.tokenizer import StreamDecoder, Tokenizer
 from target import toy_tokenizer
 from tests.conftest import REPO, SEED_ENGINE
 from serve.bench import RequestResult, summarize
-from tools import serve_offline
+from tools import served_vs_offline, serve_offline
 
 
 @pytest.fixture(scope="module")
@@ -249,3 +249,15 @@ def test_the_load_generator_counts_output_tokens_as_the_server_does(tokenizer):
     assert level["output_tokens"] == 10 and level["output_tokens_per_s"] == 5.0
     assert level["tpot_ms"]["p50"] == pytest.approx(100.0)  # 0.9 s over the 9 tokens after the first
     assert level["retokenized_output_tokens"] == len(tokenizer.encode(text, add_special_tokens=False)) != 10
+
+
+def test_the_server_is_set_against_its_engine_offline():
+    """The H100 figures of docs/PERF.md (nineteenth session), by the server's usage."""
+    offline = {"batch_output_tokens_per_s": 16971.952, "prefill_ms": 5.018, "decode_step_ms": 1.56}
+    level = lambda c, tps, ttft, tpot: {"concurrency": c, "output_tokens_per_s": tps,  # noqa: E731
+                                        "ttft_ms": {"p50": ttft}, "tpot_ms": {"p50": tpot}}
+    bench = {"sweep": [level(1, 466.4, 10.108, 2.135), level(64, 8867.2, 395.4, 6.769)],
+             "burst": {"requests": 300, "completed": 300}}
+    assert served_vs_offline.compare(offline, bench) == {
+        "concurrency": 64, "served_over_offline_tokens_per_s": 0.522, "ttft_minus_prefill_ms": 5.09,
+        "tpot_over_decode_step": 1.369, "burst_lost": 0}

@@ -40,3 +40,4 @@ if [[ "${CHECK:-1}" == 1 ]]; then  # greedy outputs against the reference's, 32 
 fi
 python3 -m serve.bench --base-url "$url" --model-config "$config" --out "$out" \
     --concurrency "${LEVELS:-1,2,4,8,16,32,64}" --burst "${BURST:-300}" ${BENCH_FLAGS:-}
+[[ -f "$out/offline.json" ]] && python3 -m tools.served_vs_offline "$out" | tee "$out/served_vs_offline.json"
