@@ -131,7 +131,7 @@ def ranked(recipes: list, target: RunTarget) -> list:
     """Closest to the target first; among equals, the hand-kept recipe (RECIPE: what a run
     is measured against, so never left out for recipes whose figures, recorded by other
     runs, read higher), then the fastest recorded, then the largest gain over the seed."""
-    return sorted(recipes, key=lambda r: (target.closeness(r.judged), r.path.resolve() == RECIPE.resolve(),
+    return sorted(recipes, key=lambda r: (target.closeness(r.judged), r.path.resolve() == RECIPE,
                                           r.speed(), r.judged.get("vs_seed", 0.0)), reverse=True)
 
 
