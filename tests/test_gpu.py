@@ -100,13 +100,13 @@ def test_the_recipe_under_programmatic_launch_passes_the_gate(operator, scratch,
 
 
 @pytest.mark.parametrize("engine", ["seed", "recipe"])
-def test_the_servers_steps_launched_ahead_give_the_engines_own_greedy_tokens(engine, small_target, tmp_path,
-                                                                           device="cuda"):
+def test_the_servers_steps_launched_ahead_give_the_engines_own_greedy_tokens(engine, small_target, tmp_path):
     """The serving loop feeds each decode the last step's tokens on the device (pinned
     copies up, the tokens' copy down behind an event) and reads a step back only after the
     next is launched: the tokens must be the ones the same engine gives in the same
     batches driven one call at a time."""
     config_path, weight_dir = small_target
+    device = "cuda"
     path = SEED_ENGINE
     if engine == "recipe":
         path = tmp_path / "recipe.py"
