@@ -329,6 +329,41 @@ def test_a_slab_grows_its_rows_with_the_longest_request(operator, tmp_path):
         torch.testing.assert_close(slab, seed, rtol=1e-4, atol=1e-4)
 
 
+def test_decodes_past_the_graphs_width_run_eagerly(tmp_path):
+    """A decode graph's block table is GRAPH_MAX_POSITIONS wide, not max_position_embeddings
+    (Llama 3.2's 131,072 made one captured step attend over all of it): a request past it
+    decodes eagerly, shorter batches through the static path, and both give the seed's logits."""
+    config = {**SMALL_CONFIG, "max_position_embeddings": 1024}
+    write_weights(config, tmp_path / "weights" / "model.pt", seed=6)
+    source = mutations.get_operator("allele.Engine.cuda_graphs").apply(SEED, random.Random(0)).source
+    source = mutations.get_operator("tune_constant").replay(
+        source, {"constant": "GRAPH_MAX_POSITIONS", "new": 256}).source
+    (tmp_path / "graphs.py").write_text(source)
+    engines = [load_engine_module(path).create_engine(dict(config), str(tmp_path / "weights"), "cpu")
+               for path in (tmp_path / "graphs.py", SEED_ENGINE)]
+    graphs = engines[0]
+    assert graphs.static["block_table"].shape[1] == 256 // graphs.cache.page_size < graphs.cache.max_pages
+    eager_calls = []
+    eager = graphs.forward
+    graphs.forward = lambda *args: eager_calls.append(1) or eager(*args)
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, 256, (n,), generator=gen) for n in (5, 250)]
+    with torch.no_grad():
+        outs = [e.prefill([0, 1], prompts) for e in engines]
+        prefills = len(eager_calls)
+        for _ in range(8):  # request 1 crosses position 256 on the 7th step
+            tokens = torch.randint(0, 256, (2,), generator=gen)
+            outs += [e.decode([0, 1], tokens) for e in engines]
+        assert len(eager_calls) - prefills == 2  # positions 256 and 257
+        for e in engines:
+            e.remove([1])
+        tokens = torch.randint(0, 256, (1,), generator=gen)
+        outs += [e.decode([0], tokens) for e in engines]
+        assert len(eager_calls) - prefills == 2  # the short one alone: the static path again
+    for graphed, seed in zip(outs[::2], outs[1::2]):
+        torch.testing.assert_close(graphed, seed, rtol=1e-4, atol=1e-4)
+
+
 def test_a_programs_imports_are_ordered_by_group_then_module():
     source = ('"""doc"""\nimport triton\nimport torch\n# the pool\nimport array\n'
               'from __future__ import annotations\n\nX = 1\n')

@@ -7,6 +7,11 @@ import torch.nn.functional as F
 
 MAX_GRAPH_BATCH = 64  # range: 8..256; the largest batch a decode graph is captured for
 GRAPH_BUCKET_STEP = 16  # range: 4..64; decode graphs above batch 8 are captured every this many
+# The longest request a decode graph serves; longer ones decode eagerly. A graph's block
+# table is this wide whatever a step holds, and attention over the whole table (bf16's)
+# pays for all of it: as wide as max_position_embeddings, Llama 3.2's 131,072 positions
+# put a 64 GiB allocation in the batch-64 graph (docs/PERF.md, twentieth session).
+GRAPH_MAX_POSITIONS = 8192  # range: 256..131072
 ROPE_WARPS = 4  # range: 1..16; warps a program runs with (Triton's default: 4)
 
 
@@ -99,6 +104,16 @@ def graph_buckets(largest):
     above 8 up to `largest`."""
     steps = range(GRAPH_BUCKET_STEP, largest + 1, GRAPH_BUCKET_STEP)
     return sorted({b for b in (1, 2, 4, 8) if b <= largest} | {b for b in steps if b > 8} | {largest})
+
+
+def graph_width(cache):
+    """Block-table columns of a decode graph: one request's pages, up to GRAPH_MAX_POSITIONS."""
+    return min(cache.max_pages, -(-GRAPH_MAX_POSITIONS // cache.page_size))
+
+
+def fits_graph(cache, width, positions):
+    """Whether requests whose new tokens stand at `positions` fit a table `width` pages wide."""
+    return width == cache.max_pages or max(positions) // cache.page_size < width
 
 
 def reserve_pages(cache, step):

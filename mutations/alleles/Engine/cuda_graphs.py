@@ -5,7 +5,8 @@ into one memory pool (nano-vllm's capture_cudagraph / run_model). A decode of B 
 copies its tokens, positions, cache rows and block table into the first B rows of the
 buffers and replays the smallest bucket >= B. Padding rows point at the cache's scratch
 slot or page (row 0, owned by no request), so whatever they compute is harmless, and their
-logits are dropped. Prefill, and decode batches above the largest bucket, run eagerly.
+logits are dropped. Prefill, and decode batches above the largest bucket or past
+GRAPH_MAX_POSITIONS, run eagerly.
 On CPU there are no graphs: `replay` runs the same static-buffer forward eagerly, so the
 CPU gate exercises the padding path too. RoPE tables are built once here, for every
 position up to max_position_embeddings, so a captured step never builds one.
@@ -37,12 +38,13 @@ class Engine:
         self.rope_cos, self.rope_sin = rope_tables(every_position, self.head_dim, self.rope_theta,
                                                    self.dtype, self.rope_scaling)  # [max_positions, head_dim/2]
         self.buckets = graph_buckets(MAX_GRAPH_BATCH)
+        self.graph_width = graph_width(self.cache)
         largest = self.buckets[-1]
         self.static = {  # zeros address the cache's scratch row 0: harmless padding
             "tokens": torch.zeros(largest, dtype=torch.long, device=self.device),
             "positions": torch.zeros(largest, dtype=torch.long, device=self.device),
             "slots": torch.zeros(largest, dtype=torch.long, device=self.device),
-            "block_table": torch.zeros(largest, self.cache.max_pages, dtype=torch.long, device=self.device),
+            "block_table": torch.zeros(largest, self.graph_width, dtype=torch.long, device=self.device),
         }
         self.graphs, self.graph_logits, self.graph_pool = {}, {}, None
         self.capture_graphs()
@@ -100,8 +102,8 @@ class Engine:
         tokens = token_ids.reshape(-1).to(self.device, torch.long)
         step = Step(ids, start, [1] * len(ids), positions, True)
         size = next((b for b in self.buckets if b >= len(ids)), None)
-        if size is None:
-            return self.forward(tokens, step)  # eager: more requests than the largest graph
+        if size is None or not fits_graph(self.cache, self.graph_width, start):
+            return self.forward(tokens, step)  # eager: more requests, or longer, than any graph
         self.cache.prepare(step)
         if self.cache.generation != self.captured_generation:
             self.capture_graphs()  # the cache grew: its tensors moved under the graphs

@@ -17,9 +17,9 @@ A call's metadata is one host list copied once; every graph is launched once ins
 create_engine (a first launch is slower). Per layer, the MLP's residual add joins the next
 layer's norm, and q and k, when they are views of one fused projection, take one RoPE launch.
 
-Larger prefills, more prompts, bigger decode batches and bf16 prefills (whose attention
-falls back to a per-prompt loop) run eagerly. One memory pool serves every graph, captured
-largest first. When the cache grows, its tensors move, and every graph is captured again.
+Larger prefills, more prompts, bigger decode batches, decodes past GRAPH_MAX_POSITIONS
+and bf16 prefills (whose attention falls back to a per-prompt loop) run eagerly. One
+memory pool serves every graph, captured largest first. When the cache grows, its tensors move, and every graph is captured again.
 """
 import array
 import itertools
@@ -119,12 +119,13 @@ class Engine:
         # A call's host metadata (see `metadata`) goes to the device in one copy. Zeros
         # address the cache's scratch row 0 and position 0: harmless padding. A decode's
         # block table is staged after its slots, so the room for the largest one.
-        staged = max(3 * MAX_PREFILL_PROMPTS, MAX_GRAPH_BATCH * self.cache.max_pages)
+        self.graph_width = graph_width(self.cache)
+        staged = max(3 * MAX_PREFILL_PROMPTS, MAX_GRAPH_BATCH * self.graph_width)
         self.meta = torch.zeros(2 * rows + staged, dtype=torch.long, device=self.device)
         self.static = {
             "meta": self.meta,
             "tokens": torch.zeros(rows, dtype=torch.long, device=self.device),
-            "block_table": torch.zeros(MAX_GRAPH_BATCH, self.cache.max_pages, dtype=torch.long,
+            "block_table": torch.zeros(MAX_GRAPH_BATCH, self.graph_width, dtype=torch.long,
                                        device=self.device),
         }
         self.graphs, self.graph_logits, self.graph_pool = {}, {}, None
@@ -240,7 +241,7 @@ class Engine:
         ids = as_id_list(request_ids)
         start = [self.cache.length(rid) for rid in ids]
         size = next((b for b in self.buckets["decode"] if b >= len(ids)), None)
-        if size is None:  # eager: more requests than the largest graph
+        if size is None or not fits_graph(self.cache, self.graph_width, start):  # eager: more, or longer
             step = Step(ids, start, [1] * len(ids), torch.tensor(start, device=self.device), True)
             return self.forward(token_ids.reshape(-1).to(self.device, torch.long), step)
         s, batch = self.static, len(ids)
