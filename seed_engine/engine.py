@@ -179,12 +179,24 @@ def norm_heads(q, k, layer, eps):
 def mlp(x, layer):
     return (F.silu(x @ layer["gate"].T) * (x @ layer["up"].T)) @ layer["down"].T
 
+# The Hugging Face families read (config.json's model_type), whose gate is fp32.
+HF_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+
+
+def rounds_like_reference(model_config, dtype):
+    """Whether attention must round its probabilities to the compute dtype before @ v, as
+    the contract's reference does: bf16 in the contract's format. A Hugging Face checkpoint
+    is judged against fp32 under a calibrated allowance (fitness.reference_logits), where a
+    fused kernel's fp32 probabilities come closer, so its fast paths stay on."""
+    return dtype == torch.bfloat16 and model_config.get("model_type") not in HF_MODEL_TYPES
+
 
 class KVCache:
     """Per-request K/V: for each request, a list of [T, kv_heads, head_dim] per layer."""
 
     def __init__(self, model_config, device, dtype):
         self.num_layers = model_config["num_hidden_layers"]
+        self.reference_rounding = rounds_like_reference(model_config, dtype)  # read by attention alleles
         self.k = {}
         self.v = {}
 

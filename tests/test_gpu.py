@@ -21,6 +21,7 @@ from target import toy_tokenizer
 from target.toy_weights import ensure
 from tests import planted
 from tests.conftest import REPO, SEED_ENGINE
+from tests.test_hf import FAMILIES, make_checkpoint
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 PUBLIC_CONFIG = REPO / "target" / "model_config.json"
@@ -96,6 +97,23 @@ def test_the_recipe_under_programmatic_launch_passes_the_gate(operator, scratch,
     module = load_engine_module(path)
     assert module.PDL_LAUNCH == (torch.cuda.get_device_capability()[0] >= 9)
     result = check_module(module, ModelConfig.load(PUBLIC_CONFIG), PUBLIC_WEIGHTS, "cuda", 123, scratch)
+    assert result.passed, result.error
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_recipe_keeps_its_kernels_on_a_bf16_hugging_face_checkpoint(family, scratch, tmp_path):
+    """On a Hugging Face checkpoint in bf16 the recipe's attention runs its Triton kernels
+    (the contract's bf16 rounding is not asked there: its gate is fp32, calibrated), and
+    passes that gate, with the family's features and the derived configs."""
+    folder = make_checkpoint(tmp_path / family, family, torch.bfloat16)
+    path = tmp_path / "recipe.py"
+    path.write_text(recipe.apply(recipe.parse((REPO / "mutations" / "recipes" / "fastest.txt").read_text())))
+    module = load_engine_module(path)
+    engine = module.create_engine(json.loads((folder / "config.json").read_text()), str(folder), "cuda")
+    assert engine.dtype == torch.bfloat16 and not engine.cache.reference_rounding
+    assert engine.buckets["prefill"], "bf16 prefills of a checkpoint are captured"
+    del engine
+    result = check_module(module, ModelConfig.load(folder), folder, "cuda", 123, scratch)
     assert result.passed, result.error
 
 

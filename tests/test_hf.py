@@ -162,6 +162,18 @@ def test_the_recipes_program_matches_transformers_through_the_triton_interpreter
     assert done.stdout.split() == [word for family in FAMILIES for word in ("ok", family)]
 
 
+def test_only_the_contracts_bf16_asks_attention_to_round_like_its_reference():
+    """The contract's reference computes in bf16, a checkpoint's in fp32 (its gate
+    calibrated): only the former makes the fused attention kernels step aside."""
+    namespace = {}
+    exec(compile(SEED, str(SEED_ENGINE), "exec"), namespace)
+    rounds = namespace["rounds_like_reference"]
+    assert rounds({"model_type": "tiny_llama"}, torch.bfloat16)
+    assert not rounds({"model_type": "tiny_llama"}, torch.float16)
+    for family in FAMILIES:
+        assert not rounds({"model_type": family}, torch.bfloat16)
+
+
 # --- the gate -------------------------------------------------------------------------------
 
 def gate(source, folder, scratch, tmp_path, seed=5):

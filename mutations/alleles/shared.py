@@ -8,9 +8,9 @@ import torch.nn.functional as F
 MAX_GRAPH_BATCH = 64  # range: 8..256; the largest batch a decode graph is captured for
 GRAPH_BUCKET_STEP = 16  # range: 4..64; decode graphs above batch 8 are captured every this many
 # The longest request a decode graph serves; longer ones decode eagerly. A graph's block
-# table is this wide whatever a step holds, and attention over the whole table (bf16's)
-# pays for all of it: as wide as max_position_embeddings, Llama 3.2's 131,072 positions
-# put a 64 GiB allocation in the batch-64 graph (docs/PERF.md, twentieth session).
+# table is this wide whatever a step holds, and attention over the whole table (bf16 that
+# rounds like its reference) pays for all of it: as wide as max_position_embeddings, Llama
+# 3.2's 131,072 positions put a 64 GiB allocation in the batch-64 graph (docs/PERF.md).
 GRAPH_MAX_POSITIONS = 8192  # range: 256..131072
 ROPE_WARPS = 4  # range: 1..16; warps a program runs with (Triton's default: 4)
 

@@ -18,8 +18,9 @@ create_engine (a first launch is slower). Per layer, the MLP's residual add join
 layer's norm, and q and k, when they are views of one fused projection, take one RoPE launch.
 
 Larger prefills, more prompts, bigger decode batches, decodes past GRAPH_MAX_POSITIONS
-and bf16 prefills (whose attention falls back to a per-prompt loop) run eagerly. One
-memory pool serves every graph, captured largest first. When the cache grows, its tensors move, and every graph is captured again.
+and the contract's bf16 prefills (whose attention rounds as its reference does, a prompt at
+a time) run eagerly. One memory pool serves every graph, captured largest first. When the
+cache grows, its tensors move, and every graph is captured again.
 """
 import array
 import itertools
@@ -113,7 +114,7 @@ class Engine:
         self.rope_cos, self.rope_sin = rope_tables(every_position, self.head_dim, self.rope_theta,
                                                    self.dtype, self.rope_scaling)  # [max_positions, head_dim/2]
         self.buckets = {"decode": graph_buckets(MAX_GRAPH_BATCH), "prefill": token_buckets(MAX_PREFILL_TOKENS)}
-        if self.dtype == torch.bfloat16:
+        if self.cache.reference_rounding:
             self.buckets["prefill"] = []  # its attention loops over prompts on the host: not capturable
         rows = max(MAX_GRAPH_BATCH, MAX_PREFILL_TOKENS)
         # A call's host metadata (see `metadata`) goes to the device in one copy. Zeros

@@ -22,6 +22,7 @@ class KVCache:
 
     def __init__(self, model_config, device, dtype):
         self.num_layers = model_config["num_hidden_layers"]
+        self.reference_rounding = rounds_like_reference(model_config, dtype)  # read by attention alleles
         self.max_positions = int(model_config.get("max_position_embeddings") or 4096)
         self.page_size = PAGE_SIZE
         self.max_pages = -(-self.max_positions // PAGE_SIZE)  # pages of one full-length request

@@ -12,9 +12,10 @@ elements from chunk 0 (whose K and V views, `k[layer]` and `v[layer]`, are the a
 so a new chunk is one table entry, not a new address under a graph. Memory follows the
 trace, a chunk at a time. Page 0 is scratch, owned by no request.
 
-bf16 is the exception: its decode takes the reference's math, which gathers pages with torch
-indexing on `k[layer]`, so there the pool is one tensor that moves when it grows (as in
-`paged`, with `generation` telling graph engines to capture again).
+bf16 in the contract's format is the exception: its decode takes the reference's math
+(`rounds_like_reference`), which gathers pages with torch indexing on `k[layer]`, so there
+the pool is one tensor that moves when it grows (as in `paged`, with `generation` telling
+graph engines to capture again).
 """
 import torch
 import triton
@@ -51,12 +52,13 @@ class KVCache:
 
     def __init__(self, model_config, device, dtype):
         self.num_layers = model_config["num_hidden_layers"]
+        self.reference_rounding = rounds_like_reference(model_config, dtype)  # read by attention alleles
         self.max_positions = int(model_config.get("max_position_embeddings") or 4096)
         self.page_size = PAGE_SIZE
         self.max_pages = -(-self.max_positions // PAGE_SIZE)  # pages of one full-length request
         self.row_shape = (model_config["num_key_value_heads"], model_config["head_dim"])
         self.device, self.dtype = device, dtype
-        self.moves = dtype == torch.bfloat16  # one tensor, reallocated to grow
+        self.moves = self.reference_rounding  # one tensor, reallocated to grow
         self.chunk_pages = 2 ** 40 if self.moves else CHUNK_PAGES  # a moving pool is one chunk
         self.chunk_offsets = torch.zeros(MAX_CHUNKS, dtype=torch.long, device=device)
         self.chunks, self.k, self.v = [], [], []

@@ -25,6 +25,7 @@ class KVCache:
 
     def __init__(self, model_config, device, dtype):
         self.num_layers = model_config["num_hidden_layers"]
+        self.reference_rounding = rounds_like_reference(model_config, dtype)  # read by attention alleles
         self.max_positions = int(model_config.get("max_position_embeddings") or 4096)
         self.page_size, self.max_pages = min(SLAB_ROWS, self.max_positions), 1  # one page per request
         self.row_shape = (model_config["num_key_value_heads"], model_config["head_dim"])

@@ -114,7 +114,7 @@ def split_kv_combine_kernel(part_acc_ptr, part_max_ptr, part_sum_ptr, positions_
 
 def attend_decode(q, k, v, cache, layer, step):
     """Each request's one query over its live K/V only: q [B, heads, D] -> [B, heads*D]."""
-    if q.dtype == torch.bfloat16:  # the kernel's fp32 probabilities miss a bf16 reference (see sdpa)
+    if cache.reference_rounding:  # the kernel's fp32 probabilities miss a bf16 reference (see sdpa)
         return table_attention(q, cache, layer, step)
     batch, num_heads, head_dim = q.shape
     q = q if q.stride(-1) == 1 else q.contiguous()  # strided rows and heads are read as such

@@ -73,7 +73,7 @@ def varlen_prefill_kernel(q_ptr, k_ptr, v_ptr, out_ptr, starts_ptr, lengths_ptr,
 
 def attend_prefill(q, k, v, cache, layer, step):
     """Causal attention over each prompt alone, packed: q [N, heads, D] -> [N, heads*D]."""
-    if q.dtype == torch.bfloat16:  # the kernel's fp32 probabilities miss a bf16 reference (see sdpa)
+    if cache.reference_rounding:  # the kernel's fp32 probabilities miss a bf16 reference (see sdpa)
         return per_request_attention(q, k, v, step.num_new)
     num_tokens, num_heads, head_dim = q.shape
     # Rows may be strided (views of a fused projection, k rotated apart from v): only each
