@@ -11,6 +11,7 @@ allele swaps, then the rewrites, then the constant settings that turn its first 
 the child (`crossover_steps`), when some do.
 """
 import hashlib
+import difflib
 import json
 from dataclasses import dataclass, field
 
@@ -129,16 +130,16 @@ def swaps_to(source: str, child: str, wanted: dict) -> tuple | str:
 
 
 def rewrites_to(source: str, child: str, rewrites) -> tuple:
-    """(program, steps): `source` after each of `rewrites` that leaves fewer genes whose
-    code differs from the child's, tried in turn until none does; a rewrite whose recorded
-    choices `source` does not offer is tried with its own."""
-    steps, distance = [], gene_distance(source, child)
-    while distance:
+    """(program, steps): `source` after each of `rewrites` that brings it closer to the
+    child (`distance`), tried in turn until none does; a rewrite whose recorded choices
+    `source` does not offer is tried with its own."""
+    steps, distance = [], program_distance(source, child)
+    while distance[0]:
         for step in rewrites:
             result = apply_step(source, step)
             if isinstance(result, Declined) and step.args:  # its choices as made on another program
                 result = apply_step(source, Step(step.operator, {}))  # (programmatic_launch's kernels)
-            closer = gene_distance(result.source, child) if isinstance(result, Applied) else distance
+            closer = program_distance(result.source, child) if isinstance(result, Applied) else distance
             if closer < distance:
                 source, distance = result.source, closer
                 steps.append(Step(result.operator, result.args))
@@ -148,11 +149,16 @@ def rewrites_to(source: str, child: str, rewrites) -> tuple:
     return source, steps
 
 
-def gene_distance(source: str, child: str) -> int:
-    """Top-level definitions (genes, helpers, constants) whose code differs between the two."""
+def program_distance(source: str, child: str) -> tuple:
+    """(top-level definitions whose code differs, lines that differ) between the two,
+    compared in that order: two rewrites of one gene (last_token_logits, then
+    prefetched_linears on Engine) each leave the gene different, and only the lines tell
+    that the first brought it closer."""
     ours, theirs = (program.definitions(program.parse(s)) for s in (source, child))
-    return sum(1 for g in set(ours) | set(theirs) if g not in ours or g not in theirs
-               or program.code(ours[g]) != program.code(theirs[g]))
+    genes = sum(1 for g in set(ours) | set(theirs) if g not in ours or g not in theirs
+                or program.code(ours[g]) != program.code(theirs[g]))
+    lines = difflib.SequenceMatcher(None, source.splitlines(), child.splitlines(), autojunk=False)
+    return genes, sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in lines.get_opcodes() if tag != "equal")
 
 
 def constants_to(source: str, child: str) -> tuple:

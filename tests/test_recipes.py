@@ -222,6 +222,21 @@ def test_a_merge_of_every_gain_that_took_last_token_logits_is_written_with_it(tm
     assert recipe.apply(recipe.parse(text)) == merged.source
 
 
+def test_a_merge_that_took_two_rewrites_of_one_gene_is_written_with_both(tmp_path):
+    # A seed-only H100 search re-made fastest.txt's program by merge_every_gain, whose Engine
+    # took last_token_logits and then prefetched_linears: each alone leaves the Engine unlike
+    # the child's, and a rewrite taken only when fewer genes differed wrote no recipe (its
+    # winner stayed out of the library).
+    built = HistoryBuilder(tmp_path)
+    graphs = built.child(SEED, "allele.Engine.cuda_graphs_prefill", 1.5)
+    built.child(graphs, "last_token_logits", 1.6)
+    prefetched = built.child(graphs, "prefetched_linears", 1.6)  # its recorded sites lack x[last]
+    both = recipe.apply([recipe.Step("last_token_logits", {}), recipe.Step("prefetched_linears", {})], graphs)
+    built.add(both, (graphs, prefetched), "merge_every_gain", {}, 2.0)
+    text = lineage_recipe(history.read(built.path), source_hash(both), built.path)
+    assert recipe.apply(recipe.parse(text)) == both
+
+
 def test_a_merge_of_a_program_under_programmatic_launch_is_written_with_it(tmp_path):
     # An H100 search's winner took programmatic_launch's genes into a best with another
     # Triton kernel (put under PDL as the merge finished): the rewrite's recorded kernels
