@@ -13,19 +13,22 @@ import torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 ALLELES = REPO / "mutations" / "alleles"
+NO_CACHE = SimpleNamespace(reference_rounding=False)  # varlen prefill reads only this of its cache
 sys.path.insert(0, str(REPO))
 from mutations.rewrites.kernels import prefetched_linear as linear  # noqa: E402
 
 
 def load(gene, name):
-    """The allele's file as a module, over the shared helpers a swap would bring with it."""
-    shared = importlib.util.spec_from_file_location("alleles_shared", ALLELES / "shared.py")
-    helpers = importlib.util.module_from_spec(shared)
-    shared.loader.exec_module(helpers)
-    spec = importlib.util.spec_from_file_location(f"allele_{gene}_{name}", ALLELES / gene / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    vars(module).update({k: v for k, v in vars(helpers).items() if not k.startswith("__")})
-    spec.loader.exec_module(module)
+    """The allele's file as a module, over the seed's and the shared helpers a swap would
+    bring with it."""
+    module = None
+    for path in (REPO / "seed_engine" / "engine.py", ALLELES / "shared.py", ALLELES / gene / f"{name}.py"):
+        spec = importlib.util.spec_from_file_location(f"allele_{gene}_{name}_{path.stem}", path)
+        loaded = importlib.util.module_from_spec(spec)
+        if module is not None:
+            vars(loaded).update({k: v for k, v in vars(module).items() if not k.startswith("__")})
+        spec.loader.exec_module(loaded)
+        module = loaded
     return module
 
 
@@ -72,7 +75,8 @@ def check_decode(page_size, max_positions, head_dim, num_heads=4, num_kv_heads=2
     tables = [[free.pop(0) for _ in range(-(-n // page_size))] for n in lengths]
     width = max(map(len, tables))
     table = torch.tensor([t + [0] * (width - len(t)) for t in tables])
-    cache = SimpleNamespace(k=[k_pages], v=[v_pages], page_size=page_size, max_positions=max_positions)
+    cache = SimpleNamespace(k=[k_pages], v=[v_pages], page_size=page_size, max_positions=max_positions,
+                            reference_rounding=False)
     step = SimpleNamespace(block_table=table, positions=torch.tensor([n - 1 for n in lengths]))
     q = torch.randn(len(lengths), num_heads, head_dim).to(dtype)
     got = module.attend_decode(q, None, None, cache, 0, step)
@@ -141,7 +145,7 @@ def check_prefill(head_dim, lengths=(3, 7, 1), num_heads=4, num_kv_heads=2, stri
         fused[:, num_heads + num_kv_heads:] = v
         v = fused[:, num_heads + num_kv_heads:]
         assert v.stride() != k.stride()
-    got = module.attend_prefill(q, k, v, None, 0, SimpleNamespace(num_new=list(lengths)))
+    got = module.attend_prefill(q, k, v, NO_CACHE, 0, SimpleNamespace(num_new=list(lengths)))
     start = 0
     for i, t in enumerate(lengths):
         sl = slice(start, start + t)
@@ -162,8 +166,8 @@ def check_prefill_static(head_dim=24, lengths=(3, 7, 1), prompt_slots=5, rows=16
     starts = [sum(lengths[:i]) for i in range(len(lengths))]
     padding = [0] * (prompt_slots - len(lengths))
     step = SimpleNamespace(prompt_starts=torch.tensor(starts + padding), prompt_lengths=torch.tensor(list(lengths) + padding))
-    got = module.attend_prefill(q, k, v, None, 0, step)
-    eager = module.attend_prefill(q[:n], k[:n], v[:n], None, 0, SimpleNamespace(num_new=list(lengths)))
+    got = module.attend_prefill(q, k, v, NO_CACHE, 0, step)
+    eager = module.attend_prefill(q[:n], k[:n], v[:n], NO_CACHE, 0, SimpleNamespace(num_new=list(lengths)))
     check(f"varlen static D={head_dim}", got[:n], eager, tol=1e-6)
     check(f"varlen static D={head_dim} padding rows", got[n:], torch.zeros_like(got[n:]), tol=1e-12)
 

@@ -46,7 +46,7 @@ def make_call(batch, heads, kv_heads, head_dim, tokens, max_positions):
     k, v = (torch.randn(shape, device="cuda", dtype=torch.float16) for _ in range(2))
     order = torch.randperm(num_pages - 1, device="cuda") + 1
     table = order.view(batch, pages_each).contiguous()
-    cache = SimpleNamespace(k=[k], v=[v], page_size=PAGE_SIZE, max_positions=max_positions)
+    cache = SimpleNamespace(k=[k], v=[v], page_size=PAGE_SIZE, max_positions=max_positions, reference_rounding=False)
     step = SimpleNamespace(block_table=table, positions=torch.full((batch,), tokens - 1, device="cuda"))
     return cache, step, torch.randn(batch, heads, head_dim, device="cuda", dtype=torch.float16)
 
