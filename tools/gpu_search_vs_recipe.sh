@@ -44,10 +44,11 @@ compare() {
     dir=$(dirname "$(python3 -m target.targets targets --only "$target")") || exit 1
     python3 -m target.targets --run-flags "$target" | grep -qx long && cases=long
   fi
-  python3 -m mutations recipe mutations/recipes/fastest.txt -o /tmp/fastest.py > /dev/null || exit 1
+  # OUT's own copy: two queues' comparisons on one host would write one /tmp file at once.
+  python3 -m mutations recipe mutations/recipes/fastest.txt -o "$out/recipe.py" > /dev/null || exit 1
   for round in $(seq 1 "${1:-3}"); do
     for engine in winner recipe; do
-      file="$out/winner.py"; [ $engine = recipe ] && file=/tmp/fastest.py
+      file="$out/winner.py"; [ $engine = recipe ] && file="$out/recipe.py"
       python3 -m fitness bench --engine "$file" --model-config "$dir/model_config.json" --weight-dir "$dir/weights" \
         --device cuda --cases "$cases" > "$out/$round.$engine.json" || echo "round $round: $engine failed"
       python3 -m tools.bench_line "$round $engine" < "$out/$round.$engine.json"
