@@ -18,6 +18,16 @@ SEED_ENGINE = REPO / "seed_engine" / "engine.py"
 
 # Small enough for CI, wide enough for four heads; weights use the public 0.02 init,
 # the gate adds unit-scaled ones itself.
+# An engine computing in bf16 on a CPU, as on a GPU: the compute_dtype rule made to say so.
+BF16_ON_CPU = ('    if not str(device).startswith("cuda"):\n        return torch.float32\n',
+               '    if not str(device).startswith("cuda"):\n        return torch.bfloat16\n')
+
+
+def in_bf16(source: str) -> str:
+    assert source.count(BF16_ON_CPU[0]) == 1
+    return source.replace(*BF16_ON_CPU)
+
+
 SMALL_CONFIG = {
     "model_type": "tiny_llama", "torch_dtype": "float16", "vocab_size": 256,
     "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,

@@ -29,7 +29,7 @@ from fitness.reference_logits import References
 from fitness.weight_files import TrustedFiles, WeightsChanged, fingerprint
 from target import hf_checkpoints
 from target.toy_weights import weight_shapes
-from tests.conftest import REPO, SEED_ENGINE
+from tests.conftest import REPO, SEED_ENGINE, in_bf16
 
 SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=320, max_position_embeddings=160, rms_norm_eps=1e-6)
@@ -187,16 +187,6 @@ def test_gate_passes_the_seed_on_each_family(checkpoints, scratch, tmp_path, fam
     result = gate(SEED, checkpoints[family, "bf16", False], scratch, tmp_path)
     assert result.passed, result.error
     assert "families" in result.stages
-
-
-# An honest bf16 engine on a CPU: the seed computing in bf16 where the contract says fp32.
-BF16_ON_CPU = ('    if not str(device).startswith("cuda"):\n        return torch.float32\n',
-               '    if not str(device).startswith("cuda"):\n        return torch.bfloat16\n')
-
-
-def in_bf16(source: str) -> str:
-    assert source.count(BF16_ON_CPU[0]) == 1
-    return source.replace(*BF16_ON_CPU)
 
 
 def planted(old: str, new: str) -> str:

@@ -13,7 +13,7 @@ from fitness.gate import check_module, static_problems
 from fitness.loader import load_engine_module
 from fitness.model_config import ModelConfig
 from mutations import alleles, program, requirements
-from tests.conftest import REPO, SEED_ENGINE, SMALL_CONFIG, write_weights
+from tests.conftest import REPO, SEED_ENGINE, SMALL_CONFIG, in_bf16, write_weights
 
 SEED = SEED_ENGINE.read_text()
 CPU_OPERATORS = [op.name for op in mutations.all_operators() if op.can_run_on("cpu")]
@@ -329,19 +329,25 @@ def test_a_slab_grows_its_rows_with_the_longest_request(operator, tmp_path):
         torch.testing.assert_close(slab, seed, rtol=1e-4, atol=1e-4)
 
 
-def test_decodes_past_the_graphs_width_run_eagerly(tmp_path):
-    """A decode graph's block table is GRAPH_MAX_POSITIONS wide, not max_position_embeddings
-    (Llama 3.2's 131,072 made one captured step attend over all of it): a request past it
-    decodes eagerly, shorter batches through the static path, and both give the seed's logits."""
-    config = {**SMALL_CONFIG, "max_position_embeddings": 1024}
+@pytest.mark.parametrize("constant, dtype", [("GRAPH_MAX_POSITIONS", "float16"),
+                                             ("ROUNDED_GRAPH_POSITIONS", "bfloat16")])
+def test_decodes_past_the_graphs_width_run_eagerly(constant, dtype, tmp_path):
+    """A decode graph's block table is GRAPH_MAX_POSITIONS wide (ROUNDED_GRAPH_POSITIONS
+    where attention rounds like the contract's bf16 reference and pays for the whole
+    table), not max_position_embeddings (Llama 3.2's 131,072 made one captured step attend
+    over all of it): a request past it decodes eagerly, shorter batches through the static
+    path, and both give the seed's logits."""
+    config = {**SMALL_CONFIG, "max_position_embeddings": 1024, "torch_dtype": dtype}
     write_weights(config, tmp_path / "weights" / "model.pt", seed=6)
-    source = mutations.get_operator("allele.Engine.cuda_graphs").apply(SEED, random.Random(0)).source
-    source = mutations.get_operator("tune_constant").replay(
-        source, {"constant": "GRAPH_MAX_POSITIONS", "new": 256}).source
+    seed = SEED if dtype == "float16" else in_bf16(SEED)
+    source = mutations.get_operator("allele.Engine.cuda_graphs").apply(seed, random.Random(0)).source
+    source = mutations.get_operator("tune_constant").replay(source, {"constant": constant, "new": 256}).source
     (tmp_path / "graphs.py").write_text(source)
+    (tmp_path / "seed.py").write_text(seed)
     engines = [load_engine_module(path).create_engine(dict(config), str(tmp_path / "weights"), "cpu")
-               for path in (tmp_path / "graphs.py", SEED_ENGINE)]
+               for path in (tmp_path / "graphs.py", tmp_path / "seed.py")]
     graphs = engines[0]
+    assert graphs.cache.reference_rounding == (dtype == "bfloat16")
     assert graphs.static["block_table"].shape[1] == 256 // graphs.cache.page_size < graphs.cache.max_pages
     eager_calls = []
     eager = graphs.forward
@@ -360,8 +366,9 @@ def test_decodes_past_the_graphs_width_run_eagerly(tmp_path):
         tokens = torch.randint(0, 256, (1,), generator=gen)
         outs += [e.decode([0], tokens) for e in engines]
         assert len(eager_calls) - prefills == 2  # the short one alone: the static path again
+    tolerance = 1e-4 if dtype == "float16" else 2e-2  # bf16: matmuls of other shapes round apart
     for graphed, seed in zip(outs[::2], outs[1::2]):
-        torch.testing.assert_close(graphed, seed, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(graphed.float(), seed.float(), rtol=tolerance, atol=tolerance)
 
 
 def test_a_programs_imports_are_ordered_by_group_then_module():

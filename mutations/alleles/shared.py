@@ -12,6 +12,10 @@ GRAPH_BUCKET_STEP = 16  # range: 4..64; decode graphs above batch 8 are captured
 # rounds like its reference) pays for all of it: as wide as max_position_embeddings, Llama
 # 3.2's 131,072 positions put a 64 GiB allocation in the batch-64 graph (docs/PERF.md).
 GRAPH_MAX_POSITIONS = 8192  # range: 256..131072
+# The same for attention that rounds like its reference, whose masked math over the whole
+# table is each step's cost: the contract's bf16 engines attended over all 6,000 positions
+# of the public config's table at every captured step (docs/PERF.md).
+ROUNDED_GRAPH_POSITIONS = 1024  # range: 128..8192
 ROPE_WARPS = 4  # range: 1..16; warps a program runs with (Triton's default: 4)
 
 
@@ -107,8 +111,10 @@ def graph_buckets(largest):
 
 
 def graph_width(cache):
-    """Block-table columns of a decode graph: one request's pages, up to GRAPH_MAX_POSITIONS."""
-    return min(cache.max_pages, -(-GRAPH_MAX_POSITIONS // cache.page_size))
+    """Block-table columns of a decode graph: one request's pages, up to GRAPH_MAX_POSITIONS
+    (ROUNDED_GRAPH_POSITIONS where attention rounds like its reference)."""
+    positions = ROUNDED_GRAPH_POSITIONS if cache.reference_rounding else GRAPH_MAX_POSITIONS
+    return min(cache.max_pages, -(-positions // cache.page_size))
 
 
 def fits_graph(cache, width, positions):
