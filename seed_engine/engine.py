@@ -153,7 +153,8 @@ def apply_rope(x, cos, sin):
     """Rotate interleaved pairs (x[2i], x[2i+1]) of x [N, heads, head_dim]."""
     x0, x1 = x[..., 0::2], x[..., 1::2]  # [N, heads, head_dim/2] each
     cos, sin = cos[:, None, :], sin[:, None, :]  # broadcast over heads
-    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
+    # .to: a checkpoint's fp32 tables (rope_table_dtype) give fp32 products.
+    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2).to(x.dtype)
 
 
 def qkv_proj(x, layer):
@@ -264,6 +265,13 @@ def attend_decode(q, k, v, cache, layer, step):
     return out.flatten(1)
 
 
+def rope_table_dtype(model_config, dtype):
+    """cos/sin in the compute dtype, as the contract's reference rounds them; in fp32 for a
+    Hugging Face checkpoint, whose gate is fp32 (a bf16 one's RoPE kernels need not then
+    round like the reference's ops)."""
+    return torch.float32 if model_config.get("model_type") in HF_MODEL_TYPES else dtype
+
+
 def as_id_list(request_ids):
     if torch.is_tensor(request_ids):
         return [int(r) for r in request_ids.reshape(-1).tolist()]
@@ -287,6 +295,7 @@ class Engine:
     def __init__(self, model_config, weight_dir, device):
         self.device = torch.device(device)
         self.dtype = compute_dtype(model_config, device)
+        self.rope_dtype = rope_table_dtype(model_config, self.dtype)
         self.num_heads = model_config["num_attention_heads"]
         self.num_kv_heads = model_config["num_key_value_heads"]
         self.head_dim = model_config["head_dim"]
@@ -319,7 +328,7 @@ class Engine:
         """Logits [B, vocab] of the last token of each request in `step`."""
         n = tokens.shape[0]
         self.cache.prepare(step)
-        cos, sin = rope_tables(step.positions, self.head_dim, self.rope_theta, self.dtype, self.rope_scaling)
+        cos, sin = rope_tables(step.positions, self.head_dim, self.rope_theta, self.rope_dtype, self.rope_scaling)
         attend = attend_decode if step.is_decode else attend_prefill
         x = self.w["embed"][tokens]  # [N, hidden]
         for i, layer in enumerate(self.w["layers"]):

@@ -111,6 +111,7 @@ def test_the_recipe_keeps_its_kernels_on_a_bf16_hugging_face_checkpoint(family, 
     module = load_engine_module(path)
     engine = module.create_engine(json.loads((folder / "config.json").read_text()), str(folder), "cuda")
     assert engine.dtype == torch.bfloat16 and not engine.cache.reference_rounding
+    assert engine.rope_cos.dtype == torch.float32  # so the RoPE kernel runs, not the reference's ops
     assert engine.buckets["prefill"], "bf16 prefills of a checkpoint are captured"
     del engine
     result = check_module(module, ModelConfig.load(folder), folder, "cuda", 123, scratch)

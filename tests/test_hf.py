@@ -164,7 +164,8 @@ def test_the_recipes_program_matches_transformers_through_the_triton_interpreter
 
 def test_only_the_contracts_bf16_asks_attention_to_round_like_its_reference():
     """The contract's reference computes in bf16, a checkpoint's in fp32 (its gate
-    calibrated): only the former makes the fused attention kernels step aside."""
+    calibrated): only the former makes the fused attention kernels step aside, and a
+    checkpoint's RoPE tables are fp32 (so its bf16 RoPE runs the kernel)."""
     namespace = {}
     exec(compile(SEED, str(SEED_ENGINE), "exec"), namespace)
     rounds = namespace["rounds_like_reference"]
@@ -172,6 +173,8 @@ def test_only_the_contracts_bf16_asks_attention_to_round_like_its_reference():
     assert not rounds({"model_type": "tiny_llama"}, torch.float16)
     for family in FAMILIES:
         assert not rounds({"model_type": family}, torch.bfloat16)
+        assert namespace["rope_table_dtype"]({"model_type": family}, torch.bfloat16) == torch.float32
+    assert namespace["rope_table_dtype"]({"model_type": "tiny_llama"}, torch.float16) == torch.float16
 
 
 # --- the gate -------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ class Engine:
     def __init__(self, model_config, weight_dir, device):
         self.device = torch.device(device)
         self.dtype = compute_dtype(model_config, device)
+        self.rope_dtype = rope_table_dtype(model_config, self.dtype)
         self.num_heads = model_config["num_attention_heads"]
         self.num_kv_heads = model_config["num_key_value_heads"]
         self.head_dim = model_config["head_dim"]
@@ -36,7 +37,7 @@ class Engine:
         self.cache = KVCache(model_config, self.device, self.dtype)
         every_position = torch.arange(self.cache.max_positions, device=self.device)
         self.rope_cos, self.rope_sin = rope_tables(every_position, self.head_dim, self.rope_theta,
-                                                   self.dtype, self.rope_scaling)  # [max_positions, head_dim/2]
+                                                   self.rope_dtype, self.rope_scaling)  # [max_positions, head_dim/2]
         self.buckets = graph_buckets(MAX_GRAPH_BATCH)
         self.graph_width = graph_width(self.cache)
         largest = self.buckets[-1]
