@@ -10,8 +10,8 @@ A recipe is linear and crossover has two parents, so a crossover step is written
 allele swaps, then the rewrites, then the constant settings that turn its first parent into
 the child (`crossover_steps`), when some do.
 """
-import hashlib
 import difflib
+import hashlib
 import json
 from dataclasses import dataclass, field
 

@@ -180,7 +180,8 @@ def norm_heads(q, k, layer, eps):
 def mlp(x, layer):
     return (F.silu(x @ layer["gate"].T) * (x @ layer["up"].T)) @ layer["down"].T
 
-# The Hugging Face families read (config.json's model_type), whose gate is fp32.
+# The Hugging Face families read (config.json's model_type), whose gate is fp32: the
+# judge's fitness.model_config.HF_FAMILIES, written here because an engine file stands alone.
 HF_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 
 

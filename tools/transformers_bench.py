@@ -8,9 +8,10 @@ prefill), so that our engines' figures have the library's own beside them (docs/
 transformers' "Optimizing inference" page advises, a static cache, with which `generate`
 compiles its decoding forward itself (CompileConfig: torch.compile "reduce-overhead", CUDA
 graphs); the prefill case calls a forward under torch.compile without graphs. First calls
-compile, and are the warm-up. A decode case's time is generate(P + S + 1) less generate(P + 1): the S decode
-steps alone, the prefill's time taken out. Prints one JSON line per case, with peak memory;
-compare with python -m fitness bench --cases large --roofline on the same card.
+compile, and are the warm-up. A decode case's time is generate(P + S + 1) less
+generate(P + 1): the S decode steps alone, the prefill's time taken out. Prints one JSON
+line per case, with peak memory; compare with python -m fitness bench --cases large
+--roofline on the same card.
 """
 import argparse
 import json

@@ -8,9 +8,11 @@ import torch.nn.functional as F
 MAX_GRAPH_BATCH = 64  # range: 8..256; the largest batch a decode graph is captured for
 GRAPH_BUCKET_STEP = 16  # range: 4..64; decode graphs above batch 8 are captured every this many
 # The longest request a decode graph serves; longer ones decode eagerly. A graph's block
-# table is this wide whatever a step holds, and attention over the whole table (bf16 that
-# rounds like its reference) pays for all of it: as wide as max_position_embeddings, Llama
-# 3.2's 131,072 positions put a 64 GiB allocation in the batch-64 graph (docs/PERF.md).
+# table is this wide whatever a step holds, and attention that reads the whole table
+# (table_sdpa) pays for all of it: as wide as max_position_embeddings, Llama 3.2's 131,072
+# positions put a 64 GiB allocation in the batch-64 graph (docs/PERF.md). The split-KV
+# kernel reads live pages only: for it this bounds the static table, and doubling it costs
+# little.
 GRAPH_MAX_POSITIONS = 8192  # range: 256..131072
 # The same for attention that rounds like its reference, whose masked math over the whole
 # table is each step's cost: the contract's bf16 engines attended over all 6,000 positions
@@ -53,7 +55,7 @@ def rotate_pairs(x, cos, sin):
     """The reference's rotation, op for op."""
     x0, x1 = x[..., 0::2], x[..., 1::2]
     cos, sin = cos[:, None, :], sin[:, None, :]
-    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2).to(x.dtype)
+    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
 
 
 def launch_rope(kernel, x, cos, sin):
