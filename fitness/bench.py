@@ -11,7 +11,12 @@ beside the clock and its inputs. Untrusted code is judged by `python -m fitness 
 
     python -m fitness bench [--engine E] [--model-config C] [--weight-dir W]
         [--device auto|cpu|cuda] [--cases public|hidden|all] [--warmup 1] [--repeat 3]
-        [--roofline [--gpu auto|h100|h200]]
+        [--roofline [--gpu auto|h100|h200]] [--step-time]
+
+--step-time adds, to each case that decodes one fixed batch (`decode_events`), the time of
+a decode step alone: the case less the same case without its steps, over the steps — the
+way `tools.transformers_bench` takes generate(P + 1) from generate(P + S + 1), so the two
+tools' batch-1 figures stand side by side.
 """
 import argparse
 import json
@@ -99,6 +104,38 @@ def add_roofline(results: list, config: ModelConfig, cases: dict, gpu: str) -> N
         bound = roofline.case_bound(config, cases[result["case_name"]], gpu)
         result["roofline_tokens_per_second"] = bound["tokens_per_second"]
         result["fraction_of_roofline"] = result["tokens_per_second"] / bound["tokens_per_second"]
+        steps = fixed_batch_steps(cases[result["case_name"]])
+        if steps and "ms_per_decode_step" in result:
+            prefix = roofline.case_bound(config, without_steps(cases[result["case_name"]]), gpu)
+            result["roofline_ms_per_decode_step"] = (bound["seconds"] - prefix["seconds"]) * 1e3 / steps
+            result["fraction_of_step_roofline"] = result["roofline_ms_per_decode_step"] / result["ms_per_decode_step"]
+
+
+def fixed_batch_steps(events) -> int:
+    """How many decode steps `events` takes of one unchanging batch, between its prefill and
+    its removal (a `decode_events` case); 0 for any other schedule."""
+    steps = events[1:-1]
+    if len(events) < 3 or events[0].kind != "prefill" or events[-1].kind != "remove":
+        return 0
+    batch = events[0].request_ids
+    return len(steps) if all(e.kind == "decode" and e.request_ids == batch for e in steps) else 0
+
+
+def without_steps(events) -> list:
+    return [e for e in events if e.kind != "decode"]
+
+
+def add_step_times(results: list, module, config_dict, weight_dir, device, cases: dict, warmup=1,
+                   repeat=3) -> None:
+    """`ms_per_decode_step` for each fixed-batch decode case: its median time less the median
+    time of its prefill and removal alone (fresh engines, the same protocol), over its steps."""
+    for result in results:
+        steps = fixed_batch_steps(cases[result["case_name"]])
+        if not steps:
+            continue
+        prefix = run_case(module, config_dict, weight_dir, device, without_steps(cases[result["case_name"]]),
+                          warmup=warmup, repeat=repeat)
+        result["ms_per_decode_step"] = (result["elapsed_ms"] - prefix["elapsed_ms"]) / steps
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -113,6 +150,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="add each case's speed-of-light tokens/s and the fraction reached")
     parser.add_argument("--gpu", choices=("auto", *sorted(roofline.GPUS)), default="auto",
                         help="the GPU the roofline assumes; auto reads the device's name")
+    parser.add_argument("--step-time", action="store_true",
+                        help="add ms_per_decode_step to each case that decodes one fixed batch")
 
 
 def cli(args) -> int:
@@ -128,6 +167,8 @@ def cli(args) -> int:
     cases = select_cases(args.cases)
     module = load_engine_module(args.engine)
     results = run_benchmark(module, raw_config, args.weight_dir, device, cases, args.warmup, args.repeat)
+    if args.step_time:
+        add_step_times(results, module, raw_config, args.weight_dir, device, cases, args.warmup, args.repeat)
     if args.roofline:
         gpu = roofline.gpu_for_device(device) if args.gpu == "auto" else args.gpu
         add_roofline(results, config, cases, gpu)

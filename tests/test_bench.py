@@ -1,13 +1,15 @@
 import argparse
 import json
+import time
 import types
 
 import pytest
 import torch
 
 from fitness import bench
-from fitness.cases import select_cases
+from fitness.cases import decode_events, select_cases
 from fitness.loader import load_engine_module
+from fitness.model_config import ModelConfig
 from fitness.traces import count_tokens, materialize, public_sequence, replay
 from target import toy_weights
 from tools.memory_peak import live_at_peak
@@ -130,6 +132,35 @@ def test_run_case_on_seed_engine(seed_module, weight_dir):
     assert result["tokens_per_second"] == pytest.approx(384 / (result["elapsed_ms"] / 1e3))
     assert result["decode_tokens_per_second"] == pytest.approx(128 / (result["elapsed_ms"] / 1e3))
     assert result["peak_memory_mb"] == 0.0
+
+
+class SleepingEngine:
+    """Prefill takes 100 ms and a decode step 10 ms, whatever the batch."""
+
+    def prefill(self, request_ids, tokens):
+        time.sleep(0.1)
+
+    def decode(self, request_ids, tokens):
+        time.sleep(0.01)
+
+    def remove(self, request_ids):
+        pass
+
+
+def test_step_time_takes_the_prefill_out_of_a_fixed_batch_decode_case():
+    cases = {"decode_1x8x3": decode_events(1, 8, 3), "mixed": select_cases("public")["mixed"]}
+    assert [bench.fixed_batch_steps(events) for events in cases.values()] == [3, 0]
+    module = types.SimpleNamespace(create_engine=lambda config, weights, device: SleepingEngine())
+    results = bench.run_benchmark(module, TINY, "unused", "cpu", cases, warmup=0, repeat=1)
+    bench.add_step_times(results, module, TINY, "unused", "cpu", cases, warmup=0, repeat=1)
+    step, mixed = results
+    # 130 ms over 3 steps would be 43 ms a step with the prefill left in.
+    assert 10 <= step["ms_per_decode_step"] < 25
+    assert "ms_per_decode_step" not in mixed
+    bench.add_roofline(results, ModelConfig.from_dict(TINY), cases, "h100")
+    assert step["fraction_of_step_roofline"] == pytest.approx(
+        step["roofline_ms_per_decode_step"] / step["ms_per_decode_step"])
+    assert 0 < step["roofline_ms_per_decode_step"] < step["ms_per_decode_step"]
 
 
 def test_recompute_baseline_matches_seed(seed_module, weight_dir):

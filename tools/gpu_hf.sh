@@ -6,7 +6,7 @@
 # (default: llama_3_2_1b qwen3_0_6b); WITH_SEED=0 leaves the seed out. safetensors and transformers (with its dependencies)
 # must be among the carried wheels.
 #   bash tools/gpu_hf.sh check OUT         # the bf16 gate (calibrated allowance) on each, seed too
-#   bash tools/gpu_hf.sh bench OUT         # fitness bench --cases large --roofline of each, seed too
+#   bash tools/gpu_hf.sh bench OUT         # fitness bench --cases large --roofline --step-time of each, seed too
 #   bash tools/gpu_hf.sh transformers OUT  # transformers eager, then static cache + torch.compile
 set -uo pipefail
 mode=$1 out=$2; mkdir -p "$out"
@@ -31,7 +31,7 @@ for model in $MODELS; do
   bench)
     for engine in $engines; do
       python3 -m fitness bench --engine "$engine" --model-config "$dir/config.json" --weight-dir "$dir" \
-        --device cuda --cases large --roofline \
+        --device cuda --cases large --roofline --step-time \
         | tee "$out/${model}_$(basename "$engine" .py).json" | python3 -m tools.bench_line "$model $engine"
     done | tee -a "$out/bench.txt" ;;
   transformers)
