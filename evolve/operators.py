@@ -169,6 +169,8 @@ class Vocabulary:
         self.devices_of = (lambda name: get_operator(name).devices) if self.get_operator else (lambda name: "any")
         self.is_slow_to_judge = (lambda name: getattr(get_operator(name), "slow_to_judge", False)) \
             if self.get_operator else (lambda name: False)
+        self.sweep_places = (lambda name: getattr(get_operator(name), "sweep_places", 1)) \
+            if self.get_operator else (lambda name: 1)
         self.is_deterministic = getattr(module, "is_deterministic", lambda name: False)
         self.is_program_wide = getattr(module, "is_program_wide", lambda name: False)
         self.unports = getattr(module, "unports", lambda name, source: False)

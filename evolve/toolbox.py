@@ -101,6 +101,7 @@ def sweep(parent: Program, limit: int, make, vocabulary: Vocabulary, selector: O
     not spent on it, each then spent on it: GPU-only ones first on a GPU (with
     `levers_only`, only those, if any), then by the bandit's score, then at random; on a
     GPU, swaps that put portable code where a kernel runs only when nothing else is left.
+    An operator with `sweep_places` takes up to that many places, a fresh draw in each.
     Operators the run never tried, the demoted aside, take every other place, or a short
     search re-sweeps the GPU-only ones on each new best and never tries the rest (it never
     tried `last_token_logits`: docs/PERF.md, 2026-11-23). [] when the vocabulary cannot
@@ -117,10 +118,15 @@ def sweep(parent: Program, limit: int, make, vocabulary: Vocabulary, selector: O
     demoted = [n for n in ranked if ranks[n] == DEMOTED]
     untried = [n for n in ranked if n not in selector.tried and n not in demoted]
     tried = [n for n in ranked if n in selector.tried and n not in demoted]
-    ranked = (alternate(untried, tried) + demoted)[:limit]
     children = []
-    for name in ranked:
-        children.append(apply_named(parent, name, make, vocabulary, selector, memo, rng))
+    for name in alternate(untried, tried) + demoted:
+        if len(children) == limit:
+            break
+        # An operator with several places draws again until they are used or it repeats itself.
+        for _ in range(vocabulary.sweep_places(name)):
+            children.append(apply_named(parent, name, make, vocabulary, selector, memo, rng))
+            if not made(children[-1]) or len(children) == limit:
+                break
         memo.spend(name, (parent.id,))  # once per program: a rewrite's other draws are the bandit's
     return children
 

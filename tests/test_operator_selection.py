@@ -144,6 +144,28 @@ def test_a_demoted_operator_stays_last_in_a_sweep_though_never_tried():
         assert set(made[-len(demoted):]) == set(demoted), made
 
 
+def test_a_sweep_gives_tune_constant_several_places_each_a_different_constant_move():
+    vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover)
+    parent = Program(swapped(SEED, "allele.KVCache.paged_chunks", "allele.Engine.cuda_graphs_prefill"))
+    assert vocabulary.sweep_places("tune_constant") == 3 and vocabulary.sweep_places("fuse_linears") == 1
+    memo = Memo()
+    children = sweep(parent, 40, Program, vocabulary, OperatorSelector(), memo, random.Random(0), "cuda")
+    tuned = [c for c in children if isinstance(c, Program) and c.operator == "tune_constant"]
+    assert len(tuned) == 3
+    assert len({c.id for c in tuned}) == 3
+    assert len({(c.operator_args["constant"], c.operator_args["new"]) for c in tuned}) == 3
+    assert [c.operator for c in children].count("fuse_linears") <= 1
+    assert memo.is_spent("tune_constant", (parent.id,))
+    # A sweep that runs out of places inside tune_constant's still spends it on the parent.
+    memo = Memo()
+    for name in open_operators(parent, vocabulary, memo, "cuda"):
+        if name != "tune_constant":
+            memo.spend(name, (parent.id,))
+    children = sweep(parent, 2, Program, vocabulary, OperatorSelector(), memo, random.Random(0), "cuda")
+    assert [c.operator for c in children] == ["tune_constant"] * 2
+    assert memo.is_spent("tune_constant", (parent.id,))
+
+
 # --- merge_gains on real programs ----------------------------------------------------------
 
 def swapped(source, *names):

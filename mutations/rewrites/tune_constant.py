@@ -56,6 +56,9 @@ class TuneConstantOperator(StructuralRewrite):
     name = "tune_constant"
     order = 3
     draws = True  # which constant, halved or doubled
+    # One draw is one of ~30 constants in the recipe's program: one a sweep tried 7 in three
+    # 10-minute GPU runs, and 2 of those screened at 1.10x (docs/PERF.md, 2026-11-26).
+    sweep_places = 3
     needs_swap = "allele.KVCache.paged"  # the seed declares no constant; alleles bring them
     devices = "any"
     description = DESCRIPTION
