@@ -60,7 +60,8 @@ def test_a_knob_declared_twice_is_declared_alike():
 
 @pytest.mark.parametrize("swap", ["allele.Engine.cuda_graphs_prefill", "allele.mlp.swiglu_triton",
                                   "allele.rms_norm.triton", "allele.add_rms_norm.triton",
-                                  "allele.apply_rope.triton_rows", "allele.Engine.cuda_graphs"])
+                                  "allele.apply_rope.triton_rows", "allele.Engine.cuda_graphs",
+                                  "allele.norm_heads.triton"])
 def test_every_knob_of_an_allele_reaches_its_programs(swap):
     """Knobs declared in a helper file (graph buckets, the RoPE launch) come with the helpers."""
     source = swapped(swap)

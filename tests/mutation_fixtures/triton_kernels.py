@@ -46,7 +46,8 @@ def reference_attention(q, k, v, mask):
 
 
 def check(name, got, want, tol=1e-4):
-    err = (got.float() - want.float()).abs().max().item()
+    assert got.shape == want.shape, f"{name}: shape {tuple(got.shape)}, want {tuple(want.shape)}"
+    err = (got.float() - want.float()).abs().max().item() if want.numel() else 0.0
     assert err < tol, f"{name}: max error {err}"
     print(f"ok {name} (max error {err:.2e})", flush=True)
 
@@ -58,6 +59,40 @@ def check_norms():
     normed, total = load("add_rms_norm", "triton").add_rms_norm(x, r, w, 1e-5)
     check("add_rms_norm.sum", total, x + r)
     check("add_rms_norm.norm", normed, reference_norm(x + r, w, 1e-5))
+
+
+def check_head_norms(name, q, k, tol=1e-4):
+    """norm_heads.triton on q [N, heads, D] and k [N, kv_heads, D] against the seed's norm
+    of each head (worked out first: the allele writes over q and k)."""
+    head_dim, dtype = q.shape[-1], q.dtype
+    layer = {"q_norm": (torch.rand(head_dim) + 0.5).to(dtype), "k_norm": (torch.rand(head_dim) + 0.5).to(dtype)}
+    want_q, want_k = [reference_norm(x, layer[key], 1e-6) for x, key in ((q, "q_norm"), (k, "k_norm"))]
+    got_q, got_k = load("norm_heads", "triton").norm_heads(q, k, layer, 1e-6)
+    check(f"{name} q", got_q, want_q, tol)
+    check(f"{name} k", got_k, want_k, tol)
+
+
+def check_norm_heads(head_dim, tokens, dtype=torch.float32, num_heads=4, num_kv_heads=2, tol=1e-4):
+    """q and k as views of a fused QKV output [N, (H + 2 KH) * D], as the fused projection
+    gives them: normalised in place, v's columns untouched."""
+    torch.manual_seed(8)
+    qkv = torch.randn(tokens, (num_heads + 2 * num_kv_heads) * head_dim).to(dtype)
+    q, k, v = qkv.split([num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim], dim=-1)
+    name = f"norm_heads D={head_dim} N={tokens} heads={num_heads}/{num_kv_heads} {dtype}"
+    want_v = v.clone()
+    check_head_norms(name, q.view(tokens, num_heads, head_dim), k.view(tokens, num_kv_heads, head_dim), tol)
+    check(f"{name} v untouched", v, want_v, tol=1e-12)
+
+
+def check_norm_heads_declines():
+    """No norms in the checkpoint: q and k come back as they are. Heads not contiguous
+    along D: normalised copies."""
+    q, k = torch.randn(3, 4, 8), torch.randn(3, 2, 8)
+    got_q, got_k = load("norm_heads", "triton").norm_heads(q, k, {}, 1e-6)
+    assert got_q is q and got_k is k
+    print("ok norm_heads without norms", flush=True)
+    q, k = torch.randn(3, 8, 4).transpose(1, 2), torch.randn(3, 8, 2).transpose(1, 2)  # [N, heads, D], D strided
+    check_head_norms("norm_heads D strided", q, k)
 
 
 def check_decode(page_size, max_positions, head_dim, num_heads=4, num_kv_heads=2, splits=None, lengths=(5, 11),
@@ -219,6 +254,12 @@ def check_prefetched_linear():
 
 if __name__ == "__main__":
     check_norms()
+    for head_dim in (64, 128):
+        for tokens in (0, 1, 5):
+            check_norm_heads(head_dim, tokens)
+            # one fp16 step of 4: the fp32 sum's order differs from torch's mean
+            check_norm_heads(head_dim, tokens, dtype=torch.float16, tol=4e-3)
+    check_norm_heads_declines()
     check_decode(page_size=4, max_positions=16, head_dim=24)  # paged, head_dim not a power of 2
     check_decode(page_size=16, max_positions=16, head_dim=24)  # slab: one page per request
     check_decode(page_size=4, max_positions=64, head_dim=24, splits=4, lengths=(5, 40, 17))  # 1, 3, 2 live splits
