@@ -45,8 +45,8 @@ def test_prefill_graph_engine_matches_the_seed_on_cpu(small_target):
 @pytest.mark.skipif(os.environ.get("MUTATIONS_SLOW") != "1", reason="about 40 s per allele; MUTATIONS_SLOW=1 runs it")
 @pytest.mark.parametrize("operator", INTERPRETED)
 def test_triton_child_passes_the_gate_traces_interpreted(operator, small_target, scratch):
-    """The whole child engine on the gate's cheap traces plus GQA and head_dim 256, with its
-    Triton kernels interpreted on CPU."""
+    """The whole child engine on the gate's cheap traces plus GQA, head_dim 256 and the
+    Hugging Face families' features, with its Triton kernels interpreted on CPU."""
     config_path, weight_dir = small_target
     done = interpreted(FIXTURES / "interpret_gate.py", config_path, weight_dir, scratch, operator, timeout=600)
     verdict = json.loads(done.stdout.strip().splitlines()[-1])

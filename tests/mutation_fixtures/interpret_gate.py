@@ -4,8 +4,9 @@ TRITON_INTERPRET must be set before triton is imported).
     TRITON_INTERPRET=1 python tests/mutation_fixtures/interpret_gate.py CONFIG.json WEIGHT_DIR SCRATCH OPERATOR...
 
 Prints one JSON line per operator: {"operator", "passed", "worst_ratio", "error", "seconds"}.
-The gate runs without derived configs except GQA and head_dim 256 (checked separately), to
-keep the interpreter's time in bounds.
+The gate runs without derived configs except GQA, head_dim 256 and the Hugging Face families'
+features (q/k norms: the only config that reaches `norm_heads`), to keep the interpreter's
+time in bounds.
 """
 import json
 import os
@@ -39,7 +40,7 @@ def judge(op_name, config, weight_dir, scratch) -> dict:
     started = time.time()
     try:
         gate.check_traces(driver, references, config, weight_dir, 5, "target", tally, full=FULL)
-        for name in ("gqa", "head_dim_256"):
+        for name in ("gqa", "head_dim_256", "families"):
             cfg = derived_configs(config)[name]
             gate.check_traces(driver, references, cfg, gate.judging_weights(cfg, scratch), 5, name, tally, full=False)
         error = ""
