@@ -36,7 +36,9 @@ run_job() {
   serve) bash tools/gpu_serve.sh "$state/serve" ;;
   hf_search) local dir=/tmp/hf/$target
              [ -f "$dir/config.json" ] || python3 -m target.hf_checkpoints /tmp/hf --only "$target" > /dev/null || return 1
-             SEARCH_LIMIT=0 bash $search search "$state/hf_$target" public --model "$dir" ${budget:+--budget "$budget"} ;;
+             # Judged on the cases issue 27 measures (batch-1 and batch-64 decode, 16 x 1024 prefill).
+             SEARCH_LIMIT=0 bash $search search "$state/hf_$target" public --model "$dir" --bench large \
+               --screen-bench large ${budget:+--budget "$budget"} ;;
   hf) local mode=$target model=$budget  # hf:MODE[:MODEL]
       local winner=$state/hf_$model/winner.py
       WITH_SEED=0 MODELS="${model:-llama_3_2_1b qwen3_0_6b}" ENGINES="$([ -n "$model" ] && [ -f "$winner" ] && echo "$winner")" \
