@@ -8,6 +8,7 @@
 #   bash tools/gpu_hf.sh check OUT         # the bf16 gate (calibrated allowance) on each, seed too
 #   bash tools/gpu_hf.sh bench OUT         # fitness bench --cases large --roofline --step-time of each, seed too
 #   bash tools/gpu_hf.sh transformers OUT  # transformers eager, then static cache + torch.compile
+#   bash tools/gpu_hf.sh profile OUT       # kernels and GPU time of a batch-1 decode and the 16 x 1024 prefill
 set -uo pipefail
 mode=$1 out=$2; mkdir -p "$out"
 source tools/gpu_env.sh
@@ -34,6 +35,12 @@ for model in $MODELS; do
         --device cuda --cases large --roofline --step-time \
         | tee "$out/${model}_$(basename "$engine" .py).json" | python3 -m tools.bench_line "$model $engine"
     done | tee -a "$out/bench.txt" ;;
+  profile)
+    for engine in $engines; do
+      python3 -m tools.profile_case --engine "$engine" --model-config "$dir/config.json" --weight-dir "$dir" \
+        --cases large --case decode_1x128x64 --case prefill_16x1024 --top 12 \
+        | sed "s|^|$model $(basename "$engine" .py) |" | tee -a "$out/profile.txt"
+    done ;;
   transformers)
     for how in eager compiled; do
       python3 -m tools.transformers_bench "$dir" --mode "$how" | sed "s/^/$model /" | tee -a "$out/transformers.txt"

@@ -12,7 +12,7 @@
 #   serve                     tools/gpu_serve.sh -> STATE/serve
 #   hf_search:MODEL[:BUDGET]  bash run.sh --model on target.hf_checkpoints' MODEL (llama_3_2_1b,
 #                             qwen3_0_6b) -> STATE/hf_MODEL
-#   hf:MODE[:MODEL]           tools/gpu_hf.sh MODE (check, bench, transformers) -> STATE/hf, on
+#   hf:MODE[:MODEL]           tools/gpu_hf.sh MODE (check, bench, profile, transformers) -> STATE/hf, on
 #                             MODEL alone (default both), with STATE/hf_MODEL's winner beside the recipe
 #   gpu_tests[:EXPR]          python -m pytest tests/test_gpu.py [-k EXPR] -> STATE/gpu_tests.txt
 #   create:TARGET             what making the seed's and the recipe's engines costs on TARGET
