@@ -64,7 +64,7 @@ def small_cases() -> dict:
 
 
 def large_cases() -> dict:
-    """Issue 8's cases for a 1B-class model: one request decoding (its time per step), a
+    """The cases serving a 1B-class model costs: one request decoding (its time per step), a
     batch of 64 decoding, and a long packed prefill."""
     return {
         "decode_1x128x64": decode_events(1, 128, 64),
