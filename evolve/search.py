@@ -42,6 +42,10 @@ SHARE_PER_EXTRA_CONTENDER = 1 / 4
 # The rounds a close final may run beyond a confirmation's max_rounds count for a quarter:
 # most comparisons clear their interval well before the limit.
 SHARE_PER_EXTRA_ROUND = 1 / 4
+# Generations in a row that judged nothing new before the search stops: on a tiny model the
+# operators run dry (every child already judged), and a 9-minute CPU run on a tiny Qwen3
+# checkpoint spun through 30 empty generations in its last minute.
+IDLE_GENERATIONS = 3
 
 
 class Clock:
@@ -104,12 +108,21 @@ class Search:
             return False
         if self.config.generations is not None and self.generation > self.config.generations:
             return False
+        if self.judged_nothing_lately():
+            line = f"the last {IDLE_GENERATIONS} generations judged nothing new: stopping the search"
+            print(line, flush=True)
+            self.workspace.log(line)
+            return False
         # One batch of screens and one confirmation must fit, and the final after them: the
         # rest of a generation that does not is skipped batch by batch (judging.Evaluator).
         # Asking for a whole generation would stop a run after the seed, whose first
         # judgement pays for every reference; asking for one judgement's share of a batch
         # left no time for the final (docs/PERF.md).
         return self.clock.left() > self.estimated_round_s() + self.estimated_final_s()
+
+    def judged_nothing_lately(self) -> bool:
+        recent = [r for r in self.logbook if r["gen"] > 0][-IDLE_GENERATIONS:]
+        return len(recent) == IDLE_GENERATIONS and all(r["judged"] == 0 for r in recent)
 
     def screen(self, generation: int, programs: list) -> list:
         """judging.screen of the programs never judged, then the hall of fame rebuilt from

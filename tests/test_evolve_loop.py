@@ -18,6 +18,7 @@ from evolve.scores import Scores, target_key
 from evolve.search import Search, run
 from evolve.toolbox import Program
 from fitness.weight_files import fingerprint
+from mutations.base import Declined
 from tests.test_evolve_stand_in import crossover, fake_judge, random_mutation
 
 STAND_INS = {"mutate_fn": random_mutation, "mate_fn": crossover, "judge_fn": fake_judge}
@@ -60,6 +61,17 @@ def test_two_generations_write_history_workspace_and_checkpoint(small_target, tm
     assert engine.split('"""', 2)[2] == winner.split('"""', 2)[2]  # the winner's code, under a header of its own
     log = (config.workspace / "results.log").read_text()
     assert "settings:" in log and "gen   2" in log and "lineage: seed" in log
+
+
+def test_a_search_whose_operators_run_dry_stops_after_three_idle_generations(small_target, tmp_path, capsys):
+    def dry(*args):
+        return Declined("dry", "nothing left to change")
+
+    config = make_config(small_target, tmp_path, generations=20)
+    assert run(config, **{**STAND_INS, "mutate_fn": dry, "mate_fn": dry}) == 0
+    state = checkpoint.load(only_run_dir(config))
+    assert state["finished"] and state["generation"] == 4  # 0 judged the seed; 1-3 judged nothing
+    assert "the last 3 generations judged nothing new: stopping the search" in capsys.readouterr().out
 
 
 def test_workspace_holds_the_best_correct_program(small_target, tmp_path):
