@@ -44,7 +44,7 @@ SHARE_PER_EXTRA_CONTENDER = 1 / 4
 SHARE_PER_EXTRA_ROUND = 1 / 4
 # Generations in a row that judged nothing new before the search stops: on a tiny model the
 # operators run dry (every child already judged), and a 9-minute CPU run on a tiny Qwen3
-# checkpoint spun through 30 empty generations in its last minute.
+# checkpoint spun through 32 empty generations in its last minute.
 IDLE_GENERATIONS = 3
 
 
