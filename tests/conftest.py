@@ -15,6 +15,7 @@ from target.toy_weights import write as write_weights  # noqa: E402
 torch.set_num_threads(1)
 
 SEED_ENGINE = REPO / "seed_engine" / "engine.py"
+FASTEST = REPO / "mutations" / "recipes" / "fastest.txt"  # the hand-kept recipe
 
 # Small enough for CI, wide enough for four heads; weights use the public 0.02 init,
 # the gate adds unit-scaled ones itself.

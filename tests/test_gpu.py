@@ -20,7 +20,7 @@ from serve.tokenizer import Tokenizer
 from target import toy_tokenizer
 from target.toy_weights import ensure
 from tests import planted
-from tests.conftest import REPO, SEED_ENGINE
+from tests.conftest import FASTEST, REPO, SEED_ENGINE
 from tests.test_hf import FAMILIES, make_checkpoint
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -89,7 +89,7 @@ def test_the_recipe_under_programmatic_launch_passes_the_gate(operator, scratch,
     launch, inside its CUDA graphs (on a GPU before Hopper the flag is off: the plain
     program), or with its small matmuls in the prefetching kernel too."""
     ensure(PUBLIC_CONFIG, PUBLIC_WEIGHTS)
-    steps = recipe.parse((REPO / "mutations" / "recipes" / "fastest.txt").read_text())
+    steps = recipe.parse(FASTEST.read_text())
     assert steps[-1].operator == "prefetched_linears", steps[-1]
     source = recipe.apply(steps[:-1])
     path = tmp_path / "child.py"
@@ -107,7 +107,7 @@ def test_the_recipe_keeps_its_kernels_on_a_bf16_hugging_face_checkpoint(family, 
     passes that gate, with the family's features and the derived configs."""
     folder = make_checkpoint(tmp_path / family, family, torch.bfloat16)
     path = tmp_path / "recipe.py"
-    path.write_text(recipe.apply(recipe.parse((REPO / "mutations" / "recipes" / "fastest.txt").read_text())))
+    path.write_text(recipe.apply(recipe.parse(FASTEST.read_text())))
     module = load_engine_module(path)
     engine = module.create_engine(json.loads((folder / "config.json").read_text()), str(folder), "cuda")
     assert engine.dtype == torch.bfloat16 and not engine.cache.reference_rounding
@@ -129,7 +129,7 @@ def test_the_servers_steps_launched_ahead_give_the_engines_own_greedy_tokens(eng
     path = SEED_ENGINE
     if engine == "recipe":
         path = tmp_path / "recipe.py"
-        path.write_text(recipe.apply(recipe.parse((REPO / "mutations" / "recipes" / "fastest.txt").read_text())))
+        path.write_text(recipe.apply(recipe.parse(FASTEST.read_text())))
     rng = random.Random(3)
     prompts = [[rng.randrange(3, 256) for _ in range(n)] for n in (5, 17, 40)]
     steps = 12

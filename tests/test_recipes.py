@@ -14,10 +14,9 @@ from evolve.report import report
 from fitness.gate import static_problems
 from fitness.loader import source_hash
 from mutations import program, recipe
-from tests.conftest import REPO, SEED_ENGINE
+from tests.conftest import FASTEST, REPO, SEED_ENGINE
 
 SEED = SEED_ENGINE.read_text()
-FASTEST = REPO / "mutations" / "recipes" / "fastest.txt"
 RNG_OPERATORS = tuple(op.name for op in mutations.all_operators() if op.draws)
 # Besides those, operators that draw nothing: one swap that repairs, one that does not, a rewrite.
 DETERMINISTIC = ("allele.load_weights.fused_both", "allele.KVCache.slab", "last_token_logits")
