@@ -101,23 +101,22 @@ def run_benchmark(module, config_dict, weight_dir, device, cases: dict, warmup=1
 
 def add_roofline(results: list, config: ModelConfig, cases: dict, gpu: str) -> None:
     for result in results:
-        bound = roofline.case_bound(config, cases[result["case_name"]], gpu)
+        events = cases[result["case_name"]]
+        bound = roofline.case_bound(config, events, gpu)
         result["roofline_tokens_per_second"] = bound["tokens_per_second"]
         result["fraction_of_roofline"] = result["tokens_per_second"] / bound["tokens_per_second"]
-        steps = fixed_batch_steps(cases[result["case_name"]])
-        if steps and "ms_per_decode_step" in result:
-            prefix = roofline.case_bound(config, without_steps(cases[result["case_name"]]), gpu)
-            result["roofline_ms_per_decode_step"] = (bound["seconds"] - prefix["seconds"]) * 1e3 / steps
+        if "ms_per_decode_step" in result:  # only fixed-batch decode cases have one
+            steps_s = bound["seconds"] - roofline.case_bound(config, without_steps(events), gpu)["seconds"]
+            result["roofline_ms_per_decode_step"] = steps_s * 1e3 / fixed_batch_steps(events)
             result["fraction_of_step_roofline"] = result["roofline_ms_per_decode_step"] / result["ms_per_decode_step"]
 
 
 def fixed_batch_steps(events) -> int:
     """How many decode steps `events` takes of one unchanging batch, between its prefill and
     its removal (a `decode_events` case); 0 for any other schedule."""
-    steps = events[1:-1]
     if len(events) < 3 or events[0].kind != "prefill" or events[-1].kind != "remove":
         return 0
-    batch = events[0].request_ids
+    steps, batch = events[1:-1], events[0].request_ids
     return len(steps) if all(e.kind == "decode" and e.request_ids == batch for e in steps) else 0
 
 
@@ -130,11 +129,11 @@ def add_step_times(results: list, module, config_dict, weight_dir, device, cases
     """`ms_per_decode_step` for each fixed-batch decode case: its median time less the median
     time of its prefill and removal alone (fresh engines, the same protocol), over its steps."""
     for result in results:
-        steps = fixed_batch_steps(cases[result["case_name"]])
+        events = cases[result["case_name"]]
+        steps = fixed_batch_steps(events)
         if not steps:
             continue
-        prefix = run_case(module, config_dict, weight_dir, device, without_steps(cases[result["case_name"]]),
-                          warmup=warmup, repeat=repeat)
+        prefix = run_case(module, config_dict, weight_dir, device, without_steps(events), warmup=warmup, repeat=repeat)
         result["ms_per_decode_step"] = (result["elapsed_ms"] - prefix["elapsed_ms"]) / steps
 
 
