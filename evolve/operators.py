@@ -166,14 +166,17 @@ class Vocabulary:
         self.differences = {}  # (id, id) -> the genes in which the two programs differ
         get_operator = getattr(module, "get_operator", None)
         self.get_operator = get_operator if callable(get_operator) else None
-        self.devices_of = (lambda name: get_operator(name).devices) if self.get_operator else (lambda name: "any")
-        self.is_slow_to_judge = (lambda name: getattr(get_operator(name), "slow_to_judge", False)) \
-            if self.get_operator else (lambda name: False)
-        self.sweep_places = (lambda name: getattr(get_operator(name), "sweep_places", 1)) \
-            if self.get_operator else (lambda name: 1)
+        self.devices_of = lambda name: self.declared(name, "devices", "any")
+        self.is_slow_to_judge = lambda name: self.declared(name, "slow_to_judge", False)
+        self.sweep_places = lambda name: self.declared(name, "sweep_places", 1)
         self.is_deterministic = getattr(module, "is_deterministic", lambda name: False)
         self.is_program_wide = getattr(module, "is_program_wide", lambda name: False)
         self.unports = getattr(module, "unports", lambda name, source: False)
+
+    def declared(self, name: str, attribute: str, default):
+        """What operator `name` declares (mutations.base.Operator's attributes); `default` for
+        a vocabulary that cannot name its operators."""
+        return getattr(self.get_operator(name), attribute, default) if self.get_operator else default
 
     def intended(self, child, parent) -> set | None:
         """The genes `child`'s operator meant to change in `parent`; None when the vocabulary
