@@ -19,6 +19,7 @@ import torch  # noqa: E402
 
 from fitness.loader import load_engine_module  # noqa: E402
 from mutations import recipe  # noqa: E402
+from tests.conftest import FASTEST  # noqa: E402
 from tests.test_hf import assert_engine_matches, make_checkpoint  # noqa: E402
 
 
@@ -26,7 +27,7 @@ def main(families) -> int:
     torch.set_num_threads(1)
     root = Path(tempfile.mkdtemp())
     program = root / "fastest.py"
-    program.write_text(recipe.apply(recipe.parse((REPO / "mutations" / "recipes" / "fastest.txt").read_text())))
+    program.write_text(recipe.apply(recipe.parse(FASTEST.read_text())))
     for family in families:
         assert_engine_matches(load_engine_module(program), make_checkpoint(root / family, family, torch.bfloat16))
         print("ok", family, flush=True)
