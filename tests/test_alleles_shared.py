@@ -55,6 +55,14 @@ def test_adjacent_heads_joins_only_views_of_one_projection():
     both = adjacent_heads(q, k)
     assert torch.equal(both[:, :4], q) and torch.equal(both[:, 4:], k)
     assert adjacent_heads(q, v) is None  # v does not follow q
+    # One token (a batch-1 decode): torch gives each view of the row its own width as the
+    # row stride, yet k still follows q; the Qwen3 profile showed RoPE launched twice.
+    one = qkv[:1]
+    q, k, _ = (t.view(1, -1, 8) for t in one.split([32, 16, 16], dim=-1))
+    assert q.stride(0) != k.stride(0)
+    both = adjacent_heads(q, k)
+    assert both is not None and torch.equal(both[:, :4], q) and torch.equal(both[:, 4:], k)
+    assert adjacent_heads(q[:, :2], k) is None  # a gap between them
     # Two tensors end to end in memory, with their own storages (as the CUDA allocator's
     # blocks can be: a search's batch-1 decode crashed on this): not one view.
     memory = bytearray(2 * 4 * 8 * 2)

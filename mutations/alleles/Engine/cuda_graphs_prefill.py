@@ -88,8 +88,12 @@ def prompt_groups(lengths, limit):
 def adjacent_heads(q, k):
     """q [N, H, D] and k [N, KV, D] as one [N, H + KV, D] view when k's heads follow q's in
     one tensor's storage (the split of a fused projection), else None. Two tensors can sit
-    end to end in memory (the allocator's blocks do), but a view may not span both."""
-    if q.shape[0] == 0 or q.stride() != k.stride() or q.stride(1) != q.shape[2]:
+    end to end in memory (the allocator's blocks do), but a view may not span both.
+    A single token's views carry their own widths as row strides (torch's view of one row),
+    which no access reads: at N = 1 the rows' strides may differ."""
+    if q.shape[0] == 0 or q.stride()[1:] != k.stride()[1:] or q.stride(1) != q.shape[2]:
+        return None
+    if q.shape[0] > 1 and q.stride(0) != k.stride(0):
         return None
     if q.untyped_storage().data_ptr() != k.untyped_storage().data_ptr():
         return None
