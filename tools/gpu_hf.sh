@@ -8,7 +8,7 @@
 #   bash tools/gpu_hf.sh check OUT         # the bf16 gate (calibrated allowance) on each, seed too
 #   bash tools/gpu_hf.sh bench OUT         # fitness bench --cases large --roofline --step-time of each, seed too
 #   bash tools/gpu_hf.sh transformers OUT  # transformers eager, then static cache + torch.compile
-#   bash tools/gpu_hf.sh profile OUT       # kernels and GPU time of a batch-1 decode and the 16 x 1024 prefill
+#   bash tools/gpu_hf.sh profile OUT       # kernels and GPU time of the batch-1 and batch-64 decodes and the 16 x 1024 prefill
 set -uo pipefail
 mode=$1 out=$2; mkdir -p "$out"
 source tools/gpu_env.sh
@@ -38,7 +38,7 @@ for model in $MODELS; do
   profile)
     for engine in $engines; do
       python3 -m tools.profile_case --engine "$engine" --model-config "$dir/config.json" --weight-dir "$dir" \
-        --cases large --case decode_1x128x64 --case prefill_16x1024 --top 12 \
+        --cases large --case decode_1x128x64 --case decode_64x256x64 --case prefill_16x1024 --top 12 \
         | sed "s|^|$model $(basename "$engine" .py) |" | tee -a "$out/profile.txt"
     done ;;
   transformers)
