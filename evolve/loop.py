@@ -3,13 +3,14 @@ report, checkpoint.
 
 Generation 0 judges the first population (the seed and --seed-from programs). Generation 1
 sweeps: one child of the best program by each operator that applies to it (on a GPU, each
-GPU-only one). Every later one merges gains made apart (up to a third of its children),
-sweeps on from the best program with all but one of the rest (operators not tried on it,
-GPU-only first, then as the bandit ranks them, those the run never tried every other
-place), then breeds the last by crossover or by the operator the bandit draws (more when
-operators decline or repeat), up to as many children as the population holds. From
-generation 1 on, once its children are screened, the gains among them that the best lacks
-are merged into it in one more child, screened too, before the fastest are confirmed.
+GPU-only one, and others up to a population's worth). Every later one merges gains made
+apart (up to a third of its children), sweeps on from the best program with all but one
+of the rest (operators not tried on it, GPU-only first, then as the bandit ranks them,
+those the run never tried every other place), then breeds the last by crossover or by the
+operator the bandit draws (more when operators decline or repeat), up to as many children
+as the population holds. From generation 1 on, once its children are screened, the gains
+among them that the best lacks are merged into it in one more child, screened too, before
+the fastest are confirmed.
 evolve/README.md ("How the search chooses") says why.
 """
 import time
@@ -92,9 +93,14 @@ def breed(search, parents: list, num_children: int) -> Brood:
         best = best_of(search)
         limit = sweep_size(search.clock.left() - search.estimated_final_s(), search.estimated_screen_s(),
                            search.config.workers, num_children)
-        # On a GPU the GPU-only operators alone (graphs and kernels: docs/PERF.md); the rest
-        # are swept from the best program, which by then is rarely the eager seed.
+        # On a GPU the GPU-only operators (graphs and kernels: docs/PERF.md); the rest are
+        # swept from the best program, which by then is rarely the eager seed, a generation
+        # later. A library program has most levers already: with them alone, generation 1 of
+        # a 20-minute search on a real shape judged one child (docs/PERF.md), so the rest
+        # fill a population's worth.
         for result in toolbox.sweep(best, limit, levers_only=True):
+            brood.add(result, (best.id,))
+        for result in toolbox.sweep(best, max(0, num_children - len(brood.children))):
             brood.add(result, (best.id,))
         if brood.children:
             return brood

@@ -48,6 +48,13 @@ def small_target(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def fastest_source():
+    """The hand-kept recipe's program: its replay onto the seed takes seconds on 2 cores."""
+    from mutations import recipe
+    return recipe.apply(recipe.parse(FASTEST.read_text()))
+
+
+@pytest.fixture(scope="session")
 def scratch(tmp_path_factory):
     """Shared cache of the gate's generated weights."""
     return tmp_path_factory.mktemp("gate_weights")

@@ -15,12 +15,14 @@ import pytest
 
 import mutations
 from evolve import checkpoint, final, history
+from evolve.loop import breed
 from evolve.memo import Known, MERGE, MERGE_DECLINED, Memo, normalized_id
 from evolve.operators import (DECLINED, DEMOTED, FAILED, IMPROVED, NEUTRAL, OperatorSelector, gain_pairs, outcome,
                               sweep_rank, sweep_size)
 from evolve.scores import Scores
 from evolve.search import run
-from evolve.toolbox import MERGE_EVERY_GAIN, Program, Vocabulary, merge, merge_every_gain, open_operators, sweep
+from evolve.toolbox import (MERGE_EVERY_GAIN, Program, Vocabulary, make_toolbox, merge, merge_every_gain,
+                            open_operators, sweep)
 from mutations import program, requirements
 from tests.conftest import SEED_ENGINE
 from tests.test_evolve_loop import make_config, only_run_dir
@@ -570,3 +572,21 @@ def test_the_loop_is_deterministic_given_the_rng_seed(small_target, tmp_path):
     second = toy_run(small_target, tmp_path / "two", generations=3)[1]
     columns = ["generation", "candidate_id", "parent_ids", "operator", "status"]
     assert first[columns].equals(second[columns])
+
+
+def test_generation_one_fills_a_population_past_the_levers_the_best_already_has(fastest_source):
+    # The recipe carries every GPU-only lever but a RoPE kernel: with the levers alone,
+    # generation 1 of a 20-minute search on a real shape judged one child (docs/PERF.md).
+    config = SimpleNamespace(nsga2=False, device="cuda", tournament_size=3, num_elite=1, workers=1)
+    toolbox = make_toolbox(config, [], lambda program: None, map, random.Random(0))
+    best = Program(fastest_source)
+    declined = []
+    search = SimpleNamespace(toolbox=toolbox, generation=1, hall_of_fame=[best], config=config,
+                             clock=SimpleNamespace(left=lambda: 1200.0), estimated_final_s=lambda: 100.0,
+                             estimated_screen_s=lambda: 30.0, record_decline=lambda *args: declined.append(args))
+    children = breed(search, [best], 8).children
+    assert len(children) == 8 and len({c.id for c in children}) == 8
+    vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover)
+    ranks = [sweep_rank(c.operator, "cuda", vocabulary) for c in children]
+    assert ranks[0] == 0 < ranks[-1] and ranks == sorted(ranks)  # the levers (fewer than 8 here), then the rest
+    assert all(c.parent_ids == (best.id,) for c in children)

@@ -124,9 +124,8 @@ def test_a_line_that_declines_is_an_error_naming_it(tmp_path, line, reason):
     assert not (tmp_path / "e.py").exists()
 
 
-def test_the_fastest_recipe_applies_on_cpu_and_keeps_every_allele():
-    steps = recipe.parse(FASTEST.read_text())
-    source = recipe.apply(steps)
+def test_the_fastest_recipe_applies_on_cpu_and_keeps_every_allele(fastest_source):
+    steps, source = recipe.parse(FASTEST.read_text()), fastest_source
     assert static_problems(source) == []
     carried = program.gene_alleles(program.parse(source))
     swaps = [s.operator.split(".")[1:] for s in steps if s.operator.startswith("allele.")]
