@@ -18,14 +18,15 @@ from evolve.toolbox import MERGE_EVERY_GAIN
 from fitness.sandbox import judge
 from mutations import recipe
 from mutations.crossover import MERGE_NAME, NAME as CROSSOVER
-from tests import subreaper
+from tests import some_real_operators, subreaper
 from tests.conftest import SEED_ENGINE
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def real_operators() -> dict:
-    return {"mutate_fn": mutations.random_mutation, "mate_fn": mutations.crossover}
+    """Six real operators, the real crossover (tests/some_real_operators.py says why six)."""
+    return {"mutate_fn": some_real_operators.random_mutation, "mate_fn": some_real_operators.crossover}
 
 
 def judged_ok(engine: Path, small_target, tmp_path) -> dict:
