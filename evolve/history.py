@@ -29,7 +29,8 @@ def tps_column(case: str) -> str:
 BASE_COLUMNS = ("run_id", "generation", "candidate_id", "parent_ids", "operator", "operator_args",
                 "status", "stage", "worst_ratio")
 TAIL_COLUMNS = ("peak_memory_mb", "fitness", "level", "baseline_id", "ratio", "ratio_low", "ratio_high",
-                "rounds", "fitness_cv", "judge_seconds", "device", "source_path", "timestamp", "error", "target")
+                "rounds", "fitness_cv", "judge_seconds", "judge_phases", "device", "source_path", "timestamp", "error",
+                "target")
 COLUMNS = BASE_COLUMNS + tuple(tps_column(c) for c in case_names()) + TAIL_COLUMNS
 NUMERIC = ("generation", "worst_ratio", "peak_memory_mb", "fitness", "ratio", "ratio_low", "ratio_high",
            "rounds", "fitness_cv", "judge_seconds")
@@ -99,7 +100,8 @@ def verdict_row(verdict: dict, fitness: float) -> dict:
            "fitness": fitness, "level": verdict.get("level", ""), "ratio": verdict.get("ratio"),
            "ratio_low": verdict.get("ratio_low"), "ratio_high": verdict.get("ratio_high"),
            "rounds": verdict.get("rounds"), "fitness_cv": verdict.get("fitness_cv"),
-           "judge_seconds": verdict.get("seconds"), "device": verdict.get("device"),
+           "judge_seconds": verdict.get("seconds"), "judge_phases": verdict.get("phases"),
+           "device": verdict.get("device"),
            "error": verdict.get("error", "")}
     for case, tps in (verdict.get("tokens_per_second") or {}).items():
         row[tps_column(case)] = tps

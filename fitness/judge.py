@@ -567,7 +567,8 @@ class Group:
 
 def phases(marks: list, runners: list) -> dict:
     """Seconds per stage of a judgement, and per request kind summed over its runners
-    (prepare: making engines; go: the calls; fetch: the outputs' transfer)."""
+    (start: the process; load: the engine's module; prepare: making engines; run: the
+    calls; fetch: the outputs' transfer)."""
     ends = [when for _, when in marks[1:]] + [time.monotonic()]
     spent = {stage: round(end - began, 3) for (stage, began), end in zip(marks, ends)}
     for runner in runners:

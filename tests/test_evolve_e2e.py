@@ -55,6 +55,9 @@ def test_two_generations_with_the_real_operators_and_judge(small_target, tmp_pat
     assert set(judged["operator"].iloc[1:]) <= known  # every child made by a real operator
     assert not judged["candidate_id"].duplicated().any()
     assert frame["tps_prefill_4x32"].notna().any()  # a CPU run times the small cases
+    phases = json.loads(judged["judge_phases"].iloc[0])  # the seed's: where its seconds went
+    assert {"import", "gate", "timing", "runner_prepare", "runner_run"} <= set(phases)
+    assert 0 < phases["gate"] + phases["timing"] <= judged["judge_seconds"].iloc[0]
     log = (config.workspace / "results.log").read_text()
     assert "winner" in log and "lineage:" in log and "roofline" in log
     judged_ok(config.workspace / "engine.py", small_target, tmp_path)
