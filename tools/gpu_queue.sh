@@ -15,6 +15,10 @@
 #   hf:MODE[:MODEL]           tools/gpu_hf.sh MODE (check, bench, profile, transformers) -> STATE/hf, on
 #                             MODEL alone (default both), with STATE/hf_MODEL's winner beside the recipe
 #   gpu_tests[:EXPR]          python -m pytest tests/test_gpu.py [-k EXPR] -> STATE/gpu_tests.txt
+#   try:ENGINE                an engine file not on main (a branch's recipe, built beforehand into the
+#                             working tree): fitness check on the toy model with every derived config
+#                             (bf16 among them), then gpu_hf.sh check and bench beside the recipe
+#                             -> STATE/try_NAME.txt, STATE/hf
 #   create:TARGET             what making the seed's and the recipe's engines costs on TARGET
 #                             against running a case (tools.create_probe) -> STATE/create_TARGET.json
 set -uo pipefail
@@ -45,6 +49,12 @@ run_job() {
         bash tools/gpu_hf.sh "$mode" "$state/hf" ;;
   gpu_tests) python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py ${target:+-k "$target"} 2>&1 \
                | tee "$state/gpu_tests.txt" | tail -5 ;;
+  try) local name; name=$(basename "$target" .py)
+       python3 -m fitness check --engine "$target" --model-config target/model_config.json \
+         --weight-dir target/weights --device cuda 2>&1 | tee "$state/try_$name.txt" | head -c 600; echo
+       for mode in check bench; do
+         WITH_SEED=0 ENGINES="$target" bash tools/gpu_hf.sh "$mode" "$state/hf" || return 1
+       done ;;
   create) local config=target/model_config.json
           [ "$target" = public ] || config=$(python3 -m target.targets targets --only "$target") || return 1
           python3 -m mutations recipe mutations/recipes/fastest.txt -o /tmp/fastest.py > /dev/null || return 1
