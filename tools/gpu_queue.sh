@@ -19,6 +19,7 @@
 #                             working tree): fitness check on the toy model with every derived config
 #                             (bf16 among them), then gpu_hf.sh check and bench beside the recipe
 #                             -> STATE/try_NAME.txt, STATE/hf
+#   probe:NAME                python -m tools.probes.NAME -> STATE/probe_NAME.txt
 #   create:TARGET             what making the seed's and the recipe's engines costs on TARGET
 #                             against running a case (tools.create_probe) -> STATE/create_TARGET.json
 set -uo pipefail
@@ -55,6 +56,7 @@ run_job() {
        for mode in check bench; do
          WITH_SEED=0 ENGINES="$target" bash tools/gpu_hf.sh "$mode" "$state/hf" || return 1
        done ;;
+  probe) python3 -m "tools.probes.$target" 2>&1 | tee "$state/probe_$target.txt" | tail -20 ;;
   create) local config=target/model_config.json
           [ "$target" = public ] || config=$(python3 -m target.targets targets --only "$target") || return 1
           python3 -m mutations recipe mutations/recipes/fastest.txt -o /tmp/fastest.py > /dev/null || return 1

@@ -18,17 +18,17 @@ import torch
 
 from tools.probes.graph_timing import time_graph
 
-ALLELES = Path(__file__).resolve().parents[1] / "mutations" / "alleles"
+ALLELES = Path(__file__).resolve().parents[2] / "mutations" / "alleles"
 # (name, batch, query heads, K/V heads, head_dim, tokens a request holds, max_positions)
 SHAPES = [("public decode", 8, 4, 4, 192, 48, 6000), ("public mixed", 8, 4, 4, 192, 130, 6000),
           ("1B batch 1", 1, 32, 4, 64, 192, 2048), ("1B batch 64", 64, 32, 4, 64, 300, 2048)]
 PAGE_SIZE = 16
 
 
-def load_allele():
-    """triton_split_kv over the shared helpers a swap brings with it."""
+def load_allele(gene: str = "attend_decode", name: str = "triton_split_kv"):
+    """An allele's file (by default triton_split_kv) over the shared helpers a swap brings with it."""
     module = None
-    for path in (ALLELES / "shared.py", ALLELES / "attend_decode" / "triton_split_kv.py"):
+    for path in (ALLELES / "shared.py", ALLELES / gene / f"{name}.py"):
         spec = importlib.util.spec_from_file_location(path.stem, path)
         loaded = importlib.util.module_from_spec(spec)
         if module is not None:

@@ -23,7 +23,7 @@ import triton
 
 from tools.probes.graph_timing import time_graph
 
-ALLELE = Path(__file__).resolve().parents[1] / "mutations" / "alleles" / "attend_prefill" / "triton_varlen.py"
+ALLELE = Path(__file__).resolve().parents[2] / "mutations" / "alleles" / "attend_prefill" / "triton_varlen.py"
 SLOTS = 16  # MAX_PREFILL_PROMPTS of the prefill-graphs engine
 # (name, prompt lengths, query heads, K/V heads, head_dim, bucket: None when run eagerly)
 SHAPES = [("public prefill 4x128", [128] * 4, 4, 4, 192, 512), ("public mixed 4x64", [64] * 4, 4, 4, 192, 256),
