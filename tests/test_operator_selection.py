@@ -580,10 +580,9 @@ def test_generation_one_fills_a_population_past_the_levers_the_best_already_has(
     config = SimpleNamespace(nsga2=False, device="cuda", tournament_size=3, num_elite=1, workers=1)
     toolbox = make_toolbox(config, [], lambda program: None, map, random.Random(0))
     best = Program(fastest_source)
-    declined = []
     search = SimpleNamespace(toolbox=toolbox, generation=1, hall_of_fame=[best], config=config,
                              clock=SimpleNamespace(left=lambda: 1200.0), estimated_final_s=lambda: 100.0,
-                             estimated_screen_s=lambda: 30.0, record_decline=lambda *args: declined.append(args))
+                             estimated_screen_s=lambda: 30.0, record_decline=lambda *args: None)
     children = breed(search, [best], 8).children
     assert len(children) == 8 and len({c.id for c in children}) == 8
     vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover)
