@@ -583,9 +583,9 @@ def test_generation_one_fills_a_population_past_the_levers_the_best_already_has(
     search = SimpleNamespace(toolbox=toolbox, generation=1, hall_of_fame=[best], config=config,
                              clock=SimpleNamespace(left=lambda: 1200.0), estimated_final_s=lambda: 100.0,
                              estimated_screen_s=lambda: 30.0, record_decline=lambda *args: None)
-    children = breed(search, [best], 8).children
-    assert len(children) == 8 and len({c.id for c in children}) == 8
+    children = breed(search, [best], 4).children
+    assert len(children) == 4 and len({c.id for c in children}) == 4
     vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover)
     ranks = [sweep_rank(c.operator, "cuda", vocabulary) for c in children]
-    assert ranks[0] == 0 < ranks[-1] and ranks == sorted(ranks)  # the levers (fewer than 8 here), then the rest
+    assert ranks[0] == 0 < ranks[-1] and ranks == sorted(ranks)  # the levers (one here), then the rest
     assert all(c.parent_ids == (best.id,) for c in children)
