@@ -17,9 +17,24 @@ INTERPRETED = ["allele.rms_norm.triton", "allele.add_rms_norm.triton", "allele.a
 
 
 def interpreted(*args, timeout):
+    return interpreted_side_by_side([args], timeout=timeout)[0]
+
+
+def interpreted_side_by_side(arg_lists, timeout) -> list:
+    """One interpreted process per argument list, all at once (each runs one thread), and
+    what each printed, as subprocess.run gives it."""
     env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, *map(str, args)], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    runs = [subprocess.Popen([sys.executable, *map(str, args)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for args in arg_lists]
+    done = []
+    try:
+        for args, run in zip(arg_lists, runs):
+            out, err = run.communicate(timeout=timeout)
+            done.append(subprocess.CompletedProcess(args, run.returncode, out, err))
+    finally:
+        for run in runs:
+            run.kill()
+    return done
 
 
 def test_triton_kernels_match_torch_on_cpu():
@@ -37,9 +52,12 @@ def test_prefill_graph_engine_matches_the_seed_on_cpu(small_target):
     seed's logits, over paged, paged_chunks and a slab that grows (a capture zeroes the static
     buffers)."""
     config_path, weight_dir = small_target
-    done = interpreted(FIXTURES / "prefill_graphs.py", config_path, weight_dir, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert all(done.stdout.count(f"ok {cache}: ") == 12 for cache in ("paged", "paged_chunks", "slab"))
+    caches = ("paged", "paged_chunks", "slab")  # one process each, side by side on the machine's cores
+    runs = interpreted_side_by_side([(FIXTURES / "prefill_graphs.py", config_path, weight_dir, cache)
+                                     for cache in caches], timeout=300)
+    for cache, done in zip(caches, runs):
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.count(f"ok {cache}: ") == 12, done.stdout
 
 
 @pytest.mark.skipif(os.environ.get("MUTATIONS_SLOW") != "1", reason="about 45 s per allele; MUTATIONS_SLOW=1 runs it")

@@ -43,8 +43,8 @@ def child_module(cache):
     return load_engine_module(path)
 
 
-def main(config_path, weight_dir) -> int:
-    for cache in ("paged", "paged_chunks", "slab"):
+def main(config_path, weight_dir, *caches) -> int:
+    for cache in caches or ("paged", "paged_chunks", "slab"):
         module = child_module(cache)
         module.CHUNK_PAGES, module.SLAB_SLOTS = 2, 4  # both grow under the engine
         module.EAGER_PREFILL_TOKENS = 8  # the eager prefill below runs in groups of prompts
