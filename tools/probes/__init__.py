@@ -4,6 +4,7 @@ figure can be measured again, not run by any driver.
 
     python -m tools.probes.decode_attention_bench   split-KV decode attention's tiles (GPU)
     python -m tools.probes.prefill_attention_bench  varlen prefill attention's blocks (GPU)
+    python -m tools.probes.bf16_exactness           RoPE and SwiGLU kernels against torch's bf16 rounding (GPU)
     python -m tools.probes.linear_bench             skinny matmuls: cuBLAS against skinny_matmul's kernels (GPU)
     python -m tools.probes.call_delivery_cost       what delivering a trace call by call costs a program (GPU)
     python -m tools.probes.host_profile             where a case's host time goes (GPU)

@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from tools.probes.decode_attention_bench import load_allele
+from tools.probes.alleles import load_allele
 
 EXP = tl if os.environ.get("TRITON_INTERPRET") == "1" else libdevice  # the interpreter has no libdevice
 # (name, query heads, K/V heads, head_dim, intermediate size)

@@ -10,35 +10,20 @@ over each request's pages) is timed beside it for scale, and every setting's out
 checked against it first.
 """
 import argparse
-import importlib.util
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 
+from tools.probes.alleles import load_allele
 from tools.probes.graph_timing import time_graph
 
-ALLELES = Path(__file__).resolve().parents[2] / "mutations" / "alleles"
 # (name, batch, query heads, K/V heads, head_dim, tokens a request holds, max_positions)
 SHAPES = [("public decode", 8, 4, 4, 192, 48, 6000), ("public mixed", 8, 4, 4, 192, 130, 6000),
           ("1B batch 1", 1, 32, 4, 64, 192, 2048), ("1B batch 64", 64, 32, 4, 64, 300, 2048),
           ("Llama-3.2-1B batch 1", 1, 32, 8, 64, 192, 4096), ("Llama-3.2-1B batch 64", 64, 32, 8, 64, 300, 4096),
           ("Qwen3-0.6B batch 1", 1, 16, 8, 128, 192, 4096), ("Qwen3-0.6B batch 64", 64, 16, 8, 128, 300, 4096)]
 PAGE_SIZE = 16
-
-
-def load_allele(gene: str = "attend_decode", name: str = "triton_split_kv"):
-    """An allele's file (by default triton_split_kv) over the shared helpers a swap brings with it."""
-    module = None
-    for path in (ALLELES / "shared.py", ALLELES / gene / f"{name}.py"):
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        loaded = importlib.util.module_from_spec(spec)
-        if module is not None:
-            vars(loaded).update({k: v for k, v in vars(module).items() if not k.startswith("__")})
-        spec.loader.exec_module(loaded)
-        module = loaded
-    return module
 
 
 def make_call(batch, heads, kv_heads, head_dim, tokens, max_positions):
@@ -59,7 +44,7 @@ def main(argv=None) -> int:
     parser.add_argument("--programs", type=int, nargs="+", default=[128, 256, 512, 1024, 2048, 4096])
     parser.add_argument("--tiles", type=int, nargs="+", default=[0], help="tokens a tile (0: the allele's choice)")
     args = parser.parse_args(argv)
-    module = load_allele()
+    module = load_allele("attend_decode", "triton_split_kv")
     default_tile = module.DECODE_TILE
     for name, *shape in SHAPES:
         cache, step, q = make_call(*shape)

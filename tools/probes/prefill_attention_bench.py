@@ -10,7 +10,6 @@ block, pipeline stages, warps) is checked against SDPA in fp32 over each prompt,
 captured in a CUDA graph and replayed 50 times; the allele's own tiling is timed first.
 """
 import argparse
-import importlib.util
 import itertools
 import json
 import math
@@ -21,21 +20,14 @@ import torch
 import torch.nn.functional as F
 import triton
 
+from tools.probes.alleles import load_allele
 from tools.probes.graph_timing import time_graph
 
-ALLELE = Path(__file__).resolve().parents[2] / "mutations" / "alleles" / "attend_prefill" / "triton_varlen.py"
 SLOTS = 16  # MAX_PREFILL_PROMPTS of the prefill-graphs engine
 # (name, prompt lengths, query heads, K/V heads, head_dim, bucket: None when run eagerly)
 SHAPES = [("public prefill 4x128", [128] * 4, 4, 4, 192, 512), ("public mixed 4x64", [64] * 4, 4, 4, 192, 256),
           ("public mixed 4x32", [32] * 4, 4, 4, 192, 128), ("head_dim 256, 4x128", [128] * 4, 4, 4, 256, 512),
           ("1B 4x1024 (eager group)", [1024] * 4, 32, 4, 64, None)]
-
-
-def load_allele():
-    spec = importlib.util.spec_from_file_location("triton_varlen", ALLELE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def make_call(lengths, heads, kv_heads, head_dim, bucket):
@@ -87,7 +79,7 @@ def main(argv=None) -> int:
     parser.add_argument("--warps", type=int, nargs="+", default=[4, 8])
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    module = load_allele()
+    module = load_allele("attend_prefill", "triton_varlen")
     rows = []
     for name, lengths, heads, kv_heads, head_dim, bucket in SHAPES:
         q, k, v, step = make_call(lengths, heads, kv_heads, head_dim, bucket)
