@@ -1,7 +1,6 @@
 """The Triton alleles' kernels against torch references, on CPU tensors through Triton's
 interpreter. Run in a fresh process with TRITON_INTERPRET=1 (the test does); exits non-zero
 on the first mismatch. Sizes are tiny: the interpreter runs each program in numpy."""
-import importlib.util
 import math
 import os
 import sys
@@ -12,24 +11,10 @@ assert os.environ.get("TRITON_INTERPRET") == "1", "set TRITON_INTERPRET=1 before
 import torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-ALLELES = REPO / "mutations" / "alleles"
 NO_CACHE = SimpleNamespace(reference_rounding=False)  # varlen prefill reads only this of its cache
 sys.path.insert(0, str(REPO))
 from mutations.rewrites.kernels import prefetched_linear as linear  # noqa: E402
-
-
-def load(gene, name):
-    """The allele's file as a module, over the seed's and the shared helpers a swap would
-    bring with it."""
-    module = None
-    for path in (REPO / "seed_engine" / "engine.py", ALLELES / "shared.py", ALLELES / gene / f"{name}.py"):
-        spec = importlib.util.spec_from_file_location(f"allele_{gene}_{name}_{path.stem}", path)
-        loaded = importlib.util.module_from_spec(spec)
-        if module is not None:
-            vars(loaded).update({k: v for k, v in vars(module).items() if not k.startswith("__")})
-        spec.loader.exec_module(loaded)
-        module = loaded
-    return module
+from tools.probes.alleles import load_allele as load  # noqa: E402
 
 
 def reference_norm(x, weight, eps):
