@@ -93,11 +93,10 @@ def breed(search, parents: list, num_children: int) -> Brood:
         best = best_of(search)
         limit = sweep_size(search.clock.left() - search.estimated_final_s(), search.estimated_screen_s(),
                            search.config.workers, num_children)
-        # On a GPU the GPU-only operators (graphs and kernels: docs/PERF.md); the rest are
-        # swept from the best program, which by then is rarely the eager seed, a generation
-        # later. A library program has most levers already: with them alone, generation 1 of
-        # a 20-minute search on a real shape judged one child (docs/PERF.md), so the rest
-        # fill a population's worth.
+        # On a GPU the GPU-only operators first (graphs and kernels: docs/PERF.md), then the
+        # others up to a population's worth: library programs carry most levers (the recipe
+        # all but one), and with them alone generation 1 of a 20-minute search on a real
+        # shape judged one child.
         for result in toolbox.sweep(best, limit, levers_only=True):
             brood.add(result, (best.id,))
         for result in toolbox.sweep(best, max(0, num_children - len(brood.children))):

@@ -51,8 +51,10 @@ run_job() {
   gpu_tests) python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py ${target:+-k "$target"} 2>&1 \
                | tee "$state/gpu_tests.txt" | tail -5 ;;
   try) local name; name=$(basename "$target" .py)
+       # The whole verdict to the file, its head to the log (head first would cut tee off short).
        python3 -m fitness check --engine "$target" --model-config target/model_config.json \
-         --weight-dir target/weights --device cuda 2>&1 | tee "$state/try_$name.txt" | head -c 600; echo
+         --weight-dir target/weights --device cuda > "$state/try_$name.txt" 2>&1
+       head -c 600 "$state/try_$name.txt"; echo
        for mode in check bench; do
          WITH_SEED=0 ENGINES="$target" bash tools/gpu_hf.sh "$mode" "$state/hf" || return 1
        done ;;
