@@ -1,6 +1,7 @@
 """The search end to end on CPU with the real judge (child processes), on the small target."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -46,9 +47,12 @@ def test_two_generations_with_the_real_operators_and_judge(small_target, tmp_pat
     assert run(config, **real_operators()) == 0
     frame = history.read(config.history)
     judged = history.judged_rows(frame)
-    # The loop judged generations 0-2. The final's rows carry the number after the last; a
-    # first judgement there is the closing merge, when it was new (CI saw one; here none).
-    assert set(judged["generation"]) - {3} == {0, 1, 2}
+    # The loop ran generations 0-2 and judged in 0 and 1; six operators can leave generation 2
+    # nothing new (CI saw 10 children, all cached). The final's rows carry the number after the
+    # last; a first judgement there is the closing merge, when it was new.
+    log = (config.workspace / "results.log").read_text()
+    assert [int(g) for g in re.findall(r"^gen +(\d+) \|", log, re.M)] == [0, 1, 2]
+    assert {0, 1} <= set(judged["generation"]) <= {0, 1, 2, 3}
     assert (judged["generation"] == 3).sum() <= 1
     assert judged["operator"].iloc[0] == "seed" and judged["status"].iloc[0] == "ok"
     known = {op.name for op in mutations.all_operators()} | {CROSSOVER, MERGE_NAME, MERGE_EVERY_GAIN}
@@ -58,7 +62,6 @@ def test_two_generations_with_the_real_operators_and_judge(small_target, tmp_pat
     phases = json.loads(judged["judge_phases"].iloc[0])  # the seed's: where its seconds went
     assert {"import", "gate", "timing", "runner_prepare", "runner_run"} <= set(phases)
     assert 0 < phases["gate"] + phases["timing"] <= judged["judge_seconds"].iloc[0]
-    log = (config.workspace / "results.log").read_text()
     assert "winner" in log and "lineage:" in log and "roofline" in log
     judged_ok(config.workspace / "engine.py", small_target, tmp_path)
     # The shipped library is GPU recipes: each declined, saying so; the winner joins the run's.
