@@ -116,6 +116,18 @@ def definitions(module: cst.Module) -> dict:
     return {defined_name(s): s for s in module.body if defined_name(s)}
 
 
+@lru_cache(maxsize=512)
+def imports_by_name(module: cst.Module) -> dict:
+    """name -> the first top-level import binding it. Cached by module identity, as
+    definitions: missing_names asks it of every name a program mentions, locals included."""
+    found = {}
+    for stmt in module.body:
+        if is_import(stmt):
+            for name in import_bindings(stmt):
+                found.setdefault(name, stmt)
+    return found
+
+
 def code(node) -> str:
     return cst.Module([]).code_for_node(node)
 
@@ -198,7 +210,7 @@ def missing_names(module: cst.Module, sources: list) -> list:
             if stmt is not None and name not in GENES:
                 found.append((name, stmt, "def"))
                 break
-            imp = next((s for s in source.body if is_import(s) and name in import_bindings(s)), None)
+            imp = imports_by_name(source).get(name)
             if imp is not None:
                 found.append((name, imp, "import"))
                 break
