@@ -1,6 +1,6 @@
 """A random walk from the seed: how often do children survive the judge's static stage and gate?
 
-    python -m tools.walk [--steps 200] [--crosses 50] [--seed 0] [--device cpu] [--derived]
+    python -m tools.walk [--steps 200] [--crosses 50] [--seed 0] [--device cpu] [--derived] [--json]
 
 The walk applies `random_mutation` (operators that run on the device) to the current
 program `steps` times and, spread evenly among them, `crosses` crossovers with a program
@@ -124,6 +124,7 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--derived", action="store_true", help="gate on the derived configs too (slower)")
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--json", action="store_true", help="the report as one line of JSON, for tools and tests")
     args = parser.parse_args(argv)
     if args.device == "cpu":
         # Tiny models: more threads buy nothing, and on a shared machine OpenMP threads
@@ -135,7 +136,8 @@ def main(argv=None) -> int:
     started = time.time()
     report = walk(judge, args.steps, args.crosses, args.seed, args.device,
                   log=(lambda line: print(line, flush=True)) if args.verbose else None)
-    print(format_report(report, time.time() - started, args.derived))
+    seconds = time.time() - started
+    print(json.dumps({**report, "seconds": seconds}) if args.json else format_report(report, seconds, args.derived))
     return 0
 
 
