@@ -48,9 +48,10 @@ def cmd_check(args) -> int:
     seed = args.seed if args.seed is not None else fresh_seed()
     try:
         module = load_engine_module(args.engine)
-        result = gate.check_module(module, ModelConfig.load(args.model_config), args.weight_dir,
-                                   resolve_device(args.device), seed, args.scratch or tempfile.mkdtemp(),
-                                   args.margin, not args.no_derived)
+        with tempfile.TemporaryDirectory(prefix="check_weights_") as own_scratch:
+            result = gate.check_module(module, ModelConfig.load(args.model_config), args.weight_dir,
+                                       resolve_device(args.device), seed, args.scratch or own_scratch,
+                                       args.margin, not args.no_derived)
     except Exception as err:
         print(json.dumps({"status": "failed", "case": "", "errors": [error_text(err)], "seed": seed}))
         return 1

@@ -18,6 +18,7 @@ check and the derived configs), "none" (timing only, for programs judged before)
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -184,7 +185,9 @@ class Judge:
         self.references = References(device)
         self.spares = Spares(device, {**(env or {}), "OMP_NUM_THREADS": "1"} if is_cuda(device) else env)
         # Absolute: the runner works in a directory of its own, where a relative path names
-        # nothing (every judgement was a crash).
+        # nothing (every judgement was a crash). One made here goes at close: the derived
+        # configs' weights in it reach hundreds of MB on a large target.
+        self.own_scratch = scratch is None
         self.scratch = Path(scratch or tempfile.mkdtemp(prefix="judge_weights_")).resolve()
         self.kept = None  # the last baseline's runner, warm, for the next judgement beside it
         # Threads that only wait on runners: the untimed work of a group runs at once.
@@ -202,6 +205,8 @@ class Judge:
         self.drop_kept()
         self.spares.close()
         self.helpers.shutdown()
+        if self.own_scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
     def judge(self, path, config_path, weight_dir, seed: int, **options) -> dict:
         """The verdict on `path`; options as judge_group's."""

@@ -3,7 +3,7 @@ import os
 import time
 
 from fitness.devices import core_siblings, parse_cpus
-from fitness.judge import kept_off
+from fitness.judge import Judge, kept_off
 from fitness.sandbox import judge
 from fitness.wire import spin_until_readable
 from tests import planted
@@ -21,6 +21,16 @@ def test_seed_engine_is_ok_with_its_evidence(small_target, scratch):
     assert verdict["status"] == "ok", verdict["error"]
     assert verdict["seed"] == 5 and 0 < verdict["worst_ratio"] < 0.5
     assert len(verdict["source_hash"]) == 16
+
+
+def test_a_judge_removes_the_scratch_it_made_and_keeps_one_it_was_given(tmp_path):
+    made = Judge("cpu")  # a judgement's derived weights go there: hundreds of MB on a large target
+    (made.scratch / "weights.pt").write_bytes(b"0")
+    made.close()
+    assert not made.scratch.exists()
+    given = Judge("cpu", scratch=tmp_path)
+    given.close()
+    assert tmp_path.is_dir()
 
 
 def test_relative_paths_are_the_callers_not_the_runners(small_target, tmp_path, monkeypatch):

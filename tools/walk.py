@@ -130,12 +130,13 @@ def main(argv=None) -> int:
         # Tiny models: more threads buy nothing, and on a shared machine OpenMP threads
         # spinning against other processes made a 0.5 s gate take 90 s.
         torch.set_num_threads(1)
-    scratch = Path(tempfile.mkdtemp(prefix="mutation_walk_"))
-    write_weights(SMALL_CONFIG, scratch / "weights" / "model.pt", seed=1234)
-    judge = Judge(SMALL_CONFIG, scratch / "weights", scratch, args.device, args.derived)
-    started = time.time()
-    report = walk(judge, args.steps, args.crosses, args.seed, args.device,
-                  log=(lambda line: print(line, flush=True)) if args.verbose else None)
+    with tempfile.TemporaryDirectory(prefix="mutation_walk_") as scratch:
+        scratch = Path(scratch)
+        write_weights(SMALL_CONFIG, scratch / "weights" / "model.pt", seed=1234)
+        judge = Judge(SMALL_CONFIG, scratch / "weights", scratch, args.device, args.derived)
+        started = time.time()
+        report = walk(judge, args.steps, args.crosses, args.seed, args.device,
+                      log=(lambda line: print(line, flush=True)) if args.verbose else None)
     seconds = time.time() - started
     print(json.dumps({**report, "seconds": seconds}) if args.json else format_report(report, seconds, args.derived))
     return 0
