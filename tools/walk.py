@@ -130,8 +130,8 @@ def main(argv=None) -> int:
         # Tiny models: more threads buy nothing, and on a shared machine OpenMP threads
         # spinning against other processes made a 0.5 s gate take 90 s.
         torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory(prefix="mutation_walk_") as scratch:
-        scratch = Path(scratch)
+    with tempfile.TemporaryDirectory(prefix="mutation_walk_") as scratch_name:
+        scratch = Path(scratch_name)
         write_weights(SMALL_CONFIG, scratch / "weights" / "model.pt", seed=1234)
         judge = Judge(SMALL_CONFIG, scratch / "weights", scratch, args.device, args.derived)
         started = time.time()
