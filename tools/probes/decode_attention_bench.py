@@ -3,9 +3,9 @@
     python -m tools.probes.decode_attention_bench [--programs 256 512 1024] [--tiles 16 32 64]
 
 Each shape (the public config's decode batches; the 1B-class config's, Llama-3.2-1B's and
-Qwen3-0.6B's batch of 1 and of 64) is a paged cache of random K/V with scattered pages;
-each call is captured in a CUDA graph, as the graph engines run it, and replayed 200 times
-between CUDA events. The same call through the reference's math (`table_attention`, SDPA
+Qwen3-0.6B's batch of 1 and of 64; the long_prompts target's 4 requests of 2,048 tokens) is
+a paged cache of random K/V with scattered pages; each call is captured in a CUDA graph, as
+the graph engines run it, and replayed 200 times between CUDA events. The same call through the reference's math (`table_attention`, SDPA
 over each request's pages) is timed beside it for scale, and every setting's output is
 checked against it first.
 """
@@ -22,7 +22,8 @@ from tools.probes.graph_timing import time_graph
 SHAPES = [("public decode", 8, 4, 4, 192, 48, 6000), ("public mixed", 8, 4, 4, 192, 130, 6000),
           ("1B batch 1", 1, 32, 4, 64, 192, 2048), ("1B batch 64", 64, 32, 4, 64, 300, 2048),
           ("Llama-3.2-1B batch 1", 1, 32, 8, 64, 192, 4096), ("Llama-3.2-1B batch 64", 64, 32, 8, 64, 300, 4096),
-          ("Qwen3-0.6B batch 1", 1, 16, 8, 128, 192, 4096), ("Qwen3-0.6B batch 64", 64, 16, 8, 128, 300, 4096)]
+          ("Qwen3-0.6B batch 1", 1, 16, 8, 128, 192, 4096), ("Qwen3-0.6B batch 64", 64, 16, 8, 128, 300, 4096),
+          ("long_prompts decode 4x2048", 4, 6, 6, 128, 2056, 8192)]
 PAGE_SIZE = 16
 
 
