@@ -1,5 +1,5 @@
 """Random walks of 80 rewrites and 20 crossovers in all from the seed, every distinct child judged
-once on CPU: at least 90% pass the static stage and 70% the gate (figures printed: `pytest -n 0 -s`)."""
+once on CPU: at least 90% pass the static stage and 70% the gate (figures printed under `pytest -s`, without -n)."""
 import json
 import subprocess
 import sys
