@@ -1,6 +1,7 @@
 """CI runs what the README tells a newcomer to run, so the two cannot drift apart."""
 import re
 
+import tools
 from tests.conftest import REPO
 
 
@@ -20,3 +21,11 @@ def test_ci_runs_the_readme_set_up_and_test_commands():
     for command in setup + test_command:
         assert command in ci, f"README command not run by .ci/run: {command}"
     assert "bash run.sh" in readme_commands("Run")
+
+
+def test_every_tool_is_in_the_tools_index():
+    """tools/__init__.py is where a newcomer looks for what measures what."""
+    index = tools.__doc__
+    names = [p.stem for p in (REPO / "tools").glob("*.py") if p.stem != "__init__"]
+    names += [p.name for p in (REPO / "tools").glob("*.sh")]
+    assert [name for name in names if name not in index] == []

@@ -4,6 +4,15 @@
     python -m tools.gpu_check   every operator's child of the seed judged on a GPU
     python -m tools.go_overhead where a judged run's time goes against the benchmark's clock
     python -m tools.cheat_verdicts   every cheat of tests/cheats.py judged beside the seed
+    python -m tools.judge_probe, judge_throughput   how fast and how precisely the judge judges
+    python -m tools.create_probe     what making an engine costs beside running a case
+    python -m tools.profile_case     where one case's time goes: wall, GPU busy time, kernels
+    python -m tools.memory_peak      what is alive at a case's peak memory, and who allocated it
+    python -m tools.transformers_bench   transformers itself on the large cases (the yardstick)
+    python -m tools.serve_offline, served_vs_offline, serve_greedy_check   the server against
+                                the engine alone, and its greedy tokens against the reference
+    python -m tools.bench_line, versus_recipe   `fitness bench` results as lines, and as
+                                ratios to the recipe's per case (read by the gpu_*.sh drivers)
     bash tools/gpu_search.sh    one device call each: a search, its winner against the recipe, its judge
     bash tools/gpu_targets.sh   one device call each: programs against the targets (check, compare,
                                 profile, memory, gate)
@@ -15,6 +24,7 @@
                                 another on one GPU, in the background, outliving the call
     bash tools/gpu_follow.sh    a later device call's view of work an earlier call started under
                                 setsid: stops at once on a fresh machine, brings back what exists
+    tools/gpu_env.sh            sourced by the drivers: the carried wheels installed, once
     tools/probes/               one-off measurements cited in docs/PERF.md, kept to re-measure
 
 They judge what `mutations` makes with `fitness`, which is why they live here: the
