@@ -1,4 +1,5 @@
-"""CI runs what the README tells a newcomer to run, so the two cannot drift apart."""
+"""What a newcomer reads cannot drift from what it describes: CI runs the README's commands, and
+the tools index names every tool."""
 import re
 
 import tools
