@@ -10,6 +10,7 @@
     unports(name, source)                  True when it puts portable code where a GPU kernel runs
     random_mutation(source, rng, device)   one operator, uniform over the applicable ones;
                                            Declined if none
+    apply_one_of(names, source, rng, device)   the same draw over a list of names
     crossover(a, b, rng)                   uniform over genes, closed under requirements
     merge_gains(a, b, base, rng, genes)    a with the genes b changed since base (of `genes`)
     intended_genes(child, parent, args)    the genes an operator meant to change
@@ -29,8 +30,8 @@ from mutations.crossover import crossover, intended_genes, merge_gains
 from mutations.rewrites import rewrite_operators
 
 __all__ = ["Applied", "Declined", "Operator", "all_operators", "get_operator", "applicable_operators",
-           "apply_operator", "with_work_for", "is_deterministic", "is_program_wide", "unports", "random_mutation", "crossover",
-           "merge_gains", "intended_genes"]
+           "apply_operator", "with_work_for", "is_deterministic", "is_program_wide", "unports", "random_mutation",
+           "apply_one_of", "crossover", "merge_gains", "intended_genes"]
 
 
 @lru_cache(maxsize=None)
@@ -86,7 +87,11 @@ def unports(name: str, source: str) -> bool:
 
 def random_mutation(source: str, rng: random.Random, device: str) -> Applied | Declined:
     """Apply one operator drawn uniformly from those that run on `device` and apply."""
-    usable = applicable_operators(source, device)
+    return apply_one_of(applicable_operators(source, device), source, rng, device)
+
+
+def apply_one_of(usable: list, source: str, rng: random.Random, device: str) -> Applied | Declined:
+    """Apply one of the operators named in `usable`, drawn uniformly; Declined if none."""
     if not usable:
         return Declined("random_mutation", f"no operator for {device} applies")
     return apply_operator(usable[rng.randrange(len(usable))], source, rng)

@@ -21,7 +21,4 @@ def applicable_operators(source: str, device: str) -> list[str]:
 
 def random_mutation(source: str, rng: random.Random, device: str):
     """One of SOME that applies, drawn uniformly (mutations.random_mutation's rule)."""
-    usable = applicable_operators(source, device)
-    if not usable:
-        return mutations.Declined("random_mutation", f"none of these operators for {device} applies")
-    return apply_operator(usable[rng.randrange(len(usable))], source, rng)
+    return mutations.apply_one_of(applicable_operators(source, device), source, rng, device)
