@@ -16,15 +16,12 @@ from pathlib import Path
 
 import torch
 
+from fitness.bench import synchronize
 from fitness.cases import select_cases
-from fitness.devices import is_cuda, resolve_device
+from fitness.devices import resolve_device
 from fitness.loader import load_engine_module
 from fitness.traces import materialize, replay
 
-
-def synchronize(device: str) -> None:
-    if is_cuda(device):
-        torch.cuda.synchronize()
 
 
 def milliseconds(fn, repeats: int, device: str) -> float:

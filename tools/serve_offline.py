@@ -19,13 +19,10 @@ import time
 
 import torch
 
+from fitness.bench import synchronize
 from serve.model_runner import load_engine
 from serve.scheduler import SchedulerConfig
 
-
-def synchronize(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def random_prompts(count, length, vocab_size, device, seed=0) -> list:
