@@ -2,12 +2,12 @@
 process: TRITON_INTERPRET must be set before triton is imported)."""
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
 from tests.conftest import REPO
+from tests.side_by_side import side_by_side
 
 FIXTURES = REPO / "tests" / "mutation_fixtures"
 INTERPRETED = ["allele.rms_norm.triton", "allele.add_rms_norm.triton", "allele.attend_prefill.triton_varlen",
@@ -21,20 +21,9 @@ def interpreted(*args, timeout):
 
 
 def interpreted_side_by_side(arg_lists, timeout) -> list:
-    """One interpreted process per argument list, all at once (each runs one thread), and
-    what each printed, as subprocess.run gives it."""
+    """One interpreted process per argument list, all at once (each runs one thread)."""
     env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
-    runs = [subprocess.Popen([sys.executable, *map(str, args)], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True) for args in arg_lists]
-    done = []
-    try:
-        for args, run in zip(arg_lists, runs):
-            out, err = run.communicate(timeout=timeout)
-            done.append(subprocess.CompletedProcess(args, run.returncode, out, err))
-    finally:
-        for run in runs:
-            run.kill()
-    return done
+    return side_by_side([[sys.executable, *map(str, args)] for args in arg_lists], timeout, env)
 
 
 def test_triton_kernels_match_torch_on_cpu():

@@ -1,26 +1,21 @@
 """Random walks of 80 rewrites and 20 crossovers in all from the seed, every distinct child judged
 once on CPU: at least 90% pass the static stage and 70% the gate (figures printed under `pytest -s`, without -n)."""
 import json
-import subprocess
 import sys
-from pathlib import Path
 
+from tests.side_by_side import side_by_side
 from tools.walk import format_report
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def test_random_walk_children_pass_static_and_gate():
     # Two walks of half the length, one process each: a walk is one child after another, and
     # the machine has a core for each (~0.5 s a child).
-    walks = [subprocess.Popen([sys.executable, "-m", "tools.walk", "--steps", "40", "--crosses", "10",
-                               "--seed", str(seed), "--json"], cwd=REPO, stdout=subprocess.PIPE, text=True)
-             for seed in (0, 1)]
+    walks = side_by_side([[sys.executable, "-m", "tools.walk", "--steps", "40", "--crosses", "10",
+                           "--seed", str(seed), "--json"] for seed in (0, 1)], timeout=300)
     reports = []
-    for proc in walks:
-        out, _ = proc.communicate(timeout=300)
-        assert proc.returncode == 0
-        reports.append(json.loads(out.strip().splitlines()[-1]))
+    for done in walks:
+        assert done.returncode == 0, done.stderr
+        reports.append(json.loads(done.stdout.strip().splitlines()[-1]))
     for report in reports:
         print("\n" + format_report(report, report["seconds"], derived=False))
         assert report["by_kind"]["mutate"][0] == 40 and report["by_kind"]["cross"][0] == 10

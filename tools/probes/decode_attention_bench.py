@@ -5,9 +5,9 @@
 Each shape (the public config's decode batches; the 1B-class config's, Llama-3.2-1B's and
 Qwen3-0.6B's batch of 1 and of 64; the long_prompts target's 4 requests of 2,048 tokens) is
 a paged cache of random K/V with scattered pages; each call is captured in a CUDA graph, as
-the graph engines run it, and replayed 200 times between CUDA events. The same call through the reference's math (`table_attention`, SDPA
-over each request's pages) is timed beside it for scale, and every setting's output is
-checked against it first.
+the graph engines run it, and replayed 200 times between CUDA events. The same call through
+the reference's math (`table_attention`, SDPA over each request's pages) is timed beside it
+for scale, and every setting's output is checked against it first.
 """
 import argparse
 import json
