@@ -3,16 +3,24 @@
 `mlp.fused` runs `F.silu(gate) * up` as two elementwise kernels, each a full pass over the
 [N, intermediate] activations: on an H100 a 1B-class prefill of 16 x 1024 tokens spent
 2 x 265 us a layer in them (docs/PERF.md), and a decode step two launches a layer. Here one
-launch reads gate and up once and writes the product. silu is rounded to the compute dtype
-before the product, as the reference's two ops round; bf16 takes the reference's ops.
+launch reads gate and up once and writes the product, with the reference's two ops' own
+arithmetic: silu as torch's CUDA kernel computes it (fp32, CUDA's expf, an IEEE-rounded
+division) rounded to the compute dtype, then the product rounded again. So bf16 takes the
+kernel too: on bf16 checkpoints torch's two elementwise kernels cost 2 x 37 us a layer of a
+16 x 1024 prefill on the Qwen3-0.6B shape (H200, docs/PERF.md). Triton's interpreter has
+no libdevice, so on CPU the exponential is tl.exp.
 The product overwrites the gate half in place (each program reads its gate and up before it
 writes): the down projection reads it through its row stride, and no [N, intermediate]
 tensor is allocated (on a 1B-class prefill of 4,096 tokens, 44 MB of peak memory).
 """
+import os
+
 import torch
-import torch.nn.functional as F
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
+
+EXP = tl if os.environ.get("TRITON_INTERPRET") == "1" else libdevice  # whose exp the kernel calls
 
 REQUIRES = {"load_weights": ("fused_gate_up", "fused_both")}
 DEVICES = "cuda"
@@ -29,16 +37,15 @@ def swiglu_kernel(gate_up_ptr, out_ptr, stride_gt, stride_ot, width, BLOCK: tl.c
     gate = tl.load(gate_up_ptr + t * stride_gt + i, mask=ok, other=0.0).to(tl.float32)
     up = tl.load(gate_up_ptr + t * stride_gt + width + i, mask=ok, other=0.0).to(tl.float32)
     dtype = out_ptr.dtype.element_ty
-    silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
+    silu = tl.math.div_rn(gate, 1.0 + EXP.exp(-gate)).to(dtype).to(tl.float32)
     tl.store(out_ptr + t * stride_ot + i, (silu * up).to(dtype), mask=ok)
 
 
 def mlp(x, layer):
     gate_up = x @ layer["gate_up"].T  # [N, 2 * intermediate]: gate, then up
     width = gate_up.shape[-1] // 2
-    if x.dtype == torch.bfloat16 or x.shape[0] == 0:
-        gate, up = gate_up.chunk(2, dim=-1)
-        return (F.silu(gate) * up) @ layer["down"].T
+    if x.shape[0] == 0:
+        return gate_up[:, :width] @ layer["down"].T
     swiglu_kernel[(x.shape[0], triton.cdiv(width, SWIGLU_BLOCK))](gate_up, gate_up, gate_up.stride(0),
                                                                   gate_up.stride(0), width, BLOCK=SWIGLU_BLOCK,
                                                                   num_warps=SWIGLU_WARPS)
