@@ -14,9 +14,12 @@ beside the clock and its inputs. Untrusted code is judged by `python -m fitness 
         [--roofline [--gpu auto|h100|h200]] [--step-time]
 
 --step-time adds, to each case that decodes one fixed batch (`decode_events`), the time of
-a decode step alone: the case less the same case without its steps, over the steps — the
-way `tools.transformers_bench` takes generate(P + 1) from generate(P + S + 1), so the two
-tools' batch-1 figures stand side by side.
+a decode step alone: in each fresh engine's run the steps are timed apart from the prefill
+before them (a synchronisation between), and the median run's steps are divided by their
+count. `tools.transformers_bench` takes the same quantity as generate(P + S + 1) less
+generate(P + 1), so the two tools' step figures stand side by side. (Subtracting a separate
+run of the prefill alone, as this did before, let each fresh engine's prefill noise into
+the step: Qwen3's batch-64 step read 2.6-3.6 ms on one H100, docs/PERF.md.)
 """
 import argparse
 import json
@@ -126,15 +129,32 @@ def without_steps(events) -> list:
 
 def add_step_times(results: list, module, config_dict, weight_dir, device, cases: dict, warmup=1,
                    repeat=3) -> None:
-    """`ms_per_decode_step` for each fixed-batch decode case: its median time less the median
-    time of its prefill and removal alone (fresh engines, the same protocol), over its steps."""
+    """`ms_per_decode_step` for each fixed-batch decode case (see the module's docstring)."""
     for result in results:
         events = cases[result["case_name"]]
         steps = fixed_batch_steps(events)
-        if not steps:
-            continue
-        prefix = run_case(module, config_dict, weight_dir, device, without_steps(events), warmup=warmup, repeat=repeat)
-        result["ms_per_decode_step"] = (result["elapsed_ms"] - prefix["elapsed_ms"]) / steps
+        if steps:
+            seconds = steps_seconds(module, config_dict, weight_dir, device, events, warmup, repeat)
+            result["ms_per_decode_step"] = seconds * 1e3 / steps
+
+
+def steps_seconds(module, config_dict, weight_dir, device, events, warmup=1, repeat=3) -> float:
+    """The median seconds of a fixed-batch case's decode steps, each run in a fresh engine
+    after its prefill (untimed, synchronised), the warm-up engine as run_case has it."""
+    prefill, *steps, remove = materialize(events, config_dict["vocab_size"], CASE_SEED, device)
+    times = []
+    with torch.no_grad():
+        warm_engine = module.create_engine(config_dict, str(weight_dir), device)
+        for _ in range(warmup):
+            run_calls(warm_engine, [prefill, *steps, remove])
+        for _ in range(repeat):
+            engine = module.create_engine(config_dict, str(weight_dir), device)
+            run_calls(engine, [prefill])
+            times.append(timed_run(engine, steps, device))
+            run_calls(engine, [remove])
+            del engine
+        del warm_engine
+    return statistics.median(times)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

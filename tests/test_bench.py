@@ -1,4 +1,5 @@
 import argparse
+import itertools
 import json
 import time
 import types
@@ -135,10 +136,13 @@ def test_run_case_on_seed_engine(seed_module, weight_dir):
 
 
 class SleepingEngine:
-    """Prefill takes 100 ms and a decode step 10 ms, whatever the batch."""
+    """A decode step takes 10 ms whatever the batch; a prefill 100 ms, or `prefill_s`."""
+
+    def __init__(self, prefill_s=0.1):
+        self.prefill_s = prefill_s
 
     def prefill(self, request_ids, tokens):
-        time.sleep(0.1)
+        time.sleep(self.prefill_s)
 
     def decode(self, request_ids, tokens):
         time.sleep(0.01)
@@ -161,6 +165,17 @@ def test_step_time_takes_the_prefill_out_of_a_fixed_batch_decode_case():
     assert step["fraction_of_step_roofline"] == pytest.approx(
         step["roofline_ms_per_decode_step"] / step["ms_per_decode_step"])
     assert 0 < step["roofline_ms_per_decode_step"] < step["ms_per_decode_step"]
+
+
+def test_step_time_keeps_a_fresh_engines_prefill_noise_out():
+    """Fresh engines whose prefills take 50, 300 or 150 ms in turn: the steps are timed inside
+    each engine's own run, so the prefills' spread does not reach them."""
+    prefills = itertools.cycle([0.05, 0.3, 0.15])
+    module = types.SimpleNamespace(create_engine=lambda config, weights, device: SleepingEngine(next(prefills)))
+    cases = {"decode_1x8x3": decode_events(1, 8, 3)}
+    results = bench.run_benchmark(module, TINY, "unused", "cpu", cases, warmup=0, repeat=1)
+    bench.add_step_times(results, module, TINY, "unused", "cpu", cases, warmup=0, repeat=1)
+    assert 10 <= results[0]["ms_per_decode_step"] < 15
 
 
 def test_recompute_baseline_matches_seed(seed_module, weight_dir):
