@@ -22,6 +22,8 @@
 #   probe:NAME                python -m tools.probes.NAME -> STATE/probe_NAME.txt
 #   create:TARGET             what making the seed's and the recipe's engines costs on TARGET
 #                             against running a case (tools.create_probe) -> STATE/create_TARGET.json
+#   wait:FILE                 until STATE/FILE exists (wait:queue1.done: another queue's end), so that
+#                             comparisons run once the searches beside them have ended
 set -uo pipefail
 state=$1 gpu=$2; shift 2
 mkdir -p "$state"
@@ -64,6 +66,7 @@ run_job() {
           python3 -m mutations recipe mutations/recipes/fastest.txt -o /tmp/fastest.py > /dev/null || return 1
           python3 -m tools.create_probe --engines seed_engine/engine.py /tmp/fastest.py --model-config "$config" \
             --weight-dir "$(dirname "$config")/weights" | tee "$state/create_$target.json" ;;
+  wait) until [ -e "$state/$target" ]; do sleep 10; done ;;
   *) echo "unknown job $1"; return 2 ;;
   esac
 }
