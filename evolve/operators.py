@@ -188,16 +188,27 @@ class Vocabulary:
             self.intents[key] = set(self.intended_genes(child.source, parent.source, child.operator_args))
         return self.intents[key]
 
-    def replay(self, program, source: str):
-        """`program`'s operator applied to `source` with the args it was applied with; None
-        when the vocabulary cannot replay."""
+    def operator_of(self, program):
+        """The operator that made `program`; None for a merge, a crossover, the seed, or a
+        vocabulary that cannot name its operators."""
         if self.get_operator is None:
             return None
         try:
-            operator = self.get_operator(program.operator)
+            return self.get_operator(program.operator)
         except KeyError:
             return None
+
+    def replay(self, program, source: str):
+        """`program`'s operator applied to `source` with the args it was applied with; None
+        when the vocabulary cannot replay."""
+        operator = self.operator_of(program)
         return operator.replay(source, program.operator_args) if hasattr(operator, "replay") else None
+
+    def extend(self, program, source: str):
+        """`program`'s move made once more on `source` (Operator.extend); None when its
+        operator cannot say."""
+        operator = self.operator_of(program)
+        return operator.extend(source, program.operator_args) if hasattr(operator, "extend") else None
 
     def reapply(self, program, source: str, rng: random.Random):
         """`program`'s operator applied afresh to `source` (its own choices, not the recorded

@@ -104,10 +104,17 @@ def sweep(parent: Program, limit: int, make, vocabulary: Vocabulary, selector: O
     An operator with `sweep_places` takes up to that many places, a fresh draw in each.
     Operators the run never tried, the demoted aside, take every other place, or a short
     search re-sweeps the GPU-only ones on each new best and never tries the rest (it never
-    tried `last_token_logits`: docs/PERF.md, 2026-11-23). [] when the vocabulary cannot
-    name its operators."""
+    tried `last_token_logits`: docs/PERF.md, 2026-11-23). First of all (not among the
+    levers), when the move that made `parent` has a next step (a constant doubled: doubled
+    again), that step: a search walks a constant that gained without drawing it again from
+    ~30. [] when the vocabulary cannot name its operators."""
     if not vocabulary.can_choose:
         return []
+    children = []
+    step = None if levers_only or not limit else vocabulary.extend(parent, parent.source)
+    if made(step):
+        child = memo.admit(make(step.source, (parent.id,), step.operator, step.args), False)
+        children += [child] if isinstance(child, Program) else []  # taken before: its place goes on
     names = open_operators(parent, vocabulary, memo, device)
     ranks = {n: sweep_rank(n, device, vocabulary) for n in names}
     if levers_only and 0 in ranks.values():
@@ -118,7 +125,6 @@ def sweep(parent: Program, limit: int, make, vocabulary: Vocabulary, selector: O
     demoted = [n for n in ranked if ranks[n] == DEMOTED]
     untried = [n for n in ranked if n not in selector.tried and n not in demoted]
     tried = [n for n in ranked if n in selector.tried and n not in demoted]
-    children = []
     for name in alternate(untried, tried) + demoted:
         if len(children) == limit:
             break

@@ -58,6 +58,12 @@ class Operator:
         """`rewrite` behind the precondition; a child equal to its parent is a decline."""
         return self.guarded(source, lambda: self.rewrite(source, rng))
 
+    def extend(self, source: str, args: dict) -> Applied | Declined:
+        """The move recorded in `args` made once more on the program it made (a doubling
+        doubled again), for a search that found the first one a gain; most moves have no
+        such next step."""
+        return Declined(self.name, "its moves have no next step")
+
     def replay(self, source: str, args: dict) -> Applied | Declined:
         """This operator as `args` recorded it; declines when it cannot make that choice, or
         made a different one (every recorded arg must match; missing ones are free)."""

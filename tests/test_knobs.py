@@ -94,3 +94,23 @@ def test_a_program_tuned_to_the_low_ends_of_its_ranges_passes_the_gate_on_cpu(sw
     config_path, weight_dir = small_target
     result = check_module(load_engine_module(path), ModelConfig.load(config_path), weight_dir, "cpu", 11, scratch)
     assert result.passed, (declared_values(program.parse(source)), result.error)
+
+
+def test_a_constant_move_extends_the_way_it_went():
+    """tune_constant's next step: a doubling doubled again, a halving halved again, no step
+    out of the range or from args that record no move."""
+    operator = mutations.get_operator("tune_constant")
+    source = swapped("allele.KVCache.paged")
+    name = "PAGE_SIZE"
+    value, (lo, hi) = declared_values(program.parse(source))[name], declared(program.parse(source))[name][1]
+    up = operator.replay(source, {"constant": name, "new": value * 2})
+    step = operator.extend(up.source, up.args)
+    assert isinstance(step, mutations.Applied), step
+    assert step.args == {"constant": name, "old": value * 2, "new": value * 4}
+    assert declared_values(program.parse(step.source))[name] == value * 4
+    down = operator.extend(source, {"constant": name, "old": value * 2, "new": value})
+    assert declared_values(program.parse(down.source))[name] == value // 2
+    at_top = operator.replay(source, {"constant": name, "new": hi})
+    assert isinstance(operator.extend(at_top.source, {"constant": name, "old": hi // 2, "new": hi}), mutations.Declined)
+    assert isinstance(operator.extend(source, {"constant": name}), mutations.Declined)
+    assert isinstance(mutations.get_operator("fuse_linears").extend(source, {}), mutations.Declined)

@@ -168,6 +168,20 @@ def test_a_sweep_gives_tune_constant_several_places_each_a_different_constant_mo
     assert memo.is_spent("tune_constant", (parent.id,))
 
 
+def test_a_sweep_on_a_program_a_constant_move_made_walks_that_constant_on_first():
+    vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover)
+    base = swapped(SEED, "allele.KVCache.paged")
+    moved = mutations.get_operator("tune_constant").replay(base, {"constant": "PAGE_SIZE", "new": 32})
+    parent = Program(moved.source, (Program(base).id,), moved.operator, moved.args)
+    # On a GPU the GPU-only operators would come first: the constant's next step goes before them.
+    children = sweep(parent, 4, Program, vocabulary, OperatorSelector(), Memo(), random.Random(0), "cuda")
+    assert len(children) == 4
+    assert (children[0].operator, children[0].operator_args) == \
+        ("tune_constant", {"constant": "PAGE_SIZE", "old": 32, "new": 64})
+    assert children[0].parent_ids == (parent.id,)
+    assert mutations.get_operator(children[1].operator).devices == "cuda"
+
+
 # --- merge_gains on real programs ----------------------------------------------------------
 
 def swapped(source, *names):

@@ -7,7 +7,8 @@ its range. The seed declares none; alleles bring them: sizes (slots, pages, pool
 batches and buckets, prefetch limits) and every kernel's launch parameters (blocks, warps,
 stages, split counts), so the search tunes each per target.
 Replayed from a recipe (`{"constant": NAME, "new": VALUE}`), it sets NAME to any VALUE in
-its range.
+its range. Extended (`extend`), it moves NAME once more the way it went: a search walks a
+constant that gained, 1024 -> 2048 -> 4096, without drawing it from ~30 again.
 """
 import random
 import re
@@ -82,6 +83,14 @@ class TuneConstantOperator(StructuralRewrite):
         if not isinstance(new_value, int) or not lo <= new_value <= hi:
             return Declined(self.name, f"{args['constant']} = {new_value!r} is outside its range {lo}..{hi}")
         return self.set_constant(module, index, new_value)
+
+    def extend(self, source: str, args: dict) -> Applied | Declined:
+        """args["constant"] moved from args["old"] to args["new"]: the same way once more."""
+        old, new = args.get("old"), args.get("new")
+        if not isinstance(old, int) or not isinstance(new, int) or old == new:
+            return Declined(self.name, f"no move to go on with in {args}")
+        return self.guarded(source, lambda: self.rewrite_as(
+            source, {"constant": args.get("constant"), "new": new * 2 if new > old else new // 2}))
 
     def set_constant(self, module: cst.Module, index: int, new_value: int) -> Applied:
         stmt = module.body[index]
