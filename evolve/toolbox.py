@@ -105,14 +105,13 @@ def sweep(parent: Program, limit: int, make, vocabulary: Vocabulary, selector: O
     Operators the run never tried, the demoted aside, take every other place, or a short
     search re-sweeps the GPU-only ones on each new best and never tries the rest (it never
     tried `last_token_logits`: docs/PERF.md, 2026-11-23). First of all (not among the
-    levers), when the move that made `parent` has a next step (a constant doubled: doubled
-    again), that step: a search walks a constant that gained without drawing it again from
-    ~30. [] when the vocabulary cannot name its operators."""
+    levers), the next step of each move that made `parent` (`next_steps`: a constant
+    doubled, doubled again): a search walks a constant that gained without drawing it again
+    from ~30. [] when the vocabulary cannot name its operators."""
     if not vocabulary.can_choose:
         return []
     children = []
-    step = None if levers_only or not limit else vocabulary.extend(parent, parent.source)
-    if made(step):
+    for step in [] if levers_only else next_steps(parent, vocabulary, memo)[:limit]:
         child = memo.admit(make(step.source, (parent.id,), step.operator, step.args), False)
         children += [child] if isinstance(child, Program) else []  # taken before: its place goes on
     names = open_operators(parent, vocabulary, memo, device)
@@ -135,6 +134,16 @@ def sweep(parent: Program, limit: int, make, vocabulary: Vocabulary, selector: O
                 break
         memo.spend(name, (parent.id,))  # once per program: a rewrite's other draws are the bandit's
     return children
+
+
+def next_steps(parent: Program, vocabulary: Vocabulary, memo: Memo) -> list:
+    """The moves that made `parent` (its own, or each gain a fold of gains carries) made once
+    more on it, where they have a next step (Operator.extend)."""
+    movers = [parent]
+    if parent.operator == MERGE_EVERY_GAIN:
+        movers = [memo.program(pid) for pid in parent.operator_args.get("merged", ())]
+    steps = [vocabulary.extend(mover, parent.source) for mover in movers if mover is not None]
+    return [step for step in steps if made(step)]
 
 
 def alternate(first: list, second: list) -> list:

@@ -180,6 +180,14 @@ def test_a_sweep_on_a_program_a_constant_move_made_walks_that_constant_on_first(
         ("tune_constant", {"constant": "PAGE_SIZE", "old": 32, "new": 64})
     assert children[0].parent_ids == (parent.id,)
     assert mutations.get_operator(children[1].operator).devices == "cuda"
+    # A fold of gains that carries the move (merge_every_gain, the usual best): the same.
+    memo = Memo()
+    memo.see([parent])
+    fold = Program(swapped(moved.source, "allele.rope_tables.cached"), (parent.id,), MERGE_EVERY_GAIN,
+                   {"merged": [parent.id]})
+    children = sweep(fold, 2, Program, vocabulary, OperatorSelector(), memo, random.Random(0), "cuda")
+    assert children[0].operator_args == {"constant": "PAGE_SIZE", "old": 32, "new": 64}
+    assert children[0].parent_ids == (fold.id,)
 
 
 # --- merge_gains on real programs ----------------------------------------------------------
