@@ -17,8 +17,10 @@
 #   gpu_tests[:EXPR]          python -m pytest tests/test_gpu.py [-k EXPR] -> STATE/gpu_tests.txt
 #   try:ENGINE                an engine file not on main (a branch's recipe, built beforehand into the
 #                             working tree): fitness check on the toy model with every derived config
-#                             (bf16 among them), then gpu_hf.sh check and bench beside the recipe
-#                             -> STATE/try_NAME.txt, STATE/hf
+#                             (bf16 among them) and gpu_hf.sh check on both real shapes, then on each
+#                             shape TRY_ROUNDS (2) rounds of the recipe and it benched in turn, the order
+#                             swapped each round, and the ratio per case (tools.versus_recipe)
+#                             -> STATE/try_NAME.txt, STATE/hf, STATE/try_NAME/MODEL/ROUND.{recipe,try}.json
 #   probe:NAME                python -m tools.probes.NAME -> STATE/probe_NAME.txt
 #   create:TARGET             what making the seed's and the recipe's engines costs on TARGET
 #                             against running a case (tools.create_probe) -> STATE/create_TARGET.json
@@ -57,8 +59,10 @@ run_job() {
        python3 -m fitness check --engine "$target" --model-config target/model_config.json \
          --weight-dir target/weights --device cuda > "$state/try_$name.txt" 2>&1
        head -c 600 "$state/try_$name.txt"; echo
-       for mode in check bench; do
-         WITH_SEED=0 ENGINES="$target" bash tools/gpu_hf.sh "$mode" "$state/hf" || return 1
+       WITH_SEED=0 RECIPES=" " ENGINES="$target" bash tools/gpu_hf.sh check "$state/hf" || return 1
+       python3 -m mutations recipe mutations/recipes/fastest.txt -o "$state/recipe.py" > /dev/null || return 1
+       for model in llama_3_2_1b qwen3_0_6b; do
+         try_rounds "/tmp/hf/$model" "$state/try_$name/$model" "$target" "$model"
        done ;;
   probe) python3 -m "tools.probes.$target" 2>&1 | tee "$state/probe_$target.txt" | tail -20 ;;
   create) local config=target/model_config.json
@@ -71,6 +75,19 @@ run_job() {
   esac
 }
 
+try_rounds() {  # DIR ROUNDS_DIR ENGINE LABEL: the recipe and ENGINE in turn, each round's order swapped
+  local dir=$1 rounds=$2 engine=$3 label=$4 round way file; mkdir -p "$rounds"
+  for round in $(seq 1 "${TRY_ROUNDS:-2}"); do
+    for way in $( (( round % 2 )) && echo recipe try || echo try recipe); do
+      file=$engine; [ "$way" = recipe ] && file=$state/recipe.py
+      python3 -m fitness bench --engine "$file" --model-config "$dir/config.json" --weight-dir "$dir" \
+        --device cuda --cases large --roofline --step-time > "$rounds/$round.$way.json" || echo "round $round: $way failed"
+      python3 -m tools.bench_line "$label $round $way" < "$rounds/$round.$way.json"
+    done
+  done
+  python3 -m tools.versus_recipe "$rounds" --engine try --baseline recipe
+}
+
 queue() {
   set -o pipefail
   for job in "$@"; do
@@ -81,7 +98,7 @@ queue() {
   done
   touch "$state/queue$gpu.done"
 }
-export -f run_job queue
+export -f run_job try_rounds queue
 export state gpu
 CUDA_VISIBLE_DEVICES=$gpu setsid bash -c 'queue "$@"' queue "$@" > "$state/queue$gpu.log" 2>&1 < /dev/null &
 echo "queue $gpu started: $* (log $state/queue$gpu.log)"
