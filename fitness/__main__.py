@@ -1,5 +1,6 @@
 """python -m fitness {judge,check,bench,roofline} ... — see README.md."""
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
@@ -48,10 +49,12 @@ def cmd_check(args) -> int:
     seed = args.seed if args.seed is not None else fresh_seed()
     try:
         module = load_engine_module(args.engine)
-        with tempfile.TemporaryDirectory(prefix="check_weights_") as own_scratch:
+        # Derived configs' weights go to --scratch, kept; else to a folder removed at the end.
+        scratch = contextlib.nullcontext(args.scratch) if args.scratch else \
+            tempfile.TemporaryDirectory(prefix="check_weights_")
+        with scratch as where:
             result = gate.check_module(module, ModelConfig.load(args.model_config), args.weight_dir,
-                                       resolve_device(args.device), seed, args.scratch or own_scratch,
-                                       args.margin, not args.no_derived)
+                                       resolve_device(args.device), seed, where, args.margin, not args.no_derived)
     except Exception as err:
         print(json.dumps({"status": "failed", "case": "", "errors": [error_text(err)], "seed": seed}))
         return 1

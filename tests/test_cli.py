@@ -1,5 +1,6 @@
 """The evaluator-compatible commands, run as a user would."""
 import json
+import os
 import subprocess
 import sys
 
@@ -7,9 +8,9 @@ from tests import planted
 from tests.conftest import REPO, SEED_ENGINE
 
 
-def fitness_cli(*args):
+def fitness_cli(*args, env=None):
     return subprocess.run([sys.executable, "-m", "fitness", *map(str, args)], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env=env)
 
 
 def target_args(small_target):
@@ -17,12 +18,17 @@ def target_args(small_target):
     return ["--model-config", config_path, "--weight-dir", weight_dir, "--device", "cpu"]
 
 
-def test_check_passes_the_seed(small_target):
-    done = fitness_cli("check", "--engine", SEED_ENGINE, *target_args(small_target), "--seed", 3)
+def test_check_passes_the_seed(small_target, tmp_path):
+    """...with the derived configs' weights in --scratch, and no folder of its own left."""
+    scratch, tmp = tmp_path / "scratch", tmp_path / "tmp"
+    scratch.mkdir(), tmp.mkdir()
+    done = fitness_cli("check", "--engine", SEED_ENGINE, *target_args(small_target), "--seed", 3,
+                       "--scratch", scratch, env=dict(os.environ, TMPDIR=str(tmp)))
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["status"] == "passed" and report["seed"] == 3
     assert {"target", "gqa", "bf16", "deeper"} <= set(report["configs"])
+    assert any(scratch.iterdir()) and not [p for p in tmp.iterdir() if p.name.startswith("check_weights_")]
 
 
 def test_check_fails_with_the_case_name(small_target, tmp_path):
