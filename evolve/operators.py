@@ -106,11 +106,6 @@ def sweep_size(time_left_s: float, judge_s: float, workers: int, population: int
     return max(population, min(MAX_SWEEP, fits))
 
 
-# Operators that also run on a CPU (so not marked GPU-only) but pay off on a GPU alone:
-# CUDA-graph decode replays eagerly on a CPU (2.9-3.2x decode on an H100/H200, docs/PERF.md).
-GPU_LEVERS = ("allele.Engine.cuda_graphs",)
-
-
 DEMOTED = 2  # sweep_rank's last: tried only when nothing else is left, never-tried or not
 
 
@@ -119,12 +114,12 @@ def sweep_rank(name: str, device: str, vocabulary) -> int:
     on a GPU the GPU-only operators first (kernels and graphs are the large levers there:
     docs/PERF.md); last, swaps back to a seed allele (from the seed they have nothing to
     do), the operators slow to judge (their `slow_to_judge` says why) and, on a CPU, the
-    GPU's levers (CUDA graphs ran at 0.15x there, and a program that slow made its batch of
-    screens last 3x as long: docs/PERF.md, 2026-11-23)."""
-    on_gpu = str(device).startswith("cuda")
-    if name.endswith(".seed") or vocabulary.is_slow_to_judge(name) or (not on_gpu and name in GPU_LEVERS):
+    GPU's levers (`gpu_lever`: CUDA graphs ran at 0.15x there, and a program that slow made
+    its batch of screens last 3x as long: docs/PERF.md, 2026-11-23)."""
+    on_gpu, lever = str(device).startswith("cuda"), vocabulary.is_gpu_lever(name)
+    if name.endswith(".seed") or vocabulary.is_slow_to_judge(name) or (not on_gpu and lever):
         return DEMOTED
-    return 0 if on_gpu and (vocabulary.devices_of(name) == "cuda" or name in GPU_LEVERS) else 1
+    return 0 if on_gpu and (vocabulary.devices_of(name) == "cuda" or lever) else 1
 
 
 def gain_pairs(programs: list, scores, memo, seed, limit: int) -> list:
@@ -168,6 +163,7 @@ class Vocabulary:
         self.get_operator = get_operator if callable(get_operator) else None
         self.devices_of = lambda name: self.declared(name, "devices", "any")
         self.is_slow_to_judge = lambda name: self.declared(name, "slow_to_judge", False)
+        self.is_gpu_lever = lambda name: self.declared(name, "gpu_lever", False)
         self.sweep_places = lambda name: self.declared(name, "sweep_places", 1)
         self.is_deterministic = getattr(module, "is_deterministic", lambda name: False)
         self.is_program_wide = getattr(module, "is_program_wide", lambda name: False)

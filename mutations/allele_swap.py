@@ -21,6 +21,7 @@ class AlleleSwapOperator(Operator):
         self.allele = allele
         self.name = f"allele.{allele.gene}.{allele.name}"
         self.devices = allele.devices
+        self.gpu_lever = allele.gpu_lever
         self.description = f"{allele.gene} := {allele.name}: {allele.description}"
 
     @property

@@ -114,6 +114,9 @@ def test_sweep_order_puts_each_device_levers_where_they_pay():
     assert rank("fuse_linears", "cuda") == rank("fuse_linears", "cpu") == 1
     assert rank("allele.Engine.cuda_graphs", "cpu") == rank("allele.Engine.seed", "cuda") == 2  # last
     assert rank("torch_compile", "cuda") == 2  # compiles on every engine: a screen is 2-3x another's
+    # The allele declares itself a GPU lever (GPU_LEVER), and the declaration stays out of programs.
+    assert [o.name for o in mutations.all_operators() if o.gpu_lever] == ["allele.Engine.cuda_graphs"]
+    assert "GPU_LEVER" not in swapped(SEED, "allele.Engine.cuda_graphs")
 
 
 def test_a_later_sweep_gives_every_other_place_to_operators_the_run_never_tried():

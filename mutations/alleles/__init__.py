@@ -7,6 +7,9 @@ that are not copied into programs:
     REQUIRES = {"KVCache": ("slab", "paged")}  # gene -> alleles this one works with
     DEVICES = "cuda"  # "any" | "cuda": where it can run ("cuda" ones may import triton)
 
+and, optionally, `GPU_LEVER = True`: it runs anywhere but pays off on a GPU alone (a sweep
+tries it among the first there, last on a CPU).
+
 The seed engine's definition of every gene is the "seed" allele; it requires nothing.
 Module constants an allele tunes are declared with their range as a trailing comment,
 `SLAB_SLOTS = 16  # range: 4..256`, which `tune_constant` reads.
@@ -21,7 +24,7 @@ import libcst as cst
 from mutations import program
 
 HERE = Path(__file__).resolve().parent
-METADATA = ("REQUIRES", "DEVICES")
+METADATA = ("REQUIRES", "DEVICES", "GPU_LEVER")
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,7 @@ class Allele:
     devices: str = "any"
     requires: dict = field(default_factory=dict)  # gene -> tuple of allele names
     path: Path | None = None
+    gpu_lever: bool = False
 
     @property
     def module(self) -> cst.Module:
@@ -62,7 +66,7 @@ def allele_module(path: Path) -> cst.Module:
 
 
 def read_metadata(path: Path) -> tuple:
-    """(docstring's first line, DEVICES, REQUIRES) of an allele file, read as literals."""
+    """(docstring's first line, DEVICES, REQUIRES, GPU_LEVER) of an allele file, read as literals."""
     tree = ast.parse(path.read_text())
     values = {}
     for node in tree.body:
@@ -72,7 +76,7 @@ def read_metadata(path: Path) -> tuple:
     requires = {gene: tuple(names) for gene, names in values.get("REQUIRES", {}).items()}
     devices = values.get("DEVICES", "any")
     assert devices in ("any", "cuda"), f"{path}: DEVICES must be 'any' or 'cuda', got {devices!r}"
-    return (doc[0] if doc else ""), devices, requires
+    return (doc[0] if doc else ""), devices, requires, bool(values.get("GPU_LEVER", False))
 
 
 @lru_cache(maxsize=None)
@@ -84,8 +88,8 @@ def library() -> dict:
     for path in sorted(HERE.glob("*/*.py")):
         gene, name = path.parent.name, path.stem
         assert gene in program.GENES, f"{path}: {gene} is not a gene"
-        description, devices, requires = read_metadata(path)
-        found[(gene, name)] = Allele(gene, name, description, devices, requires, path)
+        description, devices, requires, gpu_lever = read_metadata(path)
+        found[(gene, name)] = Allele(gene, name, description, devices, requires, path, gpu_lever)
     return found
 
 
