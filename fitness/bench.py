@@ -62,10 +62,11 @@ def timed_run(engine, calls, device) -> float:
     return time.perf_counter() - start
 
 
-def run_case(module, config_dict, weight_dir, device, events, seed=CASE_SEED, warmup=1, repeat=3,
-             *, case_name: str = "") -> dict:
-    """The contract's result dict for one case; `config_dict` goes to the engine untouched."""
-    calls = materialize(events, config_dict["vocab_size"], seed, device)
+def fresh_engine_runs(module, config_dict, weight_dir, device, calls, warmup=1, repeat=3,
+                      timed=timed_run) -> tuple:
+    """The contract's protocol: a warm-up engine runs the calls `warmup` times and stays
+    alive; then `repeat` fresh engines each run them once, measured by `timed(engine,
+    calls, device)`. (the seconds of each run, peak bytes over the fresh engines)."""
     cuda = is_cuda(device)
     with torch.no_grad():
         warm_engine = module.create_engine(config_dict, str(weight_dir), device)
@@ -76,10 +77,18 @@ def run_case(module, config_dict, weight_dir, device, events, seed=CASE_SEED, wa
         times = []
         for _ in range(repeat):
             engine = module.create_engine(config_dict, str(weight_dir), device)
-            times.append(timed_run(engine, calls, device))
+            times.append(timed(engine, calls, device))
             del engine  # as the evaluator does: dropped, no empty_cache
         peak_bytes = torch.cuda.max_memory_allocated() if cuda else 0
         del warm_engine
+    return times, peak_bytes
+
+
+def run_case(module, config_dict, weight_dir, device, events, seed=CASE_SEED, warmup=1, repeat=3,
+             *, case_name: str = "") -> dict:
+    """The contract's result dict for one case; `config_dict` goes to the engine untouched."""
+    calls = materialize(events, config_dict["vocab_size"], seed, device)
+    times, peak_bytes = fresh_engine_runs(module, config_dict, weight_dir, device, calls, warmup, repeat)
     seconds = statistics.median(times)
     prefill_tokens, decode_tokens = count_tokens(events)
     return {
@@ -134,27 +143,20 @@ def add_step_times(results: list, module, config_dict, weight_dir, device, cases
         events = cases[result["case_name"]]
         steps = fixed_batch_steps(events)
         if steps:
-            seconds = steps_seconds(module, config_dict, weight_dir, device, events, warmup, repeat)
-            result["ms_per_decode_step"] = seconds * 1e3 / steps
+            calls = materialize(events, config_dict["vocab_size"], CASE_SEED, device)
+            times, _ = fresh_engine_runs(module, config_dict, weight_dir, device, calls, warmup, repeat,
+                                         timed=timed_steps)
+            result["ms_per_decode_step"] = statistics.median(times) * 1e3 / steps
 
 
-def steps_seconds(module, config_dict, weight_dir, device, events, warmup=1, repeat=3) -> float:
-    """The median seconds of a fixed-batch case's decode steps, each run in a fresh engine
-    after its prefill (untimed, synchronised), the warm-up engine as run_case has it."""
-    prefill, *steps, remove = materialize(events, config_dict["vocab_size"], CASE_SEED, device)
-    times = []
-    with torch.no_grad():
-        warm_engine = module.create_engine(config_dict, str(weight_dir), device)
-        for _ in range(warmup):
-            run_calls(warm_engine, [prefill, *steps, remove])
-        for _ in range(repeat):
-            engine = module.create_engine(config_dict, str(weight_dir), device)
-            run_calls(engine, [prefill])
-            times.append(timed_run(engine, steps, device))
-            run_calls(engine, [remove])
-            del engine
-        del warm_engine
-    return statistics.median(times)
+def timed_steps(engine, calls, device) -> float:
+    """Seconds of a fixed-batch case's decode steps alone: its prefill runs before them and
+    its removal after, untimed (timed_run synchronises before the steps)."""
+    prefill, *steps, remove = calls
+    run_calls(engine, [prefill])
+    seconds = timed_run(engine, steps, device)
+    run_calls(engine, [remove])
+    return seconds
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

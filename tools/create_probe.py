@@ -23,7 +23,6 @@ from fitness.loader import load_engine_module
 from fitness.traces import materialize, replay
 
 
-
 def milliseconds(fn, repeats: int, device: str) -> float:
     times = []
     for _ in range(repeats):
