@@ -24,8 +24,9 @@
 #   probe:NAME                python -m tools.probes.NAME -> STATE/probe_NAME.txt
 #   create:TARGET             what making the seed's and the recipe's engines costs on TARGET
 #                             against running a case (tools.create_probe) -> STATE/create_TARGET.json
-#   wait:FILE                 until STATE/FILE exists (wait:queue1.done: another queue's end), so that
-#                             comparisons run once the searches beside them have ended
+#   wait:FILE                 until STATE/FILE exists, so that comparisons run once the searches beside
+#                             them have ended: queue1.done (queue 1's end) or queue1.job1.done (its first
+#                             job's end, failed or not)
 set -uo pipefail
 state=$1 gpu=$2; shift 2
 mkdir -p "$state"
@@ -90,11 +91,13 @@ try_rounds() {  # DIR ROUNDS_DIR ENGINE LABEL: the recipe and ENGINE in turn, ea
 
 queue() {
   set -o pipefail
+  local job index=0
   for job in "$@"; do
     echo "== $(date +%T) $job"
     run_job "$job"
     local status=$?  # before the echo's own $(date) replaces it
     echo "== $(date +%T) $job ended: $status"
+    touch "$state/queue$gpu.job$(( ++index )).done"
   done
   touch "$state/queue$gpu.done"
 }
