@@ -276,11 +276,12 @@ def unjudged(programs: list, scores) -> list:
     return [p for p in {p.id: p for p in programs}.values() if p.id not in scores]
 
 
-def screen(judging: Judging, generation: int, todo: list) -> list:
+def screen(judging: Judging, generation: int, todo: list, beside: str | None = None) -> list:
     """Judge `todo`, sources never judged (`unjudged`): each beside its first judged parent
-    (a screen), or in full when it has none. Returns the (fitness, verdict) pairs of their
-    first judgements."""
-    parents = [first_judged_parent(p, judging.scores) for p in todo]
+    (a screen), or with none beside `beside` (a program judged correct), or else in full.
+    Returns the (fitness, verdict) pairs of their first judgements."""
+    fallback = beside if beside is not None and judging.scores.is_ok(beside) else None
+    parents = [first_judged_parent(p, judging.scores) or fallback for p in todo]
     first = judging.run(generation, [(p, None, "screen" if parent else "full", parent)
                                      for p, parent in zip(todo, parents)])
     return [(fitness, verdict) for _, fitness, verdict in first]

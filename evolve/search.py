@@ -124,11 +124,12 @@ class Search:
         recent = [r for r in self.logbook if r["gen"] > 0][-IDLE_GENERATIONS:]
         return len(recent) == IDLE_GENERATIONS and all(r["judged"] == 0 for r in recent)
 
-    def screen(self, generation: int, programs: list) -> list:
-        """judging.screen of the programs never judged, then the hall of fame rebuilt from
-        fresh scores (those with no judged parent, judged in full, enter it at once)."""
+    def screen(self, generation: int, programs: list, beside: str | None = None) -> list:
+        """judging.screen of the programs never judged (those with no judged parent beside
+        `beside`), then the hall of fame rebuilt from fresh scores (those judged in full
+        enter it at once)."""
         todo = unjudged(programs, self.scores)
-        new = screen(self.judging, generation, todo)
+        new = screen(self.judging, generation, todo, beside)
         self.update_best(todo)
         return new
 

@@ -162,6 +162,25 @@ def test_seed_from_a_history_takes_its_best_correct_programs(small_target, tmp_p
     assert set(gen0.loc[gen0["operator"] == "seed_from", "candidate_id"]) == best_two - {gen0["candidate_id"].iloc[0]}
 
 
+def test_generation_0_screens_the_first_programs_beside_the_seed_and_confirms_the_fastest(small_target, tmp_path):
+    earlier = make_config(small_target, tmp_path / "earlier", generations=2)
+    run(earlier, **STAND_INS)
+    config = make_config(small_target, tmp_path / "later", seed_from=(earlier.history,), seed_from_top=3,
+                         generations=1)
+    assert run(config, **STAND_INS) == 0
+    frame = history.read(config.history)
+    gen0 = frame[(frame["generation"] == 0) & (frame["status"] == "ok")]
+    seed_id = gen0.loc[gen0["operator"] == "seed", "candidate_id"].iloc[0]
+    assert (gen0.loc[gen0["operator"] == "seed", "level"] == "full").all()
+    first = gen0[gen0["operator"] == "seed_from"]
+    assert len(first) >= 2
+    # Screened beside the seed, not judged in full one by one (minutes each on a GPU).
+    assert (first["level"] == "screen").all() and (first["baseline_id"] == seed_id).all()
+    confirmed = gen0[gen0["operator"] == "confirm"]
+    fastest = first.loc[first["fitness"].idxmax(), "candidate_id"]
+    assert list(confirmed["candidate_id"]) == [fastest] and (confirmed["level"] == "full").all()
+
+
 def test_seed_from_a_run_directory_and_a_file(small_target, tmp_path):
     earlier = make_config(small_target, tmp_path / "earlier", generations=1)
     run(earlier, **STAND_INS)
