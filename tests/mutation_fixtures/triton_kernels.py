@@ -30,11 +30,20 @@ def reference_attention(q, k, v, mask):
     return torch.softmax(scores, -1).to(v.dtype) @ v
 
 
-def check(name, got, want, tol=1e-4):
+def check(name, got, want, tol=1e-4, most_differing=1.0):
+    """Within `tol` everywhere, and at most a `most_differing` share of elements not equal."""
     assert got.shape == want.shape, f"{name}: shape {tuple(got.shape)}, want {tuple(want.shape)}"
     err = (got.float() - want.float()).abs().max().item() if want.numel() else 0.0
     assert err < tol, f"{name}: max error {err}"
-    print(f"ok {name} (max error {err:.2e})", flush=True)
+    differing = (got != want).float().mean().item() if want.numel() else 0.0
+    assert differing <= most_differing, f"{name}: {differing:.1%} of elements differ"
+    print(f"ok {name} (max error {err:.2e}, {differing:.2%} differ)", flush=True)
+
+
+# Attention that rounds like the reference (each probability divided by its row's whole sum,
+# then rounded): in fp16, where the interpreter rounds as a GPU does, 0-0.12% of outputs
+# differ from the reference; an online softmax's unnormalised probabilities, ~33%.
+ROUNDED = dict(dtype=torch.float16, tol=2e-3, most_differing=0.01)
 
 
 def check_norms():
@@ -81,9 +90,10 @@ def check_norm_heads_declines():
 
 
 def check_decode(page_size, max_positions, head_dim, num_heads=4, num_kv_heads=2, splits=None, lengths=(5, 11),
-                 dtype=torch.float32, tol=1e-4):
+                 dtype=torch.float32, tol=1e-4, rounding=False, most_differing=1.0):
     """Requests in a paged (or, with page_size == max_positions, slab) cache; `splits`: each
-    request's tokens cut into that many shares of 16-token tiles (some of them empty)."""
+    request's tokens cut into that many shares of 16-token tiles (some of them empty);
+    `rounding`: the cache's reference_rounding."""
     torch.manual_seed(1)
     module = load("attend_decode", "triton_split_kv")
     if splits:
@@ -96,7 +106,7 @@ def check_decode(page_size, max_positions, head_dim, num_heads=4, num_kv_heads=2
     width = max(map(len, tables))
     table = torch.tensor([t + [0] * (width - len(t)) for t in tables])
     cache = SimpleNamespace(k=[k_pages], v=[v_pages], page_size=page_size, max_positions=max_positions,
-                            reference_rounding=False)
+                            reference_rounding=rounding)
     step = SimpleNamespace(block_table=table, positions=torch.tensor([n - 1 for n in lengths]))
     q = torch.randn(len(lengths), num_heads, head_dim).to(dtype)
     got = module.attend_decode(q, None, None, cache, 0, step)
@@ -105,7 +115,8 @@ def check_decode(page_size, max_positions, head_dim, num_heads=4, num_kv_heads=2
         values = v_pages[table[b]].flatten(0, 1)[:n].transpose(0, 1)
         want = reference_attention(q[b][:, None], keys, values, torch.ones(1, n, dtype=torch.bool))
         check(f"split_kv page={page_size} D={head_dim} heads={num_heads}/{num_kv_heads} splits={splits} "
-              f"{dtype} request {b} of {n} tokens", got[b], want.flatten(), tol)
+              f"{dtype}{' rounding' if rounding else ''} request {b} of {n} tokens", got[b], want.flatten(), tol,
+              most_differing)
 
 
 def check_chunked_cache(head_dim=24, num_heads=4, num_kv_heads=2, lengths=(5, 11, 3)):
@@ -153,26 +164,29 @@ def check_chunked_cache(head_dim=24, num_heads=4, num_kv_heads=2, lengths=(5, 11
     check("bf16 pool indexed as k[layer]", table_k.float(), read_k.float(), tol=1e-12)
 
 
-def check_prefill(head_dim, lengths=(3, 7, 1), num_heads=4, num_kv_heads=2, strided_v=False):
+def check_prefill(head_dim, lengths=(3, 7, 1), num_heads=4, num_kv_heads=2, strided_v=False, rounding=False,
+                  dtype=torch.float32, tol=1e-4, most_differing=1.0):
     """`strided_v`: v a view of a fused projection's rows, k its own tensor (rotated apart),
-    as a graph engine passes them: each read with its own strides, no copy."""
+    as a graph engine passes them: each read with its own strides, no copy. `rounding`: the
+    cache's reference_rounding."""
     torch.manual_seed(2)
     module = load("attend_prefill", "triton_varlen")
     n = sum(lengths)
-    q, k, v = (torch.randn(n, h, head_dim) for h in (num_heads, num_kv_heads, num_kv_heads))
+    q, k, v = (torch.randn(n, h, head_dim).to(dtype) for h in (num_heads, num_kv_heads, num_kv_heads))
     if strided_v:
         fused = torch.randn(n, num_heads + 2 * num_kv_heads, head_dim)
         fused[:, num_heads + num_kv_heads:] = v
         v = fused[:, num_heads + num_kv_heads:]
         assert v.stride() != k.stride()
-    got = module.attend_prefill(q, k, v, NO_CACHE, 0, SimpleNamespace(num_new=list(lengths)))
+    cache = SimpleNamespace(reference_rounding=rounding)
+    got = module.attend_prefill(q, k, v, cache, 0, SimpleNamespace(num_new=list(lengths)))
     start = 0
     for i, t in enumerate(lengths):
         sl = slice(start, start + t)
         want = reference_attention(q[sl].transpose(0, 1), k[sl].transpose(0, 1), v[sl].transpose(0, 1),
                                    torch.ones(t, t, dtype=torch.bool).tril())  # [heads, t, D]
-        check(f"varlen D={head_dim}{' strided v' if strided_v else ''} prompt {i}", got[sl],
-              want.transpose(0, 1).flatten(1))
+        check(f"varlen D={head_dim}{' strided v' if strided_v else ''}{' rounding' if rounding else ''} prompt {i}",
+              got[sl], want.transpose(0, 1).flatten(1), tol, most_differing)
         start += t
 
 
@@ -252,8 +266,11 @@ if __name__ == "__main__":
     check_decode(page_size=8, max_positions=16, head_dim=256, num_heads=2, num_kv_heads=1)
     check_decode(page_size=4, max_positions=64, head_dim=64, num_heads=16, num_kv_heads=2, splits=2,
                  lengths=(5, 40), dtype=torch.float16, tol=2e-3)  # groups of 8 query heads a K/V head, fp16 tensor-core dots
+    check_decode(page_size=4, max_positions=64, head_dim=32, splits=4, lengths=(5, 40, 17), rounding=True, **ROUNDED)
+    check_decode(page_size=4, max_positions=64, head_dim=32, lengths=(5, 40, 17), rounding=True, **ROUNDED)
     check_chunked_cache()
     check_prefill(head_dim=24)
+    check_prefill(head_dim=32, lengths=(37, 5, 70), rounding=True, **ROUNDED)
     check_prefill(head_dim=256, lengths=(5, 2), num_heads=2, num_kv_heads=1)
     check_prefill(head_dim=24, strided_v=True)
     check_prefill_static()

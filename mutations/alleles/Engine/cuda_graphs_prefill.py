@@ -17,9 +17,8 @@ A call's metadata is one host list copied once; every graph is launched once ins
 create_engine (a first launch is slower). Per layer, the MLP's residual add joins the next
 layer's norm, and q and k, when they are views of one fused projection, take one RoPE launch.
 
-Larger prefills, more prompts, bigger decode batches, decodes past GRAPH_MAX_POSITIONS
-and the contract's bf16 prefills (whose attention rounds as its reference does, a prompt at
-a time) run eagerly. One memory pool serves every graph, captured largest first. When the
+Larger prefills, more prompts, bigger decode batches and decodes past GRAPH_MAX_POSITIONS
+run eagerly. One memory pool serves every graph, captured largest first. When the
 cache grows, its tensors move, and every graph is captured again.
 """
 import array
@@ -119,8 +118,6 @@ class Engine:
         self.rope_cos, self.rope_sin = rope_tables(every_position, self.head_dim, self.rope_theta,
                                                    self.rope_dtype, self.rope_scaling)  # [max_positions, head_dim/2]
         self.buckets = {"decode": graph_buckets(MAX_GRAPH_BATCH), "prefill": token_buckets(MAX_PREFILL_TOKENS)}
-        if self.cache.reference_rounding:
-            self.buckets["prefill"] = []  # its attention loops over prompts on the host: not capturable
         rows = max(MAX_GRAPH_BATCH, MAX_PREFILL_TOKENS)
         # A call's host metadata (see `metadata`) goes to the device in one copy. Zeros
         # address the cache's scratch row 0 and position 0: harmless padding. A decode's

@@ -13,7 +13,10 @@ program per (request, query head, 256 tokens up to max_positions) re-read each K
 query / 4 K/V heads) at batch 64 it took 461 us a layer, 78% of the decode's GPU time; now
 24 us (`python -m tools.probes.decode_attention_bench`, H100, where 16-token tiles ran 2-6x faster
 than 32 or 64). Phase two: a program per (request, head) combines the splits that held
-tokens. Any head_dim up to 256 (padded to a power of two and masked). Scores are fp32 sums
+tokens. In the contract's bf16 (`cache.reference_rounding`), where the reference rounds each
+probability after dividing it by the whole sum, phase one runs twice: each split's max and
+sum, then its probabilities divided by the sum over every split, and phase two adds them up.
+Any head_dim up to 256 (padded to a power of two and masked). Scores are fp32 sums
 of exact products (fp32 inputs take IEEE dots, not TF32); probabilities meet V in the
 compute dtype, as the reference rounds them. The grid depends only on the batch and the
 model, so the call captures in a CUDA graph.
@@ -44,11 +47,31 @@ def split_share(length, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
+def tile_scores(q, k_ptr, table_ptr, offsets_ptr, b, kv_head, n0, end, stride_tb, page_size, chunk_pages,
+                stride_kp, stride_kr, stride_kh, d, d_ok, sm_scale, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
+    """(fp32 scores of the group's queries against tokens n0.. of request b, -inf from `end`;
+    the tokens' row offsets in the cache; which rows to load)."""
+    n = n0 + tl.arange(0, BLOCK_N)
+    n_ok = n < end
+    page = tl.load(table_ptr + b * stride_tb + n // page_size, mask=n_ok, other=0).to(tl.int64)
+    chunk_base = tl.load(offsets_ptr + page // chunk_pages, mask=n_ok, other=0)
+    rows = chunk_base + (page % chunk_pages) * stride_kp + (n % page_size) * stride_kr + kv_head * stride_kh
+    kv_ok = n_ok[:, None] & d_ok[None, :]
+    k = tl.load(k_ptr + rows[:, None] + d[None, :], mask=kv_ok, other=0.0)  # [BLOCK_N, BLOCK_D]
+    scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale  # [BLOCK_G, BLOCK_N], fp32
+    return tl.where(n_ok[None, :], scores, float("-inf")), rows, kv_ok
+
+
+@triton.jit
 def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positions_ptr, part_acc_ptr,
                             part_max_ptr, part_sum_ptr, stride_qb, stride_qh, stride_kp, stride_kr, stride_kh,
                             stride_tb, page_size, chunk_pages, sm_scale, num_heads, GROUPS: tl.constexpr,
                             SPLITS: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr,
-                            BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
+                            BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
+                            PHASE: tl.constexpr):
+    """PHASE 0: each split's max, sum and weighted values (an online softmax). For the
+    reference's rounding, PHASE 1 writes each split's max and sum alone, and PHASE 2 reads
+    every split's to divide the probabilities by the whole sum before rounding them."""
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
     s = tl.program_id(2)
@@ -67,34 +90,47 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
         m_i = tl.zeros([BLOCK_G], dtype=tl.float32) - float("inf")
         l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
         acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
-        for n0 in range(start, end, BLOCK_N):
-            n = n0 + tl.arange(0, BLOCK_N)
-            n_ok = n < end
-            page = tl.load(table_ptr + b * stride_tb + n // page_size, mask=n_ok, other=0).to(tl.int64)
-            chunk_base = tl.load(offsets_ptr + page // chunk_pages, mask=n_ok, other=0)
-            rows = chunk_base + (page % chunk_pages) * stride_kp + (n % page_size) * stride_kr \
-                + kv_head * stride_kh  # [BLOCK_N]
-            kv_ok = n_ok[:, None] & d_ok[None, :]
-            k = tl.load(k_ptr + rows[:, None] + d[None, :], mask=kv_ok, other=0.0)  # [BLOCK_N, BLOCK_D]
-            scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale  # [BLOCK_G, BLOCK_N], fp32
-            scores = tl.where(n_ok[None, :], scores, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(scores, axis=1))  # finite: n0 < end
-            alpha = tl.exp(m_i - m_new)
-            p = tl.exp(scores - m_new[:, None])
-            v = tl.load(v_ptr + rows[:, None] + d[None, :], mask=kv_ok, other=0.0)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-            l_i = l_i * alpha + tl.sum(p, axis=1)
-            m_i = m_new
         part = (b * num_heads + heads) * SPLITS + s  # [BLOCK_G]
-        tl.store(part_acc_ptr + part[:, None] * BLOCK_D + d[None, :], acc, mask=g_ok[:, None])
-        tl.store(part_max_ptr + part, m_i, mask=g_ok)
-        tl.store(part_sum_ptr + part, l_i, mask=g_ok)
+        if PHASE == 2:  # the whole row's max and sum, from every split's
+            every = tl.arange(0, SPLITS)
+            parts = (b * num_heads + heads)[:, None] * SPLITS + every[None, :]  # [BLOCK_G, SPLITS]
+            held = g_ok[:, None] & (every * share < length)[None, :]
+            m_s = tl.load(part_max_ptr + parts, mask=held, other=float("-inf"))
+            m_i = tl.max(m_s, axis=1)
+            m_i = tl.where(g_ok, m_i, 0.0)  # padding heads: no -inf - -inf
+            l_i = tl.sum(tl.where(held, tl.load(part_sum_ptr + parts, mask=held, other=0.0) * tl.exp(m_s - m_i[:, None]),
+                                  0.0), axis=1)
+            l_i = tl.where(g_ok, l_i, 1.0)
+        for n0 in range(start, end, BLOCK_N):
+            scores, rows, kv_ok = tile_scores(q, k_ptr, table_ptr, offsets_ptr, b, kv_head, n0, end, stride_tb,
+                                              page_size, chunk_pages, stride_kp, stride_kr, stride_kh, d, d_ok,
+                                              sm_scale, BLOCK_N, PRECISION)
+            if PHASE == 2:
+                p = tl.math.div_rn(tl.exp(scores - m_i[:, None]), l_i[:, None])  # IEEE-rounded, as torch divides
+                v = tl.load(v_ptr + rows[:, None] + d[None, :], mask=kv_ok, other=0.0)
+                acc += tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+            else:
+                m_new = tl.maximum(m_i, tl.max(scores, axis=1))  # finite: n0 < end
+                alpha = tl.exp(m_i - m_new)
+                p = tl.exp(scores - m_new[:, None])
+                if PHASE == 0:
+                    v = tl.load(v_ptr + rows[:, None] + d[None, :], mask=kv_ok, other=0.0)
+                    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+                l_i = l_i * alpha + tl.sum(p, axis=1)
+                m_i = m_new
+        if PHASE != 1:
+            tl.store(part_acc_ptr + part[:, None] * BLOCK_D + d[None, :], acc, mask=g_ok[:, None])
+        if PHASE != 2:
+            tl.store(part_max_ptr + part, m_i, mask=g_ok)
+            tl.store(part_sum_ptr + part, l_i, mask=g_ok)
 
 
 @triton.jit
 def split_kv_combine_kernel(part_acc_ptr, part_max_ptr, part_sum_ptr, positions_ptr, out_ptr, stride_ob,
                             stride_oh, num_heads, SPLITS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                            BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
+                            BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, NORMALIZED: tl.constexpr):
+    """Each head's splits, rescaled to the largest max and divided by the sum; NORMALIZED
+    (phase 2's, already divided): their sum."""
     b = tl.program_id(0)
     h = tl.program_id(1)
     length = tl.load(positions_ptr + b) + 1
@@ -102,20 +138,21 @@ def split_kv_combine_kernel(part_acc_ptr, part_max_ptr, part_sum_ptr, positions_
     s = tl.arange(0, SPLITS)
     s_ok = s * share < length  # the splits phase one wrote
     part = (b * num_heads + h) * SPLITS + s  # [SPLITS]
-    m = tl.load(part_max_ptr + part, mask=s_ok, other=float("-inf"))
-    l = tl.load(part_sum_ptr + part, mask=s_ok, other=0.0)
-    m_all = tl.max(m, axis=0)  # finite: split 0 holds at least one token
-    w = tl.where(s_ok, tl.exp(m - m_all), 0.0)
     d = tl.arange(0, BLOCK_D)
     acc = tl.load(part_acc_ptr + part[:, None] * BLOCK_D + d[None, :], mask=s_ok[:, None], other=0.0)
-    out = tl.sum(acc * w[:, None], axis=0) / tl.sum(l * w, axis=0)
+    if NORMALIZED:
+        out = tl.sum(acc, axis=0)
+    else:
+        m = tl.load(part_max_ptr + part, mask=s_ok, other=float("-inf"))
+        l = tl.load(part_sum_ptr + part, mask=s_ok, other=0.0)
+        m_all = tl.max(m, axis=0)  # finite: split 0 holds at least one token
+        w = tl.where(s_ok, tl.exp(m - m_all), 0.0)
+        out = tl.sum(acc * w[:, None], axis=0) / tl.sum(l * w, axis=0)
     tl.store(out_ptr + b * stride_ob + h * stride_oh + d, out.to(out_ptr.dtype.element_ty), mask=d < HEAD_DIM)
 
 
 def attend_decode(q, k, v, cache, layer, step):
     """Each request's one query over its live K/V only: q [B, heads, D] -> [B, heads*D]."""
-    if cache.reference_rounding:  # the kernel's fp32 probabilities miss a bf16 reference (see sdpa)
-        return table_attention(q, cache, layer, step)
     batch, num_heads, head_dim = q.shape
     q = q if q.stride(-1) == 1 else q.contiguous()  # strided rows and heads are read as such
     k_pages, v_pages = cache.k[layer], cache.v[layer]  # [pages, page_size, kv_heads, D]
@@ -127,17 +164,19 @@ def attend_decode(q, k, v, cache, layer, step):
     part_max = torch.empty(batch, num_heads, splits, device=q.device, dtype=torch.float32)
     part_sum = torch.empty_like(part_max)
     offsets, chunk_pages = chunk_table(cache, q.device)
-    split_kv_partial_kernel[(batch, k_pages.shape[2], splits)](
-        q, k_pages, v_pages, table, offsets, step.positions, part_acc, part_max, part_sum,
-        q.stride(0), q.stride(1), k_pages.stride(0), k_pages.stride(1), k_pages.stride(2),
-        table.stride(0), cache.page_size, chunk_pages, 1.0 / math.sqrt(head_dim), num_heads, GROUPS=groups,
-        SPLITS=splits, BLOCK_G=max(16, triton.next_power_of_2(groups)), HEAD_DIM=head_dim, BLOCK_D=block_d,
-        BLOCK_N=DECODE_TILE, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        num_warps=DECODE_WARPS)
+    rounded = bool(cache.reference_rounding)  # the contract's bf16: two passes (see the kernel)
+    for phase in (1, 2) if rounded else (0,):
+        split_kv_partial_kernel[(batch, k_pages.shape[2], splits)](
+            q, k_pages, v_pages, table, offsets, step.positions, part_acc, part_max, part_sum,
+            q.stride(0), q.stride(1), k_pages.stride(0), k_pages.stride(1), k_pages.stride(2),
+            table.stride(0), cache.page_size, chunk_pages, 1.0 / math.sqrt(head_dim), num_heads, GROUPS=groups,
+            SPLITS=splits, BLOCK_G=max(16, triton.next_power_of_2(groups)), HEAD_DIM=head_dim, BLOCK_D=block_d,
+            BLOCK_N=DECODE_TILE, PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PHASE=phase,
+            num_warps=DECODE_WARPS)
     out = torch.empty(batch, num_heads, head_dim, device=q.device, dtype=q.dtype)
     split_kv_combine_kernel[(batch, num_heads)](
         part_acc, part_max, part_sum, step.positions, out, out.stride(0), out.stride(1), num_heads, SPLITS=splits,
-        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=DECODE_TILE)
+        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=DECODE_TILE, NORMALIZED=rounded)
     return out.flatten(1)
 
 

@@ -2,7 +2,10 @@
 
 A program per (prompt, query head, block of BLOCK_M queries) runs a flash-attention loop
 over its prompt's keys up to the causal limit: scores and the online softmax in fp32,
-probabilities cast to the compute dtype before @ v, as the reference casts them. Prompts
+probabilities cast to the compute dtype before @ v, as the reference casts them. In the
+contract's bf16 (`cache.reference_rounding`) the reference rounds each probability after
+dividing it by its row's sum, which unnormalised ones miss by 1.7-2.8x the tolerance: there
+the kernel makes two passes over the keys, the row's max and sum first. Prompts
 are addressed by start offset and length in the packed [N, heads, D] tensors; any head_dim
 up to 256 (padded to a power of two, masked), GQA by query head h reading K/V head h // groups.
 A call captured in a CUDA graph passes the starts and lengths as device buffers on the step
@@ -29,10 +32,25 @@ PREFILL_STAGES = 2  # range: 1..4; software-pipelining stages of its key loop
 
 
 @triton.jit
+def causal_scores(q, k_ptr, start, n0, rows, length, kv_head, stride_kt, stride_kh, d, d_ok, sm_scale,
+                  BLOCK_N: tl.constexpr):
+    """(fp32 scores of the block's queries against keys n0.., -inf past the causal limit and
+    the prompt; the keys' token offsets; which keys are in the prompt)."""
+    cols = n0 + tl.arange(0, BLOCK_N)
+    col_ok = cols < length
+    token = (start + cols)[:, None].to(tl.int64)
+    k = tl.load(k_ptr + token * stride_kt + kv_head * stride_kh + d[None, :], mask=col_ok[:, None] & d_ok[None, :],
+                other=0.0)
+    scores = tl.dot(q, tl.trans(k)).to(tl.float32) * sm_scale  # [BLOCK_M, BLOCK_N]
+    # Key 0 is in the first block and visible to every row, so no row is all -inf.
+    return tl.where((cols[None, :] <= rows[:, None]) & col_ok[None, :], scores, float("-inf")), token, col_ok
+
+
+@triton.jit
 def varlen_prefill_kernel(q_ptr, k_ptr, v_ptr, out_ptr, starts_ptr, lengths_ptr, stride_qt, stride_qh,
                           stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh, sm_scale,
                           GROUPS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-                          BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+                          BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, NORMALIZE_FIRST: tl.constexpr):
     seq = tl.program_id(0)
     h = tl.program_id(1)
     first_row = (tl.num_programs(2) - 1 - tl.program_id(2)) * BLOCK_M  # the longest blocks first
@@ -50,31 +68,43 @@ def varlen_prefill_kernel(q_ptr, k_ptr, v_ptr, out_ptr, starts_ptr, lengths_ptr,
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     # Keys up to the block's last query (causal); none at all for a block past the prompt.
     end = tl.minimum(first_row + BLOCK_M, length)
-    for n0 in range(0, end, BLOCK_N):
-        cols = n0 + tl.arange(0, BLOCK_N)
-        col_ok = cols < length
-        token = (start + cols)[:, None].to(tl.int64)
-        kv_ok = col_ok[:, None] & d_ok[None, :]
-        k = tl.load(k_ptr + token * stride_kt + kv_head * stride_kh + d[None, :], mask=kv_ok, other=0.0)
-        scores = tl.dot(q, tl.trans(k)).to(tl.float32) * sm_scale  # [BLOCK_M, BLOCK_N]
-        # Key 0 is in the first block and visible to every row, so no row is all -inf.
-        scores = tl.where((cols[None, :] <= rows[:, None]) & col_ok[None, :], scores, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(scores, axis=1))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(scores - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(v_ptr + token * stride_vt + kv_head * stride_vh + d[None, :], mask=kv_ok, other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)  # probabilities in the compute dtype
-        m_i = m_new
-    out = acc / l_i[:, None]
+    if NORMALIZE_FIRST:
+        # The reference's rounding: softmax(scores).to(dtype) @ v, each probability rounded
+        # after it is divided by its row's sum. So one pass for each row's max and sum, and a
+        # second for the probabilities (the keys read twice).
+        for n0 in range(0, end, BLOCK_N):
+            scores, token, col_ok = causal_scores(q, k_ptr, start, n0, rows, length, kv_head, stride_kt, stride_kh,
+                                                  d, d_ok, sm_scale, BLOCK_N)
+            m_new = tl.maximum(m_i, tl.max(scores, axis=1))
+            l_i = l_i * tl.exp(m_i - m_new) + tl.sum(tl.exp(scores - m_new[:, None]), axis=1)
+            m_i = m_new
+        for n0 in range(0, end, BLOCK_N):
+            scores, token, col_ok = causal_scores(q, k_ptr, start, n0, rows, length, kv_head, stride_kt, stride_kh,
+                                                  d, d_ok, sm_scale, BLOCK_N)
+            p = tl.math.div_rn(tl.exp(scores - m_i[:, None]), l_i[:, None])  # IEEE-rounded, as torch divides
+            v = tl.load(v_ptr + token * stride_vt + kv_head * stride_vh + d[None, :],
+                        mask=col_ok[:, None] & d_ok[None, :], other=0.0)
+            acc += tl.dot(p.to(v.dtype), v)
+        out = acc
+    else:
+        for n0 in range(0, end, BLOCK_N):
+            scores, token, col_ok = causal_scores(q, k_ptr, start, n0, rows, length, kv_head, stride_kt, stride_kh,
+                                                  d, d_ok, sm_scale, BLOCK_N)
+            m_new = tl.maximum(m_i, tl.max(scores, axis=1))
+            alpha = tl.exp(m_i - m_new)
+            p = tl.exp(scores - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            v = tl.load(v_ptr + token * stride_vt + kv_head * stride_vh + d[None, :],
+                        mask=col_ok[:, None] & d_ok[None, :], other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)  # probabilities in the compute dtype
+            m_i = m_new
+        out = acc / l_i[:, None]
     tl.store(out_ptr + (start + rows)[:, None].to(tl.int64) * stride_ot + h * stride_oh + d[None, :],
              out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
 
 
 def attend_prefill(q, k, v, cache, layer, step):
     """Causal attention over each prompt alone, packed: q [N, heads, D] -> [N, heads*D]."""
-    if cache.reference_rounding:  # the kernel's fp32 probabilities miss a bf16 reference (see sdpa)
-        return per_request_attention(q, k, v, step.num_new)
     num_tokens, num_heads, head_dim = q.shape
     # Rows may be strided (views of a fused projection, k rotated apart from v): only each
     # head's values must be adjacent (copying k and v to one layout cost two kernels a layer).
@@ -99,6 +129,7 @@ def attend_prefill(q, k, v, cache, layer, step):
         q, k, v, out, starts, lengths,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
         1.0 / math.sqrt(head_dim), GROUPS=num_heads // k.shape[1], HEAD_DIM=head_dim,
-        BLOCK_M=PREFILL_BLOCK_M, BLOCK_N=PREFILL_BLOCK_N, BLOCK_D=block_d, num_stages=PREFILL_STAGES,
+        BLOCK_M=PREFILL_BLOCK_M, BLOCK_N=PREFILL_BLOCK_N, BLOCK_D=block_d,
+        NORMALIZE_FIRST=bool(cache.reference_rounding), num_stages=PREFILL_STAGES,
         num_warps=2 * PREFILL_WARPS if PREFILL_BLOCK_M > 64 else PREFILL_WARPS)
     return out.flatten(1)
