@@ -14,9 +14,10 @@ GRAPH_BUCKET_STEP = 16  # range: 4..64; decode graphs above batch 8 are captured
 # kernel reads live pages only: for it this bounds the static table, and doubling it costs
 # little.
 GRAPH_MAX_POSITIONS = 8192  # range: 256..131072
-# The same for attention that rounds like its reference, whose masked math over the whole
-# table is each step's cost: the contract's bf16 engines attended over all 6,000 positions
-# of the public config's table at every captured step (docs/PERF.md).
+# The same in the contract's bf16, where table_sdpa rounds like its reference with masked
+# math over the whole table at every captured step (all 6,000 positions of the public
+# config's, docs/PERF.md). The split-KV kernel reads live pages there too, but the graphs
+# cannot tell which attention a program has.
 ROUNDED_GRAPH_POSITIONS = 1024  # range: 128..8192
 ROPE_WARPS = 4  # range: 1..16; warps a program runs with (Triton's default: 4)
 
