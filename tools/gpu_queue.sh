@@ -33,6 +33,7 @@ mkdir -p "$state"
 [ -d "$state/repo" ] || cp -a . "$state/repo"
 cd "$state/repo" || exit 1
 source tools/gpu_env.sh > /dev/null  # the wheels once, before two queues could race for them
+source tools/bench_rounds.sh
 
 run_job() {
   local kind target budget
@@ -77,15 +78,9 @@ run_job() {
 }
 
 try_rounds() {  # DIR ROUNDS_DIR ENGINE LABEL: the recipe and ENGINE in turn, each round's order swapped
-  local dir=$1 rounds=$2 engine=$3 label=$4 round way file; mkdir -p "$rounds"
-  for round in $(seq 1 "${TRY_ROUNDS:-2}"); do
-    for way in $( (( round % 2 )) && echo recipe try || echo try recipe); do
-      file=$engine; [ "$way" = recipe ] && file=$state/recipe.py
-      python3 -m fitness bench --engine "$file" --model-config "$dir/config.json" --weight-dir "$dir" \
-        --device cuda --cases large --roofline --step-time > "$rounds/$round.$way.json" || echo "round $round: $way failed"
-      python3 -m tools.bench_line "$label $round $way" < "$rounds/$round.$way.json"
-    done
-  done
+  local dir=$1 rounds=$2 engine=$3 label=$4
+  bench_rounds "$rounds" "${TRY_ROUNDS:-2}" "$label" recipe "$state/recipe.py" try "$engine" \
+    --model-config "$dir/config.json" --weight-dir "$dir" --device cuda --cases large --roofline --step-time
   python3 -m tools.versus_recipe "$rounds" --engine try --baseline recipe
 }
 
@@ -101,7 +96,7 @@ queue() {
   done
   touch "$state/queue$gpu.done"
 }
-export -f run_job try_rounds queue
+export -f run_job try_rounds bench_rounds queue
 export state gpu
 CUDA_VISIBLE_DEVICES=$gpu setsid bash -c 'queue "$@"' queue "$@" > "$state/queue$gpu.log" 2>&1 < /dev/null &
 echo "queue $gpu started: $* (log $state/queue$gpu.log)"

@@ -10,12 +10,14 @@
 #       # bash run.sh [--target TARGET] FLAGS (TARGET "public": the repository's own model),
 #       # or the rest of OUT's unfinished run; its log, winner and recipe go to OUT
 #   bash tools/gpu_search_vs_recipe.sh compare OUT [TARGET] [ROUNDS]
-#       # OUT's winner and fastest.txt's program benched in fresh processes, interleaved,
-#       # ROUNDS (3) times on the cases the search timed; the ratio per case (tools/versus_recipe.py)
+#       # OUT's winner and fastest.txt's program benched in fresh processes, interleaved (the
+#       # order swapped each round), ROUNDS (3) times on the cases the search timed; the ratio
+#       # per case (tools/versus_recipe.py)
 set -uo pipefail
 mode=$1 out=$2 target=${3:-public}; mkdir -p "$out"
 shift $(( $# < 3 ? $# : 3 ))
 source tools/gpu_env.sh
+source tools/bench_rounds.sh
 target_args=()
 [ "$target" = public ] || target_args=(--target "$target")
 
@@ -46,14 +48,9 @@ compare() {
   fi
   # OUT's own copy: two queues' comparisons on one host would write one /tmp file at once.
   python3 -m mutations recipe mutations/recipes/fastest.txt -o "$out/recipe.py" > /dev/null || exit 1
-  for round in $(seq 1 "${1:-3}"); do
-    for engine in winner recipe; do
-      file="$out/winner.py"; [ $engine = recipe ] && file="$out/recipe.py"
-      python3 -m fitness bench --engine "$file" --model-config "$dir/model_config.json" --weight-dir "$dir/weights" \
-        --device cuda --cases "$cases" > "$out/$round.$engine.json" || echo "round $round: $engine failed"
-      python3 -m tools.bench_line "$round $engine" < "$out/$round.$engine.json"
-    done
-  done | tee "$out/compare.txt"
+  bench_rounds "$out" "${1:-3}" "" winner "$out/winner.py" recipe "$out/recipe.py" \
+    --model-config "$dir/model_config.json" --weight-dir "$dir/weights" --device cuda --cases "$cases" \
+    | tee "$out/compare.txt"
   python3 -m tools.versus_recipe "$out" | tee -a "$out/compare.txt"
 }
 
