@@ -2,7 +2,7 @@
 report, checkpoint.
 
 Generation 0 judges the seed in full and screens the rest of the first population beside it
-(--seed-from and library programs); the fastest is confirmed. Generation 1
+(--seed-from and library programs); the fastest is confirmed, the next while those fail. Generation 1
 sweeps: one child of the best program by each operator that applies to it (on a GPU, each
 GPU-only one, and others up to a population's worth). Every later one merges gains made
 apart (up to a third of its children), sweeps on from the best program with all but one
@@ -51,8 +51,8 @@ def evolve(search) -> None:
         # short search's last generation has no later one (docs/PERF.md).
         if gen > 0 and brood.add_if_new(toolbox.merge_every_gain(best_of(search), search.scores)):
             new += search.screen(gen, offspring[-1:])
-        # Confirm the ones that could be kept.
-        confirm(search.judging, search.hall_of_fame, gen, offspring)
+        # Confirm the ones that could be kept (in generation 0, until one passes).
+        confirm(search.judging, search.hall_of_fame, gen, offspring, until_one_passes=gen == 0)
         # Learn: each mutant's outcome against its parent is credited to its operator.
         toolbox.learn(offspring, search.scores)
         # Score: a program's fitness is its fitted speed (scores.py: every judgement and paired ratio).

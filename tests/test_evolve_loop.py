@@ -181,6 +181,29 @@ def test_generation_0_screens_the_first_programs_beside_the_seed_and_confirms_th
     assert list(confirmed["candidate_id"]) == [fastest] and (confirmed["level"] == "full").all()
 
 
+def test_generation_0_confirms_the_next_fastest_when_the_fastest_fails_in_full(small_target, tmp_path):
+    earlier = make_config(small_target, tmp_path / "earlier", generations=2)
+    run(earlier, **STAND_INS)
+    failed = []
+
+    def failing_first_confirm(path, *args, **kwargs):
+        verdict = fake_judge(path, *args, **kwargs)
+        if kwargs["level"] == "full" and kwargs["baseline"] and not failed:
+            failed.append(Path(path).stem)
+            verdict.update(status="incorrect", stage="derived", error="bf16 off", tokens_per_second={})
+        return verdict
+
+    config = make_config(small_target, tmp_path / "later", seed_from=(earlier.history,), seed_from_top=3,
+                         generations=1)
+    assert run(config, **{**STAND_INS, "judge_fn": failing_first_confirm}) == 0
+    frame = history.read(config.history)
+    confirms = frame[(frame["generation"] == 0) & (frame["operator"] == "confirm")]
+    screened = frame[(frame["generation"] == 0) & (frame["operator"] == "seed_from")]
+    by_speed = list(screened.sort_values("fitness", ascending=False)["candidate_id"])
+    assert list(confirms["candidate_id"]) == by_speed[:2] and failed == by_speed[:1]
+    assert list(confirms["status"]) == ["incorrect", "ok"]
+
+
 def test_seed_from_a_run_directory_and_a_file(small_target, tmp_path):
     earlier = make_config(small_target, tmp_path / "earlier", generations=1)
     run(earlier, **STAND_INS)
