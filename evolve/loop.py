@@ -2,8 +2,8 @@
 report, checkpoint.
 
 Generation 0 judges the seed in full and screens the rest of the first population beside it
-(--seed-from and library programs); the fastest is confirmed, the next while those fail. Generation 1
-sweeps: one child of the best program by each operator that applies to it (on a GPU, each
+(--seed-from and library programs); the fastest is confirmed, the next while those fail.
+Generation 1 sweeps: one child of the best program by each operator that applies to it (on a GPU, each
 GPU-only one, and others up to a population's worth). Every later one merges gains made
 apart (up to a third of its children), sweeps on from the best program with all but one
 of the rest (operators not tried on it, GPU-only first, then as the bandit ranks them,
