@@ -3,15 +3,15 @@ report, checkpoint.
 
 Generation 0 judges the seed in full and screens the rest of the first population beside it
 (--seed-from and library programs); the fastest is confirmed, the next while those fail.
-Generation 1 sweeps: one child of the best program by each operator that applies to it (on a GPU, each
-GPU-only one, and others up to a population's worth). Every later one merges gains made
-apart (up to a third of its children), sweeps on from the best program with all but one
-of the rest (operators not tried on it, GPU-only first, then as the bandit ranks them,
-those the run never tried every other place), then breeds the last by crossover or by the
-operator the bandit draws (more when operators decline or repeat), up to as many children
-as the population holds. From generation 1 on, once its children are screened, the gains
-among them that the best lacks are merged into it in one more child, screened too, before
-the fastest are confirmed.
+Generation 1 sweeps: one child of the best program by each operator that applies to it (on a
+GPU, each GPU-only one, and others up to a population's worth). Every later one merges gains
+made apart (up to a third of its children), sweeps on from the best program with all but one
+of the rest (operators not tried on it, GPU-only first, then as the bandit ranks them, those
+the run never tried every other place), then breeds the last by crossover or by the operator
+the bandit draws (more when operators decline or repeat), up to as many children as the
+population holds. From generation 1 on, once its children are screened, the gains among them
+that the best lacks are merged into it in one more child, screened too, before the fastest
+are confirmed.
 evolve/README.md ("How the search chooses") says why.
 """
 import time
