@@ -15,12 +15,14 @@
 #   hf:MODE[:MODEL]           tools/gpu_hf.sh MODE (check, bench, profile, transformers) -> STATE/hf, on
 #                             MODEL alone (default both), with STATE/hf_MODEL's winner beside the recipe
 #   gpu_tests[:EXPR]          python -m pytest tests/test_gpu.py [-k EXPR] -> STATE/gpu_tests.txt
-#   try:ENGINE                an engine file not on main (a branch's recipe, built beforehand into the
+#   try:ENGINE[:TARGET]       an engine file not on main (a branch's recipe, built beforehand into the
 #                             working tree): fitness check on the toy model with every derived config
 #                             (bf16 among them) and gpu_hf.sh check on both real shapes, then on each
 #                             shape TRY_ROUNDS (2) rounds of the recipe and it benched in turn, the order
 #                             swapped each round, and the ratio per case (tools.versus_recipe)
-#                             -> STATE/try_NAME.txt, STATE/hf, STATE/try_NAME/MODEL/ROUND.{recipe,try}.json
+#                             -> STATE/try_NAME.txt, STATE/hf, STATE/try_NAME/MODEL/ROUND.{recipe,try}.json;
+#                             with a TARGET of target.targets (bf16, one_b, ...), the same on it alone, with
+#                             its run.sh flags (margin, cases) -> STATE/try_NAME_TARGET.txt, STATE/try_NAME/TARGET
 #   probe:NAME                python -m tools.probes.NAME -> STATE/probe_NAME.txt
 #   create:TARGET             what making the seed's and the recipe's engines costs on TARGET
 #                             against running a case (tools.create_probe) -> STATE/create_TARGET.json
@@ -57,6 +59,7 @@ run_job() {
   gpu_tests) python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py ${target:+-k "$target"} 2>&1 \
                | tee "$state/gpu_tests.txt" | tail -5 ;;
   try) local name; name=$(basename "$target" .py)
+       [ -n "$budget" ] && { try_target "$target" "$budget" "$name"; return; }
        # The whole verdict to the file, its head to the log (head first would cut tee off short).
        python3 -m fitness check --engine "$target" --model-config target/model_config.json \
          --weight-dir target/weights --device cuda > "$state/try_$name.txt" 2>&1
@@ -84,6 +87,26 @@ try_rounds() {  # DIR ROUNDS_DIR ENGINE LABEL: the recipe and ENGINE in turn, ea
   python3 -m tools.versus_recipe "$rounds" --engine try --baseline recipe
 }
 
+try_target() {  # ENGINE TARGET NAME: the try: job on one target of target.targets
+  local engine=$1 target=$2 name=$3 flags cases=all
+  flags=$(python3 -m target.targets --run-flags "$target") || return 1
+  read -r -a flags <<< "$(echo $flags)"
+  local paths=("${flags[@]:0:4}") margin=() i  # --model-config C --weight-dir W, then the rest
+  for (( i = 4; i < ${#flags[@]}; i++ )); do
+    case ${flags[i]} in
+    --margin) margin=(--margin "${flags[i + 1]}") ;;
+    --bench) cases=${flags[i + 1]} ;;
+    esac
+  done
+  python3 -m mutations recipe mutations/recipes/fastest.txt -o "$state/recipe.py" > /dev/null || return 1
+  python3 -m fitness check --engine "$engine" "${paths[@]}" "${margin[@]}" --device cuda \
+    > "$state/try_${name}_$target.txt" 2>&1
+  head -c 600 "$state/try_${name}_$target.txt"; echo
+  bench_rounds "$state/try_$name/$target" "${TRY_ROUNDS:-2}" "$target" recipe "$state/recipe.py" try "$engine" \
+    "${paths[@]}" --device cuda --cases "$cases"
+  python3 -m tools.versus_recipe "$state/try_$name/$target" --engine try --baseline recipe
+}
+
 queue() {
   set -o pipefail
   local job index=0
@@ -96,7 +119,7 @@ queue() {
   done
   touch "$state/queue$gpu.done"
 }
-export -f run_job try_rounds bench_rounds queue
+export -f run_job try_rounds try_target bench_rounds queue
 export state gpu
 CUDA_VISIBLE_DEVICES=$gpu setsid bash -c 'queue "$@"' queue "$@" > "$state/queue$gpu.log" 2>&1 < /dev/null &
 echo "queue $gpu started: $* (log $state/queue$gpu.log)"
