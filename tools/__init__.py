@@ -25,6 +25,8 @@
     bash tools/gpu_follow.sh    a later device call's view of work an earlier call started under
                                 setsid: stops at once on a fresh machine, brings back what exists
     tools/gpu_env.sh            sourced by the drivers: the carried wheels installed, once
+    tools/bench_rounds.sh       sourced by the drivers: two engines benched in turn, the order
+                                swapped every round
     tools/probes/               one-off measurements cited in docs/PERF.md, kept to re-measure
 
 They judge what `mutations` makes with `fitness`, which is why they live here: the
