@@ -8,7 +8,7 @@
 # STATE/queueGPU.done appears when the last has ended. Jobs:
 #   search:TARGET[:BUDGET]    bash run.sh on TARGET ("public": the toy model) -> STATE/TARGET
 #   seed_only:TARGET:BUDGET   the same from the seed alone (--from-seed-only) -> STATE/TARGET_seed_only
-#   compare:NAME[:TARGET]     STATE/NAME's winner against the recipe, 3 rounds
+#   compare:NAME[:TARGET]     STATE/NAME's winner against the recipe, 3 rounds (up to 6 while undecided)
 #   serve                     tools/gpu_serve.sh -> STATE/serve
 #   hf_search:MODEL[:BUDGET]  bash run.sh --model on target.hf_checkpoints' MODEL (llama_3_2_1b,
 #                             qwen3_0_6b) -> STATE/hf_MODEL

@@ -11,8 +11,9 @@
 #       # or the rest of OUT's unfinished run; its log, winner and recipe go to OUT
 #   bash tools/gpu_search_vs_recipe.sh compare OUT [TARGET] [ROUNDS]
 #       # OUT's winner and fastest.txt's program benched in fresh processes, interleaved (the
-#       # order swapped each round), ROUNDS (3) times on the cases the search timed; the ratio
-#       # per case (tools/versus_recipe.py)
+#       # order swapped each round), ROUNDS (3) times on the cases the search timed, and more
+#       # while a case is undecided, up to COMPARE_MAX_ROUNDS (6); the ratio per case with its
+#       # ~95% interval (tools/versus_recipe.py)
 set -uo pipefail
 mode=$1 out=$2 target=${3:-public}; mkdir -p "$out"
 shift $(( $# < 3 ? $# : 3 ))
@@ -48,7 +49,7 @@ compare() {
   fi
   # OUT's own copy: two queues' comparisons on one host would write one /tmp file at once.
   python3 -m mutations recipe mutations/recipes/fastest.txt -o "$out/recipe.py" > /dev/null || exit 1
-  bench_rounds "$out" "${1:-3}" "" winner "$out/winner.py" recipe "$out/recipe.py" \
+  BENCH_MAX_ROUNDS=${COMPARE_MAX_ROUNDS:-6} bench_rounds "$out" "${1:-3}" "" winner "$out/winner.py" recipe "$out/recipe.py" \
     --model-config "$dir/model_config.json" --weight-dir "$dir/weights" --device cuda --cases "$cases" \
     | tee "$out/compare.txt"
   python3 -m tools.versus_recipe "$out" | tee -a "$out/compare.txt"

@@ -1,14 +1,18 @@
 """Per case, an engine's tokens/s over the recipe's, from `python -m fitness bench` results
 saved as DIR/ROUND.ENGINE.json (ENGINE: "winner", "recipe", ...): the ratio in each round,
-their median, and the geometric mean over the cases of the medians.
+their median and ~95% interval, and the geometric mean over the cases of the medians.
+`--decided` exits 1 while a case's interval neither excludes 1 nor is within +-2% (the
+judge's rule, fitness/timing.py), so a driver can bench more rounds until it does.
 
-    python -m tools.versus_recipe DIR [--engine winner] [--baseline recipe]
+    python -m tools.versus_recipe DIR [--engine winner] [--baseline recipe] [--decided]
 """
 import argparse
 import json
 import math
 import statistics
 from pathlib import Path
+
+from fitness.timing import RESOLUTION, t95
 
 
 def tokens_per_second(path: Path) -> dict:
@@ -27,21 +31,44 @@ def ratios(folder: Path, engine: str, baseline: str) -> dict:
     return found
 
 
+def interval(values: list) -> tuple:
+    """~95% interval of the geometric mean of the ratios (Student's t on their logs)."""
+    logs = [math.log(v) for v in values]
+    if len(logs) < 2:
+        return 0.0, math.inf
+    half = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    mean = statistics.fmean(logs)
+    return math.exp(mean - half), math.exp(mean + half)
+
+
+def decided(values: list) -> bool:
+    """The interval excludes 1, or is within +-RESOLUTION."""
+    if len(values) < 2:
+        return False
+    low, high = interval(values)
+    return low > 1 or high < 1 or math.log(high / low) / 2 <= math.log(1 + RESOLUTION)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path)
     parser.add_argument("--engine", default="winner")
     parser.add_argument("--baseline", default="recipe")
+    parser.add_argument("--decided", action="store_true", help="exit 1 while a case is undecided")
     args = parser.parse_args(argv)
     per_case = ratios(args.folder, args.engine, args.baseline)
     if not per_case:
         raise SystemExit(f"no rounds with both {args.engine} and {args.baseline} in {args.folder}")
     medians = {case: statistics.median(values) for case, values in per_case.items()}
     for case, values in per_case.items():
-        print(f"{case:>20}: {' / '.join(f'{v:.2f}' for v in values)}  median {medians[case]:.3f}")
+        low, high = interval(values)
+        print(f"{case:>20}: {' / '.join(f'{v:.2f}' for v in values)}  median {medians[case]:.3f}"
+              f"  ~95% {low:.3f}-{high:.3f}{'' if decided(values) else ' (undecided)'}")
     mean = math.exp(sum(map(math.log, medians.values())) / len(medians))
     print(f"{args.engine} / {args.baseline}: geometric mean of the medians {mean:.3f}, "
           f"lowest case {min(medians.values()):.3f}")
+    if args.decided and not all(map(decided, per_case.values())):
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
