@@ -190,20 +190,24 @@ def check_prefill(head_dim, lengths=(3, 7, 1), num_heads=4, num_kv_heads=2, stri
         start += t
 
 
-def check_prefill_static(head_dim=24, lengths=(3, 7, 1), prompt_slots=5, rows=16, num_heads=4, num_kv_heads=2):
+def check_prefill_static(head_dim=24, lengths=(3, 7, 1), prompt_slots=5, rows=16, num_heads=4, num_kv_heads=2,
+                         rounding=False, dtype=torch.float32):
     """The captured layout: starts and lengths in padded device buffers (length-0 prompts),
-    rows after the prompts that belong to none; those stay zero."""
+    rows after the prompts that belong to none; those stay zero. `rounding`: the cache's
+    reference_rounding (the contract's bf16 prefill is captured too)."""
     torch.manual_seed(3)
     module = load("attend_prefill", "triton_varlen")
+    cache = SimpleNamespace(reference_rounding=rounding)
     n = sum(lengths)
-    q, k, v = (torch.randn(rows, h, head_dim) for h in (num_heads, num_kv_heads, num_kv_heads))
+    q, k, v = (torch.randn(rows, h, head_dim).to(dtype) for h in (num_heads, num_kv_heads, num_kv_heads))
     starts = [sum(lengths[:i]) for i in range(len(lengths))]
     padding = [0] * (prompt_slots - len(lengths))
     step = SimpleNamespace(prompt_starts=torch.tensor(starts + padding), prompt_lengths=torch.tensor(list(lengths) + padding))
-    got = module.attend_prefill(q, k, v, NO_CACHE, 0, step)
-    eager = module.attend_prefill(q[:n], k[:n], v[:n], NO_CACHE, 0, SimpleNamespace(num_new=list(lengths)))
-    check(f"varlen static D={head_dim}", got[:n], eager, tol=1e-6)
-    check(f"varlen static D={head_dim} padding rows", got[n:], torch.zeros_like(got[n:]), tol=1e-12)
+    got = module.attend_prefill(q, k, v, cache, 0, step)
+    eager = module.attend_prefill(q[:n], k[:n], v[:n], cache, 0, SimpleNamespace(num_new=list(lengths)))
+    name = f"varlen static D={head_dim}{' rounding' if rounding else ''}"
+    check(name, got[:n], eager, tol=1e-6)
+    check(f"{name} padding rows", got[n:], torch.zeros_like(got[n:]), tol=1e-12)
 
 
 def check_rope(head_dim, num_heads=3, tokens=5, dtype=torch.float32, allele="triton"):
@@ -274,6 +278,7 @@ if __name__ == "__main__":
     check_prefill(head_dim=256, lengths=(5, 2), num_heads=2, num_kv_heads=1)
     check_prefill(head_dim=24, strided_v=True)
     check_prefill_static()
+    check_prefill_static(rounding=True, dtype=torch.float16)
     check_rope(head_dim=24)
     check_rope(head_dim=256, num_heads=1)
     check_rope(head_dim=24, allele="triton_rows")
