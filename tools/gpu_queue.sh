@@ -59,15 +59,16 @@ run_job() {
   gpu_tests) python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py ${target:+-k "$target"} 2>&1 \
                | tee "$state/gpu_tests.txt" | tail -5 ;;
   try) local name; name=$(basename "$target" .py)
+       python3 -m mutations recipe mutations/recipes/fastest.txt -o "$state/recipe.py" > /dev/null || return 1
        [ -n "$budget" ] && { try_target "$target" "$budget" "$name"; return; }
        # The whole verdict to the file, its head to the log (head first would cut tee off short).
        python3 -m fitness check --engine "$target" --model-config target/model_config.json \
          --weight-dir target/weights --device cuda > "$state/try_$name.txt" 2>&1
        head -c 600 "$state/try_$name.txt"; echo
        WITH_SEED=0 RECIPES=" " ENGINES="$target" bash tools/gpu_hf.sh check "$state/hf" || return 1
-       python3 -m mutations recipe mutations/recipes/fastest.txt -o "$state/recipe.py" > /dev/null || return 1
        for model in llama_3_2_1b qwen3_0_6b; do
-         try_rounds "/tmp/hf/$model" "$state/try_$name/$model" "$target" "$model"
+         try_rounds "$state/try_$name/$model" "$target" "$model" --model-config "/tmp/hf/$model/config.json" \
+           --weight-dir "/tmp/hf/$model" --device cuda --cases large --roofline --step-time
        done ;;
   probe) python3 -m "tools.probes.$target" 2>&1 | tee "$state/probe_$target.txt" | tail -20 ;;
   create) local config=target/model_config.json
@@ -80,17 +81,16 @@ run_job() {
   esac
 }
 
-try_rounds() {  # DIR ROUNDS_DIR ENGINE LABEL: the recipe and ENGINE in turn, each round's order swapped
-  local dir=$1 rounds=$2 engine=$3 label=$4
-  bench_rounds "$rounds" "${TRY_ROUNDS:-2}" "$label" recipe "$state/recipe.py" try "$engine" \
-    --model-config "$dir/config.json" --weight-dir "$dir" --device cuda --cases large --roofline --step-time
+try_rounds() {  # ROUNDS_DIR ENGINE LABEL BENCH_FLAGS...: the recipe and ENGINE in turn, then the ratios
+  local rounds=$1 engine=$2 label=$3; shift 3
+  bench_rounds "$rounds" "${TRY_ROUNDS:-2}" "$label" recipe "$state/recipe.py" try "$engine" "$@"
   python3 -m tools.versus_recipe "$rounds" --engine try --baseline recipe
 }
 
 try_target() {  # ENGINE TARGET NAME: the try: job on one target of target.targets
   local engine=$1 target=$2 name=$3 flags cases=all
   flags=$(python3 -m target.targets --run-flags "$target") || return 1
-  read -r -a flags <<< "$(echo $flags)"
+  mapfile -t flags <<< "$flags"  # one flag or value a line
   local paths=("${flags[@]:0:4}") margin=() i  # --model-config C --weight-dir W, then the rest
   for (( i = 4; i < ${#flags[@]}; i++ )); do
     case ${flags[i]} in
@@ -98,13 +98,10 @@ try_target() {  # ENGINE TARGET NAME: the try: job on one target of target.targe
     --bench) cases=${flags[i + 1]} ;;
     esac
   done
-  python3 -m mutations recipe mutations/recipes/fastest.txt -o "$state/recipe.py" > /dev/null || return 1
   python3 -m fitness check --engine "$engine" "${paths[@]}" "${margin[@]}" --device cuda \
     > "$state/try_${name}_$target.txt" 2>&1
   head -c 600 "$state/try_${name}_$target.txt"; echo
-  bench_rounds "$state/try_$name/$target" "${TRY_ROUNDS:-2}" "$target" recipe "$state/recipe.py" try "$engine" \
-    "${paths[@]}" --device cuda --cases "$cases"
-  python3 -m tools.versus_recipe "$state/try_$name/$target" --engine try --baseline recipe
+  try_rounds "$state/try_$name/$target" "$engine" "$target" "${paths[@]}" --device cuda --cases "$cases"
 }
 
 queue() {
