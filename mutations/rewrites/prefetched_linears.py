@@ -13,7 +13,9 @@ size limit.
 
 Every `E @ S.T` whose weight S is a subscript (`layer["o"]`, `self.w["lm_head"]`) becomes
 `prefetched_linear(E, S)`, which takes cuBLAS's path unless the rows are few, the weight is
-small and the dtype fp16 (bf16 and fp32 keep the reference's own matmul). The overlap only
+small and the dtype fp16 or bf16 (fp32 keeps the reference's own matmul; in bf16 the kernel's
+fp32 sum, rounded once, may differ from cuBLAS's in the order of its terms, and the gate's
+bf16 configs decide whether that stays within the tolerance). The overlap only
 comes when the kernel before lets it start early, so the rewrite also puts every other
 Triton kernel under PDL (programmatic_launch). cuda only, and only for a program whose
 Engine runs its calls in CUDA graphs: a Triton launch from Python costs ~12 us of host time

@@ -87,9 +87,10 @@ def skinny_matmul(x, weight, block_n, block_k, split_k, num_warps=4, num_stages=
     return out
 
 
-def prefetched_matmul(x, weight, block_n, split_k, pdl=True, num_warps=4):
+def prefetched_matmul(x, weight, block_n, split_k, pdl=True, num_warps=4, one_row=None):
     """x [M, K] @ weight [N, K].T, each program's weight share loaded before it waits on the
-    kernel before it (launched with PDL when `pdl`)."""
+    kernel before it (launched with PDL when `pdl`); one row summed in registers unless
+    `one_row` is False (then a tensor-core tile, as for several rows)."""
     num_rows, num_in = x.shape
     num_out = weight.shape[0]
     share = triton.cdiv(num_in, split_k)
@@ -98,7 +99,7 @@ def prefetched_matmul(x, weight, block_n, split_k, pdl=True, num_warps=4):
         x, weight, part, num_rows, num_out, num_in, x.stride(0), weight.stride(0), part.stride(-2),
         part.stride(0) if split_k > 1 else 0, share, BLOCK_M=max(16, triton.next_power_of_2(num_rows)),
         BLOCK_N=block_n, SHARE=max(16, triton.next_power_of_2(share)), PDL=pdl, num_warps=num_warps,
-        launch_pdl=pdl)
+        ONE_ROW=num_rows == 1 if one_row is None else one_row, launch_pdl=pdl)
     if split_k > 1:
         sum_splits(part, out, split_k, pdl)
     return out

@@ -17,8 +17,10 @@ PDL_LAUNCH = (os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_availa
 @triton.jit
 def prefetched_linear_kernel(x_ptr, w_ptr, out_ptr, num_rows, num_out, num_in, stride_x, stride_w, stride_out,
                              stride_split, share, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                             SHARE: tl.constexpr, PDL: tl.constexpr = False):
-    """out[:, cols] (or split's fp32 share of it) = x[:, share] @ w[cols, share].T."""
+                             SHARE: tl.constexpr, PDL: tl.constexpr = False, ONE_ROW: tl.constexpr = False):
+    """out[:, cols] (or split's fp32 share of it) = x[:, share] @ w[cols, share].T. ONE_ROW
+    (a batch-1 decode) multiplies and sums in fp32 registers: no tensor-core tile padded
+    to 16 rows, no trip through shared memory."""
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     split = tl.program_id(1)
     rows = tl.arange(0, BLOCK_M)
@@ -31,11 +33,17 @@ def prefetched_linear_kernel(x_ptr, w_ptr, out_ptr, num_rows, num_out, num_in, s
     if PDL:  # x, and the output's memory, belong to the kernels before
         gdc_launch_dependents()
         gdc_wait()
-    x = tl.load(x_ptr + rows[:, None] * stride_x + k[None, :], mask=(rows < num_rows)[:, None] & k_ok[None, :],
-                other=0.0)
-    acc = tl.dot(x, tl.trans(w))  # fp32
-    out = out_ptr + split * stride_split + rows[:, None] * stride_out + cols[None, :]
-    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=(rows < num_rows)[:, None] & col_ok[None, :])
+    out = out_ptr + split * stride_split
+    if ONE_ROW:
+        x = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
+        acc = tl.sum(w.to(tl.float32) * x[None, :], axis=1)  # [BLOCK_N]
+        tl.store(out + cols, acc.to(out_ptr.dtype.element_ty), mask=col_ok)
+    else:
+        x = tl.load(x_ptr + rows[:, None] * stride_x + k[None, :], mask=(rows < num_rows)[:, None] & k_ok[None, :],
+                    other=0.0)
+        acc = tl.dot(x, tl.trans(w))  # fp32
+        tl.store(out + rows[:, None] * stride_out + cols[None, :], acc.to(out_ptr.dtype.element_ty),
+                 mask=(rows < num_rows)[:, None] & col_ok[None, :])
 
 
 @triton.jit
@@ -60,10 +68,10 @@ PREFETCH_SHARE = 1024  # range: 256..2048; inner-dimension elements a program ho
 
 
 def prefetched_linear(x, weight):
-    """x [M, K] @ weight [N, K].T: few rows by a small fp16 weight in the prefetching kernel,
-    16 output columns a program and the inner dimension in shares (summed by a second
-    kernel); anything else by torch."""
-    if (x.dtype != torch.float16 or weight.dtype != x.dtype or x.dim() != 2 or weight.dim() != 2
+    """x [M, K] @ weight [N, K].T: few rows by a small fp16 or bf16 weight in the prefetching
+    kernel, 16 output columns a program and the inner dimension in shares (summed in fp32 by a
+    second kernel); anything else (fp32 among it) by torch."""
+    if (x.dtype not in (torch.float16, torch.bfloat16) or weight.dtype != x.dtype or x.dim() != 2 or weight.dim() != 2
             or not 0 < x.shape[0] <= PREFETCH_ROWS or weight.numel() > PREFETCH_WEIGHT
             or x.stride(-1) != 1 or weight.stride(-1) != 1):
         return x @ weight.T
@@ -76,7 +84,7 @@ def prefetched_linear(x, weight):
     prefetched_linear_kernel[(triton.cdiv(num_out, 16), splits)](
         x, weight, part, num_rows, num_out, num_in, x.stride(0), weight.stride(0), part.stride(-2),
         part.stride(0) if splits > 1 else 0, share, BLOCK_M=max(16, triton.next_power_of_2(num_rows)), BLOCK_N=16,
-        SHARE=max(16, triton.next_power_of_2(share)), PDL=PDL_LAUNCH, launch_pdl=PDL_LAUNCH)
+        SHARE=max(16, triton.next_power_of_2(share)), PDL=PDL_LAUNCH, ONE_ROW=num_rows == 1, launch_pdl=PDL_LAUNCH)
     if splits > 1:
         sum_shares_kernel[(num_rows, triton.cdiv(num_out, 1024))](
             part, out, num_out, part.stride(0), part.stride(1), out.stride(0), SPLITS=splits, BLOCK=1024,
