@@ -9,7 +9,9 @@ first (no kernel before it writes a weight), then waits for the kernel before
 overlaps the kernel before. Measured alone (docs/PERF.md, 2026-11-24, 8 rows): the
 public o 3.92 -> 2.36 us, q/k/v 4.54 -> 3.75, down 7.38 -> 5.54; gate/up (6144 x 768) and
 every 1B-class projection were slower (a program holds its share in registers), hence the
-size limit.
+size limit. One row (a batch-1 decode) is summed in fp32 registers, no tensor-core tile, and
+in bf16 beat cuBLAS alone on every Llama-3.2-1B and Qwen3-0.6B projection but two (within
+4%), lm_head included (docs/PERF.md, 2026-11-26): one row has a limit of its own.
 
 Every `E @ S.T` whose weight S is a subscript (`layer["o"]`, `self.w["lm_head"]`) becomes
 `prefetched_linear(E, S)`, which takes cuBLAS's path unless the rows are few, the weight is

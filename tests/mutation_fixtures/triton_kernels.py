@@ -257,9 +257,21 @@ def check_prefetched_linear():
             check(f"prefetched_linear {dtype} strided rows={rows}", linear.prefetched_linear(strided, weight),
                   (strided.float() @ weight.float().T).to(dtype), tol=tol)
     weight = torch.randn(40, 48).half()
-    for x in (torch.randn(17, 48).half(), torch.randn(3, 48)):  # too many rows; fp32
+    # A weight above PREFETCH_WEIGHT: several rows go to torch, one row (PREFETCH_ONE_ROW_WEIGHT
+    # apart) still takes the kernel, shown by a kernel that cannot launch.
+    linear.PREFETCH_WEIGHT, kernel = 100, linear.prefetched_linear_kernel
+    linear.prefetched_linear_kernel = None
+    try:
+        linear.prefetched_linear(torch.randn(1, 48).half(), weight)
+        raise AssertionError("one row above PREFETCH_WEIGHT left to torch")
+    except TypeError:  # 'NoneType' object is not subscriptable: the kernel's launch
+        print("ok prefetched_linear one row above PREFETCH_WEIGHT takes the kernel", flush=True)
+    linear.PREFETCH_ONE_ROW_WEIGHT = 100
+    # too many rows; fp32; several rows too large; one row too large
+    for x in (torch.randn(17, 48).half(), torch.randn(3, 48), torch.randn(4, 48).half(), torch.randn(1, 48).half()):
         check(f"prefetched_linear left to torch {tuple(x.shape)} {x.dtype}",
               linear.prefetched_linear(x, weight.to(x.dtype)), x @ weight.to(x.dtype).T, tol=1e-12)
+    linear.prefetched_linear_kernel = kernel
 
 
 if __name__ == "__main__":

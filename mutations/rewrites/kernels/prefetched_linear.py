@@ -63,7 +63,10 @@ def sum_shares_kernel(part_ptr, out_ptr, num_out, stride_split, stride_part, str
 
 
 PREFETCH_ROWS = 16  # range: 1..64; the most rows a matmul takes through the prefetching kernel
-PREFETCH_WEIGHT = 2621440  # range: 655360..10485760; the largest weight (elements) it takes
+PREFETCH_WEIGHT = 2621440  # range: 655360..10485760; the largest weight (elements) it takes for several rows
+# One row (a batch-1 decode) sums in registers and beat cuBLAS at every size on an H100 in bf16,
+# lm_head included (docs/PERF.md, twenty-sixth session): no limit by default.
+PREFETCH_ONE_ROW_WEIGHT = 536870912  # range: 655360..536870912; the largest weight (elements) it takes for one row
 PREFETCH_SHARE = 1024  # range: 256..2048; inner-dimension elements a program holds in registers
 
 
@@ -72,7 +75,8 @@ def prefetched_linear(x, weight):
     kernel, 16 output columns a program and the inner dimension in shares (summed in fp32 by a
     second kernel); anything else (fp32 among it) by torch."""
     if (x.dtype not in (torch.float16, torch.bfloat16) or weight.dtype != x.dtype or x.dim() != 2 or weight.dim() != 2
-            or not 0 < x.shape[0] <= PREFETCH_ROWS or weight.numel() > PREFETCH_WEIGHT
+            or not 0 < x.shape[0] <= PREFETCH_ROWS
+            or weight.numel() > (PREFETCH_ONE_ROW_WEIGHT if x.shape[0] == 1 else PREFETCH_WEIGHT)
             or x.stride(-1) != 1 or weight.stride(-1) != 1):
         return x @ weight.T
     num_rows, num_in = x.shape
