@@ -99,6 +99,16 @@ def mean_fitness(frame: pd.DataFrame) -> dict:
     return ok.groupby("candidate_id")["fitness"].mean().to_dict()
 
 
+def final_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The final's judgements: its rows labelled FINAL, and the closing merge's, which names the
+    operator that made it (a program's first row does) and is told by where it was judged:
+    the final's generation, in full, beside the final's baseline (the seed)."""
+    labelled = frame["operator"] == FINAL
+    batches = set(zip(*(frame.loc[labelled, key] for key in ("run_id", "generation", "baseline_id"))))
+    in_batch = [row in batches for row in zip(frame["run_id"], frame["generation"], frame["baseline_id"])]
+    return frame[labelled | (pd.Series(in_batch, index=frame.index) & (frame["level"] == "full"))]
+
+
 def winner_of(frame: pd.DataFrame) -> str:
     """As the search chose (evolve.final): of the final's contenders that beat the seed, the
     best fitted speed (evolve.scores), or the seed when none did; with no final, the best
@@ -107,7 +117,8 @@ def winner_of(frame: pd.DataFrame) -> str:
     chosen; so did the fit over the whole history, which the final's own rows can tip
     towards the winner's parent: a CPU run's 392.0 against 391.9 tok/s.)"""
     scores = Scores.from_frame(frame)
-    finals = frame[(frame["operator"] == FINAL) & (frame["status"] == "ok")]
+    finals = final_rows(frame)
+    finals = finals[finals["status"] == "ok"]
     if len(finals):
         beat_seed = [cid for cid in finals.loc[finals["ratio"] > 1.0, "candidate_id"] if scores.is_ok(cid)]
         return max(beat_seed, key=scores.speed) if beat_seed else finals["baseline_id"].iloc[-1]

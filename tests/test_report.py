@@ -85,6 +85,19 @@ def test_the_winner_is_the_finals_choice_whatever_rows_follow(small_target, tmp_
     assert winner_of(lost) == final["baseline_id"]
 
 
+def test_the_closing_merge_can_be_the_winner(small_target, tmp_path):
+    # An H100 run's closing merge (its first row, so named by the operator that made it) won
+    # the final; the report named the recipe's program and wrote the recipe of that one.
+    frame = history.read(make_history(small_target, tmp_path))
+    final = frame[frame["operator"] == FINAL].iloc[-1]
+    closing = frame[frame["operator"] == FINAL].iloc[[-1]].copy()
+    closing[["candidate_id", "operator", "parent_ids", "ratio", "fitness"]] = [
+        "closing", "merge_every_gain", final["candidate_id"], 2.0 * final["ratio"], 2.0 * final["fitness"]]
+    assert winner_of(pd.concat([frame, closing], ignore_index=True)) == "closing"
+    screened = closing.assign(level="screen")  # a merge screened in a generation is no contender
+    assert winner_of(pd.concat([frame, screened], ignore_index=True)) == winner_of(frame)
+
+
 def test_report_of_a_missing_history_is_a_clear_error(tmp_path):
     out = subprocess.run([sys.executable, "-m", "evolve", "report", str(tmp_path / "none.csv")],
                          cwd=REPO, capture_output=True, text=True, timeout=60)
