@@ -7,6 +7,7 @@ float dtypes (logits) back. A call's tokens go as int64 values in the slot.
 """
 import json
 import math
+import fcntl
 import mmap
 import os
 import select
@@ -34,12 +35,12 @@ class WireTimeout(WireError):
 
 
 def encode_tensor(tensor):
-    """(description, bytes) of a tensor; None stands for a value that is not one."""
+    """(description, bytes-like view) of a tensor; None stands for a value that is not one."""
     if not torch.is_tensor(tensor):
         return {"type": type(tensor).__name__}, b""
     cpu = tensor.detach().contiguous().cpu()
     description = {"dtype": str(cpu.dtype).replace("torch.", ""), "shape": list(cpu.shape)}
-    return description, cpu.view(torch.uint8).numpy().tobytes() if cpu.numel() else b""
+    return description, memoryview(cpu.view(torch.uint8).numpy()) if cpu.numel() else b""
 
 
 def accepted_dtype(description: dict, accepted: dict):
@@ -69,7 +70,8 @@ def decode_tensor(description: dict, data: bytes, accepted: dict = DTYPES):
         raise WireError(f"{len(data)} bytes for a {description['dtype']} tensor of shape {shape}")
     if not data:
         return torch.empty(shape, dtype=dtype)
-    return torch.frombuffer(bytearray(data), dtype=dtype).reshape(shape)
+    # A bytearray is the tensor's own memory (a large read's buffer): no copy of it.
+    return torch.frombuffer(data if isinstance(data, bytearray) else bytearray(data), dtype=dtype).reshape(shape)
 
 
 def read_message(read, accepted: dict) -> tuple[dict, list]:
@@ -102,11 +104,32 @@ def parse(payload: bytes, accepted: dict = DTYPES) -> tuple[dict, list]:
     return read_message(read, accepted)
 
 
-def encode(header: dict, tensors=()) -> bytes:
-    """A message's bytes (a run's calls are encoded before the run, off its clock)."""
+def encoded_parts(header: dict, tensors=()) -> list:
+    """A message as its pieces: the header's length and text, then each tensor's bytes."""
     parts = [encode_tensor(t) for t in tensors]
     text = json.dumps({**header, "tensors": [d for d, _ in parts]}).encode()
-    return b"".join([HEADER.pack(len(text)), text] + [b for _, b in parts])
+    return [HEADER.pack(len(text)), text] + [b for _, b in parts]
+
+
+def encode(header: dict, tensors=()) -> bytes:
+    """A message's bytes (a run's calls are encoded before the run, off its clock)."""
+    return b"".join(encoded_parts(header, tensors))
+
+
+# A pipe holds 64 KiB by default: a run's logits (1.2 GB for 64 steps of 64 rows of Qwen3's
+# 151,936) passed in that many system calls. Linux lets a process raise it to
+# /proc/sys/fs/pipe-max-size (1 MiB unless set otherwise).
+PIPE_BYTES = 1 << 20
+# A read this large goes straight into one buffer of its size (a bytearray that the tensor
+# then uses as is), not through `pending`.
+BULK_READ_BYTES = 1 << 20
+
+
+def widen_pipe(fd: int) -> None:
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (OSError, AttributeError, ValueError):  # not a pipe, a lower limit, not Linux
+        pass
 
 
 class Channel:
@@ -116,12 +139,15 @@ class Channel:
     def __init__(self, read_fd: int, write_fd: int, accepted: dict = DTYPES):
         self.read_fd, self.write_fd, self.accepted = read_fd, write_fd, accepted
         self.pending = bytearray()  # read past the last message: the start of the next
+        for fd in (read_fd, write_fd):
+            widen_pipe(fd)
 
     def send(self, header: dict, tensors=()) -> None:
-        view = memoryview(encode(header, tensors))
-        while view:
-            written = os.write(self.write_fd, view)
-            view = view[written:]
+        for part in encoded_parts(header, tensors):  # each tensor's bytes as they are, not joined
+            view = memoryview(part).cast("B")
+            while view:
+                written = os.write(self.write_fd, view)
+                view = view[written:]
 
     def receive(self, deadline: float | None = None, spin_s: float = 0.0) -> tuple[dict, list]:
         """(header, tensors); WireTimeout past `deadline` (time.monotonic()), WireError on EOF.
@@ -134,6 +160,8 @@ class Channel:
         """`count` bytes, waiting asleep between reads. A read takes whatever the pipe
         holds (a small message whole, in one system call); what is past `count` is kept
         for the next."""
+        if count - len(self.pending) >= BULK_READ_BYTES:
+            return self.read_bulk(count, deadline)
         while len(self.pending) < count:
             wait = None if deadline is None else deadline - time.monotonic()
             if wait is not None and wait <= 0:
@@ -148,6 +176,29 @@ class Channel:
         data = bytes(self.pending[:count])
         del self.pending[:count]
         return data
+
+    def read_bulk(self, count: int, deadline: float | None) -> bytearray:
+        """`count` bytes into one buffer of that size, read straight into it (a read of
+        at most the pipe's size each, never past `count`): what `pending` held first."""
+        data = bytearray(count)
+        view, at = memoryview(data), len(self.pending)
+        view[:at] = self.pending
+        self.pending = bytearray()
+        while at < count:
+            self.wait_readable(deadline, at, count)
+            got = os.readv(self.read_fd, [view[at:]])
+            if not got:
+                raise WireError("the other side closed the connection")
+            at += got
+        return data
+
+    def wait_readable(self, deadline: float | None, have: int, count: int) -> None:
+        while True:
+            wait = None if deadline is None else deadline - time.monotonic()
+            if wait is not None and wait <= 0:
+                raise WireTimeout(f"no answer within the deadline ({have}/{count} bytes read)")
+            if select.select([self.read_fd], [], [], wait)[0]:
+                return
 
 
 STOPPED_GAP_S = 0.01  # a gap this long between two polls: the process was stopped, not polling

@@ -1,0 +1,57 @@
+"""fitness.wire's pipes: messages of large tensors (a run's logits) arrive whole and in order,
+and a sender that stalls or goes away mid-tensor ends in the errors the judge reads."""
+import os
+import threading
+import time
+
+import pytest
+import torch
+
+from fitness import wire
+
+
+def pipe_pair():
+    read_fd, write_fd = os.pipe()
+    return wire.Channel(read_fd, -1), wire.Channel(-1, write_fd), write_fd
+
+
+def test_large_tensors_and_the_next_message_arrive_whole():
+    receiver, sender, write_fd = pipe_pair()
+    big = torch.randn(64, 40_000).to(torch.bfloat16)  # 5 MB: read straight into its own buffer
+    tensors = [big, torch.arange(7, dtype=torch.float16), None, torch.randn(3, 3)]
+    thread = threading.Thread(target=lambda: (sender.send({"ok": True, "n": 1}, tensors),
+                                              sender.send({"ok": True, "n": 2}, [big[:2]])))
+    thread.start()  # a pipe holds at most a MiB: the sender blocks until the receiver reads
+    first, got = receiver.receive(deadline=time.monotonic() + 60)
+    second, tail = receiver.receive(deadline=time.monotonic() + 60)
+    thread.join()
+    os.close(write_fd)
+    assert (first["n"], second["n"]) == (1, 2)
+    assert torch.equal(got[0], big) and torch.equal(got[1], tensors[1]) and torch.equal(got[3], tensors[3])
+    assert got[2] == "NoneType" and torch.equal(tail[0], big[:2])
+
+
+def message_cut_short(write_fd, close: bool) -> None:
+    """A header for a 4 MB tensor, then only half of its bytes."""
+    header, text, data = wire.encoded_parts({"ok": True}, [torch.zeros(1 << 20, dtype=torch.float32)])
+    os.write(write_fd, bytes(header) + bytes(text))
+    half = memoryview(data).cast("B")[: 2 << 20]
+    while half:
+        half = half[os.write(write_fd, half):]
+    if close:
+        os.close(write_fd)
+
+
+@pytest.mark.parametrize("close", [False, True])
+def test_a_sender_that_stalls_or_leaves_mid_tensor_is_an_error(close):
+    receiver, _, write_fd = pipe_pair()
+    thread = threading.Thread(target=message_cut_short, args=(write_fd, close))
+    thread.start()
+    with pytest.raises(wire.WireError) as caught:
+        receiver.receive(deadline=time.monotonic() + 2)
+    thread.join()
+    if close:
+        assert "closed" in str(caught.value)
+    else:
+        assert isinstance(caught.value, wire.WireTimeout) and "bytes read" in str(caught.value)
+        os.close(write_fd)
