@@ -243,6 +243,7 @@ def check_prefetched_linear():
     one share and in three (summed by the second kernel), a strided x; what it leaves to
     torch unchanged."""
     torch.manual_seed(7)
+    sum_shares = linear.sum_shares_kernel
     # bf16 at one row only: the interpreter's tl.dot misreads bf16 (Triton 3.9: sums of ~1e10)
     # and truncates bf16 where a GPU rounds, hence 2 units in the last place at ~10.
     for dtype, tol, cases in ((torch.float16, 2e-2, ((1, 1024), (5, 16), (16, 16))),
@@ -256,6 +257,17 @@ def check_prefetched_linear():
             strided = torch.randn(rows, 96).to(dtype)[:, :48]  # rows apart by 96, columns contiguous
             check(f"prefetched_linear {dtype} strided rows={rows}", linear.prefetched_linear(strided, weight),
                   (strided.float() @ weight.float().T).to(dtype), tol=tol)
+    # One row in one long share (no second kernel), fewer columns a program: 4, 2 and 1 of
+    # them for inner dimensions of 48, 100 and 200 in the registers of 16 x 16 elements.
+    linear.PREFETCH_SHARE, linear.PREFETCH_ONE_ROW_SHARE = 16, 16384
+    linear.sum_shares_kernel = None  # one share: the second kernel must not launch
+    for dtype, tol in ((torch.float16, 2e-2), (torch.bfloat16, 8e-2)):
+        for num_in in (48, 100, 200):
+            weight = torch.randn(40, num_in).to(dtype)
+            x = torch.randn(1, num_in).to(dtype)
+            check(f"prefetched_linear {dtype} one row, one share of {num_in}", linear.prefetched_linear(x, weight),
+                  (x.float() @ weight.float().T).to(dtype), tol=tol * num_in / 48)
+    linear.sum_shares_kernel, linear.PREFETCH_ONE_ROW_SHARE = sum_shares, 1024
     weight = torch.randn(40, 48).half()
     # A weight above PREFETCH_WEIGHT: several rows go to torch, one row (PREFETCH_ONE_ROW_WEIGHT
     # apart) still takes the kernel, shown by a kernel that cannot launch.

@@ -7,7 +7,8 @@ For each projection of the public, 12-layer and 1B-class configs and of the Llam
 and Qwen3-0.6B shapes (q/k/v stacked, o, gate/up stacked, down, lm_head) and each row count:
 cuBLAS on `x @ w.T` and on a weight stored transposed (`x @ wt`); `skinny_matmul` with its
 plan (`--sweep`: every setting, the best named); `prefetched_matmul` without and with
-programmatic dependent launch, and at one row also through a tensor-core tile. Each way is
+programmatic dependent launch, and at one row also through a tensor-core tile and in one
+share of the whole inner dimension (fewer columns a program, no second kernel). Each way is
 captured in a CUDA graph over enough copies of the weight to overflow the L2 cache (a decode
 step reads every layer's weights from memory once), one call after another as a step's
 kernels run, and replayed; microseconds a call and the weight's bytes over them (GB/s).
@@ -81,6 +82,9 @@ def main(argv=None) -> int:
                     if num_rows == 1:
                         ways[f"prefetch{share}_pdl_tile"] = \
                             lambda w, b=block_n, s=split_k: kernels.prefetched_matmul(x, w, b, s, True, one_row=False)
+                if num_rows == 1:  # the whole inner dimension a program, in 16 x 1,024 elements: no second kernel
+                    whole = max(1, min(16, 16 * 1024 // triton.next_power_of_2(inner)))
+                    ways["one_share_pdl"] = lambda w, b=whole: kernels.prefetched_matmul(x, w, b, 1, True)
                 row = {"config": config, "dtype": args.dtype, "proj": name, "rows": num_rows, "out": out, "in": inner,
                        "plan": list(plan)}
                 for way, fn in ways.items():

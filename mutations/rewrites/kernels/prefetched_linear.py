@@ -68,12 +68,17 @@ PREFETCH_WEIGHT = 2621440  # range: 655360..10485760; the largest weight (elemen
 # lm_head included (docs/PERF.md, twenty-sixth session): no limit by default.
 PREFETCH_ONE_ROW_WEIGHT = 536870912  # range: 655360..536870912; the largest weight (elements) it takes for one row
 PREFETCH_SHARE = 1024  # range: 256..2048; inner-dimension elements a program holds in registers
+# One row may take a longer share in as many registers, in fewer columns a program (16 x
+# PREFETCH_SHARE elements in all): up to the whole inner dimension, and then no second kernel
+# sums the shares (Qwen3-0.6B's o and down took one each a layer). Not yet measured on a GPU.
+PREFETCH_ONE_ROW_SHARE = 1024  # range: 256..16384; inner-dimension elements a one-row program sums
 
 
 def prefetched_linear(x, weight):
     """x [M, K] @ weight [N, K].T: few rows by a small fp16 or bf16 weight in the prefetching
-    kernel, 16 output columns a program and the inner dimension in shares (summed in fp32 by a
-    second kernel); anything else (fp32 among it) by torch."""
+    kernel, 16 output columns a program (fewer for one row's longer shares) and the inner
+    dimension in shares (summed in fp32 by a second kernel); anything else (fp32 among it) by
+    torch."""
     if (x.dtype not in (torch.float16, torch.bfloat16) or weight.dtype != x.dtype or x.dim() != 2 or weight.dim() != 2
             or not 0 < x.shape[0] <= PREFETCH_ROWS
             or weight.numel() > (PREFETCH_ONE_ROW_WEIGHT if x.shape[0] == 1 else PREFETCH_WEIGHT)
@@ -81,14 +86,16 @@ def prefetched_linear(x, weight):
         return x @ weight.T
     num_rows, num_in = x.shape
     num_out = weight.shape[0]
-    splits = triton.cdiv(num_in, PREFETCH_SHARE)
+    splits = triton.cdiv(num_in, PREFETCH_ONE_ROW_SHARE if num_rows == 1 else PREFETCH_SHARE)
     share = triton.cdiv(num_in, splits)
+    block_share = max(16, triton.next_power_of_2(share))
+    block_n = 16 if num_rows > 1 else max(1, min(16, 16 * PREFETCH_SHARE // block_share))  # the same registers
     out = torch.empty(num_rows, num_out, device=x.device, dtype=x.dtype)
     part = out if splits == 1 else torch.empty(splits, num_rows, num_out, device=x.device, dtype=torch.float32)
-    prefetched_linear_kernel[(triton.cdiv(num_out, 16), splits)](
+    prefetched_linear_kernel[(triton.cdiv(num_out, block_n), splits)](
         x, weight, part, num_rows, num_out, num_in, x.stride(0), weight.stride(0), part.stride(-2),
-        part.stride(0) if splits > 1 else 0, share, BLOCK_M=max(16, triton.next_power_of_2(num_rows)), BLOCK_N=16,
-        SHARE=max(16, triton.next_power_of_2(share)), PDL=PDL_LAUNCH, ONE_ROW=num_rows == 1, launch_pdl=PDL_LAUNCH)
+        part.stride(0) if splits > 1 else 0, share, BLOCK_M=max(16, triton.next_power_of_2(num_rows)),
+        BLOCK_N=block_n, SHARE=block_share, PDL=PDL_LAUNCH, ONE_ROW=num_rows == 1, launch_pdl=PDL_LAUNCH)
     if splits > 1:
         sum_shares_kernel[(num_rows, triton.cdiv(num_out, 1024))](
             part, out, num_out, part.stride(0), part.stride(1), out.stride(0), SPLITS=splits, BLOCK=1024,
