@@ -18,7 +18,8 @@ def pipe_pair():
 def test_large_tensors_and_the_next_message_arrive_whole():
     receiver, sender, write_fd = pipe_pair()
     big = torch.randn(64, 40_000).to(torch.bfloat16)  # 5 MB: read straight into its own buffer
-    tensors = [big, torch.arange(7, dtype=torch.float16), None, torch.randn(3, 3)]
+    # A strided tensor is sent from a contiguous copy that only the message's view holds.
+    tensors = [big, torch.arange(7, dtype=torch.float16), None, torch.randn(3, 3), torch.randn(2000, 600).T]
     thread = threading.Thread(target=lambda: (sender.send({"ok": True, "n": 1}, tensors),
                                               sender.send({"ok": True, "n": 2}, [big[:2]])))
     thread.start()  # a pipe holds at most a MiB: the sender blocks until the receiver reads
@@ -28,7 +29,7 @@ def test_large_tensors_and_the_next_message_arrive_whole():
     os.close(write_fd)
     assert (first["n"], second["n"]) == (1, 2)
     assert torch.equal(got[0], big) and torch.equal(got[1], tensors[1]) and torch.equal(got[3], tensors[3])
-    assert got[2] == "NoneType" and torch.equal(tail[0], big[:2])
+    assert got[2] == "NoneType" and torch.equal(got[4], tensors[4]) and torch.equal(tail[0], big[:2])
 
 
 def message_cut_short(write_fd, close: bool) -> None:
