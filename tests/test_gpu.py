@@ -118,6 +118,29 @@ def test_the_recipe_keeps_its_kernels_on_a_bf16_hugging_face_checkpoint(family, 
     assert result.passed, result.error
 
 
+@pytest.mark.parametrize("one_row_share", [1024, 16384])  # shares summed by a second kernel; one share
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_the_prefetched_linear_matches_fp32_on_the_real_shapes(dtype, one_row_share):
+    """The prefetched_linears helper compiled for a GPU (the interpreter neither compiles nor
+    rounds as a GPU does): one row and eight, the Llama-3.2-1B and Qwen3-0.6B projections, one
+    row's shares summed by the second kernel or taken whole in fewer columns a program."""
+    from mutations.rewrites.kernels import prefetched_linear as linear
+    saved = linear.PREFETCH_ONE_ROW_SHARE, linear.PREFETCH_WEIGHT
+    linear.PREFETCH_ONE_ROW_SHARE, linear.PREFETCH_WEIGHT = one_row_share, 10485760
+    try:
+        torch.manual_seed(0)
+        for out, inner in ((3072, 2048), (2048, 8192), (4096, 1024), (1024, 3072), (151936, 1024)):
+            weight = torch.randn(out, inner, device="cuda", dtype=dtype) * 0.02
+            for rows in (1, 8):
+                x = torch.randn(rows, inner, device="cuda", dtype=dtype)
+                want = x.float() @ weight.float().T
+                got = linear.prefetched_linear(x, weight).float()
+                error = ((got - want).norm() / want.norm()).item()
+                assert error < 8e-3, (out, inner, rows, error)  # bf16 rounds to 8 bits
+    finally:
+        linear.PREFETCH_ONE_ROW_SHARE, linear.PREFETCH_WEIGHT = saved
+
+
 @pytest.mark.parametrize("engine", ["seed", "recipe"])
 def test_the_servers_steps_launched_ahead_give_the_engines_own_greedy_tokens(engine, small_target, tmp_path):
     """The serving loop feeds each decode the last step's tokens on the device (pinned
