@@ -5,9 +5,9 @@ Nothing here unpickles: the runner is untrusted, and unpickling its bytes would 
 code in the judge. Tensors travel as dtype name, shape and bytes; the judge accepts only
 float dtypes (logits) back. A call's tokens go as int64 values in the slot.
 """
+import fcntl
 import json
 import math
-import fcntl
 import mmap
 import os
 import select

@@ -64,8 +64,9 @@ def sum_shares_kernel(part_ptr, out_ptr, num_out, stride_split, stride_part, str
 
 PREFETCH_ROWS = 16  # range: 1..64; the most rows a matmul takes through the prefetching kernel
 PREFETCH_WEIGHT = 2621440  # range: 655360..10485760; the largest weight (elements) it takes for several rows
-# One row (a batch-1 decode) sums in registers and beat cuBLAS at every size on an H100 in bf16,
-# lm_head included (docs/PERF.md, twenty-sixth session): no limit by default.
+# One row (a batch-1 decode) sums in registers: on an H100 in bf16 it beat cuBLAS alone on 8 of
+# the 10 Llama-3.2-1B / Qwen3-0.6B projections, lm_head included, and with no limit the batch-1
+# step was faster than with 10.5 M elements (docs/PERF.md, twenty-sixth session).
 PREFETCH_ONE_ROW_WEIGHT = 536870912  # range: 655360..536870912; the largest weight (elements) it takes for one row
 PREFETCH_SHARE = 1024  # range: 256..2048; inner-dimension elements a program holds in registers
 # One row may take a longer share in as many registers, in fewer columns a program (16 x
