@@ -88,6 +88,19 @@ class Contender:
         return statistics.stdev(values) / statistics.fmean(values) if len(values) > 1 else None
 
 
+def ratio_interval(logs: list) -> tuple:
+    """(the geometric mean of the ratios whose logs these are, low, high): a ~95% interval,
+    Student's t over the rounds (unbounded with one)."""
+    mean = statistics.fmean(logs)
+    half = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else float("inf")
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+def is_decided(low: float, high: float, resolution: float = RESOLUTION) -> bool:
+    """A ratio is known well enough: its interval excludes 1, or is within +-resolution."""
+    return low > 1.0 or high < 1.0 or (high / low) ** 0.5 < 1.0 + resolution
+
+
 @dataclass
 class Outcome:
     """Candidates' comparisons with one baseline (or none: timed alone) over the same rounds."""
@@ -102,10 +115,7 @@ class Outcome:
 
     def ratio(self, candidate: Contender) -> tuple:
         """(its speed over the baseline's, low, high) with a ~95% interval."""
-        logs = self.log_ratios(candidate)
-        mean = statistics.fmean(logs)
-        half = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs)) if len(logs) > 1 else float("inf")
-        return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+        return ratio_interval(self.log_ratios(candidate))
 
     def is_far_behind(self, candidate: Contender) -> bool:
         """Below CLEAR_LOSS of the baseline in every round so far: no more rounds are needed
@@ -119,8 +129,8 @@ class Outcome:
             return self.is_precise(candidate)
         if candidate.rounds < 2:
             return False
-        ratio, low, high = self.ratio(candidate)
-        return low > 1.0 or high < 1.0 or (high / low) ** 0.5 < 1.0 + resolution
+        _, low, high = self.ratio(candidate)
+        return is_decided(low, high, resolution)
 
     def is_precise(self, candidate: Contender) -> bool:
         """Timed alone: the standard error of its mean log fitness over rounds is under ALONE_ERROR."""

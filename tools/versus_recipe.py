@@ -12,7 +12,7 @@ import math
 import statistics
 from pathlib import Path
 
-from fitness.timing import RESOLUTION, t95
+from fitness.timing import is_decided, ratio_interval
 
 
 def tokens_per_second(path: Path) -> dict:
@@ -32,21 +32,14 @@ def ratios(folder: Path, engine: str, baseline: str) -> dict:
 
 
 def interval(values: list) -> tuple:
-    """~95% interval of the geometric mean of the ratios (Student's t on their logs)."""
-    logs = [math.log(v) for v in values]
-    if len(logs) < 2:
-        return 0.0, math.inf
-    half = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    mean = statistics.fmean(logs)
-    return math.exp(mean - half), math.exp(mean + half)
+    """~95% interval of the geometric mean of the ratios (the judge's, fitness.timing)."""
+    _, low, high = ratio_interval([math.log(v) for v in values])
+    return low, high
 
 
 def decided(values: list) -> bool:
-    """The interval excludes 1, or is within +-RESOLUTION."""
-    if len(values) < 2:
-        return False
-    low, high = interval(values)
-    return low > 1 or high < 1 or math.log(high / low) / 2 <= math.log(1 + RESOLUTION)
+    """The judge's rule: two rounds or more, and the interval excludes 1 or is within +-2%."""
+    return len(values) >= 2 and is_decided(*interval(values))
 
 
 def main(argv=None) -> None:
