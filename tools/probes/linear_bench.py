@@ -62,10 +62,10 @@ def main(argv=None) -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     rows_out = []
+    dtype = DTYPES[args.dtype]
     for config in args.configs:
         for name, (out, inner) in projections(*CONFIGS[config]).items():
             copies = max(1, -(-L2_BYTES // (out * inner * 2)))
-            dtype = DTYPES[args.dtype]
             weights = [torch.randn(out, inner, device="cuda", dtype=dtype) * 0.02 for _ in range(copies)]
             transposed = [w.T.contiguous() for w in weights]
             for num_rows in args.rows:
