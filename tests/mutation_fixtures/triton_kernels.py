@@ -236,6 +236,16 @@ def check_swiglu(tokens=3, width=40, dtype=torch.float32, tol=1e-4):
     gate, up = (x @ layer["gate_up"].T).chunk(2, dim=-1)
     want = (torch.nn.functional.silu(gate) * up) @ layer["down"].T
     check(f"swiglu {dtype}", module.mlp(x, layer), want, tol=tol * want.abs().max().item())
+    # One row folds the product into the down projection: the product's own kernel does not
+    # launch; 16 columns a program over a width of 40 padded to 64, the second one's last 8 masked.
+    module.FOLD_ELEMENTS, kernel = 1024, module.swiglu_kernel
+    module.swiglu_kernel = None
+    one = x[:1]
+    gate, up = (one @ layer["gate_up"].T).chunk(2, dim=-1)
+    want = (torch.nn.functional.silu(gate) * up) @ layer["down"].T
+    check(f"swiglu folded into down, one row, {dtype}", module.mlp(one, layer), want, tol=tol * want.abs().max().item())
+    module.swiglu_kernel, module.FOLD_WIDTH = kernel, 32  # narrower than the width: not folded
+    check(f"swiglu one row, not folded, {dtype}", module.mlp(one, layer), want, tol=tol * want.abs().max().item())
 
 
 def check_prefetched_linear():
