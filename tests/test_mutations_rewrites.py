@@ -259,9 +259,9 @@ def share(n, BLOCK: tl.constexpr):
 @triton.jit
 def double_kernel(x_ptr, n, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
     """x *= 2."""
-    if PDL:  # wait for the kernel before (all of it, its writes visible); let the next one start
-        gdc_wait()
+    if PDL:  # let the next kernel start (it waits for this one's writes); wait for the one before
         gdc_launch_dependents()
+        gdc_wait()
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK) + share(n, BLOCK) * 0
     tl.store(x_ptr + i, tl.load(x_ptr + i, mask=i < n) * 2, mask=i < n)
 

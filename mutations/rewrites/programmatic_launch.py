@@ -5,8 +5,11 @@ decode step of the public model is ~90 kernels of 1-6 us. Under PDL a kernel lau
 `launch_pdl=True` may start while the one before it is finishing; it waits for that one's
 results at `gdc_wait()` (all of its grid done and its writes visible), and lets the next
 one start early once it has called `gdc_launch_dependents()`. Both calls come first in
-the kernel here, so every kernel still reads only finished results: what is saved is the
-launch and ramp-up, not any ordering.
+the kernel here, the release first: the next kernel is launched while this one still waits
+for its own inputs, so a chain of small kernels does not pay each launch in turn, and the
+next matmul can load its weight (written by no kernel) meanwhile. Every kernel still reads
+only finished results (each waits at `gdc_wait()`, and a kernel before it ended only after
+its own wait): what is saved is the launch and ramp-up, not any ordering.
 
 Each kernel gets a `PDL: tl.constexpr = False` parameter that guards both calls, and each
 launch of one (`kernel[grid](...)`) passes `PDL=PDL_LAUNCH, launch_pdl=PDL_LAUNCH`, where
@@ -38,9 +41,9 @@ SWITCH_STATEMENT = f"""\
               and torch.cuda.get_device_capability()[0] >= 9)
 """
 GUARD = f"""\
-if {FLAG}:  # wait for the kernel before (all of it, its writes visible); let the next one start
-    gdc_wait()
+if {FLAG}:  # let the next kernel start (it waits for this one's writes); wait for the one before
     gdc_launch_dependents()
+    gdc_wait()
 """
 
 

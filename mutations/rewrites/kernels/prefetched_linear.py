@@ -51,8 +51,8 @@ def sum_shares_kernel(part_ptr, out_ptr, num_out, stride_split, stride_part, str
                       BLOCK: tl.constexpr, PDL: tl.constexpr = False):
     """out[row] = the sum of the fp32 shares of row, rounded once."""
     if PDL:
-        gdc_wait()
         gdc_launch_dependents()
+        gdc_wait()
     row = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = cols < num_out
