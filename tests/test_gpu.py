@@ -141,6 +141,25 @@ def test_the_prefetched_linear_matches_fp32_on_the_real_shapes(dtype, one_row_sh
         linear.PREFETCH_ONE_ROW_SHARE, linear.PREFETCH_WEIGHT = saved
 
 
+@pytest.mark.parametrize("width", [3072, 8192])  # Qwen3-0.6B's intermediate, Llama-3.2-1B's
+def test_the_swiglu_folded_into_down_matches_fp32_on_the_real_shapes(width):
+    """mlp.swiglu_triton's one-row fold compiled for a GPU: one bf16 row's product and down
+    projection in one kernel (the product's own kernel unlaunchable) against fp32."""
+    from tools.probes.alleles import load_allele
+    module = load_allele("mlp", "swiglu_triton")
+    module.FOLD_WIDTH, module.swiglu_kernel = 16384, None
+    torch.manual_seed(0)
+    hidden = 2048
+    gate_up = torch.randn(2 * width, hidden, device="cuda", dtype=torch.bfloat16) * 0.02
+    down = torch.randn(hidden, width, device="cuda", dtype=torch.bfloat16) * 0.02
+    x = torch.randn(1, hidden, device="cuda", dtype=torch.bfloat16)
+    gate, up = (x.float() @ gate_up.float().T).chunk(2, dim=-1)
+    want = (torch.nn.functional.silu(gate) * up) @ down.float().T
+    got = module.mlp(x, {"gate_up": gate_up, "down": down}).float()
+    error = ((got - want).norm() / want.norm()).item()
+    assert error < 8e-3, error  # bf16 rounds to 8 bits
+
+
 @pytest.mark.parametrize("engine", ["seed", "recipe"])
 def test_the_servers_steps_launched_ahead_give_the_engines_own_greedy_tokens(engine, small_target, tmp_path):
     """The serving loop feeds each decode the last step's tokens on the device (pinned

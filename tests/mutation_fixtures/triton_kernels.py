@@ -253,14 +253,14 @@ def check_prefetched_linear():
     one share and in three (summed by the second kernel), a strided x; what it leaves to
     torch unchanged."""
     torch.manual_seed(7)
-    sum_shares = linear.sum_shares_kernel
+    sum_shares, one_row_share = linear.sum_shares_kernel, linear.PREFETCH_ONE_ROW_SHARE
     # bf16 at one row only: the interpreter's tl.dot misreads bf16 (Triton 3.9: sums of ~1e10)
     # and truncates bf16 where a GPU rounds, hence 2 units in the last place at ~10.
     for dtype, tol, cases in ((torch.float16, 2e-2, ((1, 1024), (5, 16), (16, 16))),
                               (torch.bfloat16, 8e-2, ((1, 1024), (1, 16)))):
         weight = torch.randn(40, 48).to(dtype)
         for rows, share in cases:
-            linear.PREFETCH_SHARE = share
+            linear.PREFETCH_SHARE = linear.PREFETCH_ONE_ROW_SHARE = share
             x = torch.randn(rows, 48).to(dtype)
             check(f"prefetched_linear {dtype} rows={rows} share={share}", linear.prefetched_linear(x, weight),
                   (x.float() @ weight.float().T).to(dtype), tol=tol)
@@ -277,7 +277,7 @@ def check_prefetched_linear():
             x = torch.randn(1, num_in).to(dtype)
             check(f"prefetched_linear {dtype} one row, one share of {num_in}", linear.prefetched_linear(x, weight),
                   (x.float() @ weight.float().T).to(dtype), tol=tol * num_in / 48)
-    linear.sum_shares_kernel, linear.PREFETCH_ONE_ROW_SHARE = sum_shares, 1024
+    linear.sum_shares_kernel, linear.PREFETCH_ONE_ROW_SHARE = sum_shares, one_row_share
     weight = torch.randn(40, 48).half()
     # A weight above PREFETCH_WEIGHT: several rows go to torch, one row (PREFETCH_ONE_ROW_WEIGHT
     # apart) still takes the kernel, shown by a kernel that cannot launch.

@@ -17,7 +17,9 @@ One row (a batch-1 decode) folds the product into the down projection: each prog
 its columns' share of the down weight first (no kernel before it writes a weight), waits for
 the kernel before it under programmatic dependent launch, then computes the whole row's
 product with the same arithmetic and sums it against its columns in fp32, rounded once as a
-matmul is. A launch a layer fewer (Qwen3-0.6B's batch-1 step: 28 of ~390).
+matmul is. A launch a layer fewer: on an H100 Qwen3-0.6B's batch-1 step (intermediate
+3,072) gained, while Llama-3.2-1B's (8,192) lost 0.23 ms, each program recomputing a product
+twice as wide for fewer columns (docs/PERF.md, twenty-seventh session): hence FOLD_WIDTH.
 """
 import os
 
@@ -34,7 +36,7 @@ DEVICES = "cuda"
 
 SWIGLU_BLOCK = 1024  # range: 256..4096; activations a program handles
 SWIGLU_WARPS = 4  # range: 1..16; warps a program runs with (Triton's default: 4)
-FOLD_WIDTH = 16384  # range: 512..16384; the widest intermediate a one-row product folds into the down projection
+FOLD_WIDTH = 4096  # range: 512..16384; the widest intermediate a one-row product folds into the down projection
 FOLD_ELEMENTS = 16384  # range: 4096..65536; down-weight elements a folding program holds (its columns x the width)
 
 

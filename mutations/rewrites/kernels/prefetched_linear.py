@@ -71,8 +71,10 @@ PREFETCH_ONE_ROW_WEIGHT = 536870912  # range: 655360..536870912; the largest wei
 PREFETCH_SHARE = 1024  # range: 256..2048; inner-dimension elements a program holds in registers
 # One row may take a longer share in as many registers, in fewer columns a program (16 x
 # PREFETCH_SHARE elements in all): up to the whole inner dimension, and then no second kernel
-# sums the shares (Qwen3-0.6B's o and down took one each a layer). Not yet measured on a GPU.
-PREFETCH_ONE_ROW_SHARE = 1024  # range: 256..16384; inner-dimension elements a one-row program sums
+# sums the shares. On an H100 in bf16 one whole share beat 1,024-element shares summed on
+# all 10 Llama-3.2-1B / Qwen3-0.6B projections (Qwen3's o 2.83 against 4.34 us, Llama's down
+# 13.33 against 15.79; docs/PERF.md, twenty-seventh session).
+PREFETCH_ONE_ROW_SHARE = 8192  # range: 256..16384; inner-dimension elements a one-row program sums
 
 
 def prefetched_linear(x, weight):
