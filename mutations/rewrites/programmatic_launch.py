@@ -9,7 +9,9 @@ the kernel here, the release first: the next kernel is launched while this one s
 for its own inputs, so a chain of small kernels does not pay each launch in turn, and the
 next matmul can load its weight (written by no kernel) meanwhile. Every kernel still reads
 only finished results (each waits at `gdc_wait()`, and a kernel before it ended only after
-its own wait): what is saved is the launch and ramp-up, not any ordering.
+its own wait): what is saved is the launch and ramp-up, not any ordering. A kernel may thus
+start while several kernels before it still run: whatever one reads before its own wait
+(the prefetched linear's weight) must be written by no kernel of the step.
 
 Each kernel gets a `PDL: tl.constexpr = False` parameter that guards both calls, and each
 launch of one (`kernel[grid](...)`) passes `PDL=PDL_LAUNCH, launch_pdl=PDL_LAUNCH`, where
