@@ -14,6 +14,11 @@ reads and `judged_on` parses:
     # tokens_per_s: prefill=662000 decode=89500 mixed=271000
     # vs_seed: 20.92
 
+The best of them is taken once more with its graph bounds fitted to the calls the run
+times (a target's long prompts past the recipe's largest captured prefill, say): the
+recipes were tuned on other targets' cases, and doubling a constant at a time would take a
+search several generations to get there.
+
 The repository ships mutations/recipes/; a run also reads its own library folder
 (`--library`; by default `library/` beside history.csv), where its winner is written. Copy a file from
 there to mutations/recipes/ to ship it.
@@ -26,7 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import mutations
+from fitness.cases import call_bounds, select_cases
 from mutations import recipe
+from mutations.rewrites.tune_constant import fitted_to
 
 SHIPPED = Path(__file__).resolve().parent.parent / "mutations" / "recipes"
 RECIPE = SHIPPED / "fastest.txt"
@@ -137,7 +144,8 @@ def ranked(recipes: list, target: RunTarget) -> list:
 
 def seed_programs(config, seed_source: str) -> tuple[list, list]:
     """([(source, operator args)], [(recipe name, why not)]): the programs of the library's
-    best `library_top` recipes for this run's target, and every other recipe with the
+    best `library_top` recipes for this run's target, the best once more fitted to the
+    run's calls where that changes it (`fitted_program`), and every other recipe with the
     reason it was not taken (it needs a GPU, does not replay, repeats a program, or the
     best were taken)."""
     if not config.library:
@@ -157,7 +165,23 @@ def seed_programs(config, seed_source: str) -> tuple[list, list]:
             taken.append((source, {"recipe": str(entry.path), "steps": [s.line() for s in entry.steps]}))
         else:
             declined.append((entry.name, why))
+    fitted = fitted_program(taken[0], config) if taken else None
+    if fitted is not None and fitted[0] not in made:
+        taken.append(fitted)
     return taken, declined
+
+
+def fitted_program(best: tuple, config) -> tuple | None:
+    """(source, args) of the best library program with every constant that bounds a call
+    (tune_constant's `fits:`) raised to hold the largest call of the cases this run times;
+    None when it holds them already."""
+    source, args = best
+    bounds = call_bounds({**select_cases(config.bench), **select_cases(config.screen_bench)})
+    moves = fitted_to(source, bounds)
+    if not moves:
+        return None
+    steps = [recipe.Step("tune_constant", move) for move in moves]
+    return recipe.apply(steps, source), {**args, "steps": [*args["steps"], *(s.line() for s in steps)]}
 
 
 def why_not(entry: Recipe, config, num_taken: int) -> str | None:

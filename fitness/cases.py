@@ -83,6 +83,16 @@ def long_cases() -> dict:
     }
 
 
+def call_bounds(cases: dict) -> dict:
+    """The largest call of any case: packed prefill tokens, prompts in a prefill, decode batch
+    (what an engine's captured graphs must hold for no call of these cases to run eagerly)."""
+    events = [ev for trace in cases.values() for ev in trace]
+    prefills = [ev for ev in events if ev.kind == "prefill"]
+    return {"prefill_tokens": max((sum(ev.lengths) for ev in prefills), default=0),
+            "prefill_prompts": max((len(ev.request_ids) for ev in prefills), default=0),
+            "decode_batch": max((len(ev.request_ids) for ev in events if ev.kind == "decode"), default=0)}
+
+
 def select_cases(which: str) -> dict:
     """"public", "hidden", "all" (public first), "small", "large" or "long". In "all", a hidden-style case
     with the same events as a public one is left out: it would cost a second measurement

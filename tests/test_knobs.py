@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 import mutations
+from fitness.cases import call_bounds, select_cases
 from fitness.gate import check_module
 from fitness.loader import load_engine_module
 from fitness.model_config import ModelConfig
-from mutations import program
-from mutations.rewrites.tune_constant import declared, declared_values, tunable
+from mutations import program, recipe
+from mutations.rewrites.tune_constant import declared, declared_values, fitted_to, tunable
 
 MUTATIONS = Path(mutations.__file__).resolve().parent
 # Any top-level assignment whose comment names a range, well formed or not.
@@ -114,3 +115,22 @@ def test_a_constant_move_extends_the_way_it_went():
     assert isinstance(operator.extend(at_top.source, {"constant": name, "old": hi // 2, "new": hi}), mutations.Declined)
     assert isinstance(operator.extend(source, {"constant": name}), mutations.Declined)
     assert isinstance(mutations.get_operator("fuse_linears").extend(source, {}), mutations.Declined)
+
+
+def test_constants_that_bound_a_call_are_fitted_to_the_largest_call_of_the_cases():
+    """`fits:` constants rise to the next power of two at or above their bound, inside their
+    range; none is lowered, and an untagged one is left alone."""
+    assert call_bounds(select_cases("long")) == {"prefill_tokens": 8192, "prefill_prompts": 4, "decode_batch": 8}
+    assert call_bounds(select_cases("public")) == {"prefill_tokens": 512, "prefill_prompts": 8, "decode_batch": 8}
+    source = "\n".join([
+        "TOKENS = 2048  # range: 256..16384, fits: prefill_tokens; the most packed tokens",
+        "PROMPTS = 16  # range: 4..64, fits: prefill_prompts",
+        "UNTAGGED = 64  # range: 8..256; the largest batch",
+        "BATCH = 64  # range: 8..128, fits: decode_batch", ""])
+    bounds = {"prefill_tokens": 5000, "prefill_prompts": 4, "decode_batch": 500}
+    assert fitted_to(source, bounds) == [{"constant": "TOKENS", "new": 8192}, {"constant": "BATCH", "new": 128}]
+    assert fitted_to(source, {"prefill_tokens": 2048}) == []
+    # The recipe's program declares the three bounds of its graphs.
+    steps = recipe.parse((MUTATIONS / "recipes" / "fastest.txt").read_text())
+    fitted = fitted_to(recipe.apply(steps), call_bounds(select_cases("large")))
+    assert fitted == [{"constant": "MAX_PREFILL_TOKENS", "new": 16384}, {"constant": "MAX_PREFILL_PROMPTS", "new": 64}]

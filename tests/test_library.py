@@ -121,3 +121,25 @@ def test_a_lineage_from_the_library_names_its_recipe_in_a_word():
     step = {"operator": library.LIBRARY, "parent_ids": [], "candidate_id": "c",
             "operator_args": json.dumps({"recipe": "mutations/recipes/fastest.txt", "steps": [PAGED] * 9})}
     assert describe_step(step) == "library(fastest.txt)"
+
+
+def test_a_run_on_long_prompts_also_takes_the_best_program_fitted_to_its_calls(small_target, tmp_path):
+    """The best library program once more, its captured prefill raised to hold the
+    8,192-token prefills the long cases time; its steps replay to it. The public cases fit
+    the recipes' graphs already: no such program."""
+    config_path, weight_dir = small_target
+    def cuda_config(bench, screen_bench):  # built, not run: no GPU needed
+        return RunConfig.build("cuda", model_config=config_path, weight_dir=weight_dir, workers=1, bench=bench,
+                               screen_bench=screen_bench, history=tmp_path / "history.csv", runs_dir=tmp_path / "runs",
+                               library_top=1)
+    config = cuda_config("long", "long")
+    taken, _ = library.seed_programs(config, SEED)
+    assert len(taken) == 2
+    source, args = taken[-1]
+    assert args["steps"][-1] == 'tune_constant {"constant": "MAX_PREFILL_TOKENS", "new": 8192}'
+    assert args["steps"][:-1] == taken[0][1]["steps"] and args["recipe"] == taken[0][1]["recipe"]
+    assert "\nMAX_PREFILL_TOKENS = 8192  #" in source
+    assert recipe.apply(recipe.parse("\n".join(args["steps"]))) == source
+    public = cuda_config("all", "public")
+    taken, _ = library.seed_programs(public, SEED)
+    assert len(taken) == 1 and library.fitted_program(taken[0], public) is None

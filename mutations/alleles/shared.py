@@ -5,7 +5,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-MAX_GRAPH_BATCH = 64  # range: 8..256; the largest batch a decode graph is captured for
+MAX_GRAPH_BATCH = 64  # range: 8..256, fits: decode_batch; the largest batch a decode graph is captured for
 GRAPH_BUCKET_STEP = 16  # range: 4..64; decode graphs above batch 8 are captured every this many
 # The longest request a decode graph serves; longer ones decode eagerly. A graph's block
 # table is this wide whatever a step holds, and attention that reads the whole table

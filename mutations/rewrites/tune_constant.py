@@ -7,7 +7,8 @@ its range. The seed declares none; alleles bring them: sizes (slots, pages, pool
 batches and buckets, prefetch limits) and every kernel's launch parameters (blocks, warps,
 stages, split counts), so the search tunes each per target.
 Replayed from a recipe (`{"constant": NAME, "new": VALUE}`), it sets NAME to any VALUE in
-its range. Extended (`extend`), it moves NAME once more the way it went: a search walks a
+its range. A constant that bounds a call's size says which (`# range: 8..256, fits:
+decode_batch`), so a run can fit it to the calls it times (`fitted_to`). Extended (`extend`), it moves NAME once more the way it went: a search walks a
 constant that gained, 1024 -> 2048 -> 4096, without drawing it from ~30 again.
 """
 import random
@@ -22,6 +23,7 @@ from mutations.rewrites import StructuralRewrite
 
 DESCRIPTION = "halve or double a module constant within its declared '# range: lo..hi'"
 RANGE = re.compile(r"#\s*range:\s*(\d+)\s*\.\.\s*(\d+)")
+FITS = re.compile(r"#\s*range:[^;]*fits:\s*(\w+)")
 CONSTANT = m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Integer())])
 
 
@@ -35,6 +37,21 @@ def declared(module: cst.Module) -> dict:
             lo, hi = map(int, RANGE.search(comment.value).groups())
             found[stmt.body[0].targets[0].target.value] = (i, (lo, hi))
     return found
+
+
+def fitted_to(source: str, bounds: dict) -> list:
+    """[{"constant", "new"}] raising each constant that fits a bound (`fits: NAME`, NAME a key
+    of `bounds`) to the next power of two at or above it, inside its range; none lowered."""
+    module = program.parse(source)
+    moves = []
+    for name, (i, (lo, hi)) in declared(module).items():
+        tag = FITS.search(module.body[i].trailing_whitespace.comment.value)
+        value = module.body[i].body[0].value.evaluated_value
+        if tag is not None and bounds.get(tag.group(1), 0) > value:
+            new = min(hi, 1 << (bounds[tag.group(1)] - 1).bit_length())
+            if new > value:
+                moves.append({"constant": name, "new": new})
+    return moves
 
 
 def declared_values(module: cst.Module) -> dict:

@@ -34,8 +34,8 @@ REQUIRES = {"KVCache": ("paged_chunks", "paged", "slab"), "attend_decode": ("tri
             "attend_prefill": ("triton_varlen",)}
 DEVICES = "cuda"
 
-MAX_PREFILL_TOKENS = 2048  # range: 256..16384; the most packed tokens a captured prefill takes
-MAX_PREFILL_PROMPTS = 16  # range: 4..64; the most prompts a captured prefill takes
+MAX_PREFILL_TOKENS = 2048  # range: 256..16384, fits: prefill_tokens; the most packed tokens a captured prefill takes
+MAX_PREFILL_PROMPTS = 16  # range: 4..64, fits: prefill_prompts; the most prompts a captured prefill takes
 # The most tokens one eager forward takes: above the weights, its activations (about 50 KB a
 # token on a 1B-class model) are what a large prefill's peak memory is made of.
 EAGER_PREFILL_TOKENS = 4096  # range: 512..65536
