@@ -7,9 +7,10 @@ its range. The seed declares none; alleles bring them: sizes (slots, pages, pool
 batches and buckets, prefetch limits) and every kernel's launch parameters (blocks, warps,
 stages, split counts), so the search tunes each per target.
 Replayed from a recipe (`{"constant": NAME, "new": VALUE}`), it sets NAME to any VALUE in
-its range. A constant that bounds a call's size says which (`# range: 8..256, fits:
-decode_batch`), so a run can fit it to the calls it times (`fitted_to`). Extended (`extend`), it moves NAME once more the way it went: a search walks a
-constant that gained, 1024 -> 2048 -> 4096, without drawing it from ~30 again.
+its range. Extended (`extend`), it moves NAME once more the way it went: a search walks a
+constant that gained, 1024 -> 2048 -> 4096, without drawing it from ~30 again. A constant
+that bounds a call's size says which (`# range: 8..256, fits: decode_batch`), so that a run
+can fit it to the calls it times (`fitted_to`).
 """
 import random
 import re
@@ -44,7 +45,7 @@ def fitted_to(source: str, bounds: dict) -> list:
     of `bounds`) to the next power of two at or above it, inside its range; none lowered."""
     module = program.parse(source)
     moves = []
-    for name, (i, (lo, hi)) in declared(module).items():
+    for name, (i, (_, hi)) in declared(module).items():
         tag = FITS.search(module.body[i].trailing_whitespace.comment.value)
         value = module.body[i].body[0].value.evaluated_value
         if tag is not None and bounds.get(tag.group(1), 0) > value:
