@@ -163,12 +163,7 @@ class Channel:
         if count - len(self.pending) >= BULK_READ_BYTES:
             return self.read_bulk(count, deadline)
         while len(self.pending) < count:
-            wait = None if deadline is None else deadline - time.monotonic()
-            if wait is not None and wait <= 0:
-                raise WireTimeout(f"no answer within the deadline ({len(self.pending)}/{count} bytes read)")
-            ready, _, _ = select.select([self.read_fd], [], [], wait)
-            if not ready:
-                continue
+            self.wait_readable(deadline, len(self.pending), count)
             chunk = os.read(self.read_fd, max(count - len(self.pending), 1 << 16))
             if not chunk:
                 raise WireError("the other side closed the connection")
@@ -193,6 +188,7 @@ class Channel:
         return data
 
     def wait_readable(self, deadline: float | None, have: int, count: int) -> None:
+        """Asleep until the pipe holds bytes; WireTimeout past `deadline` (`have` of `count` read)."""
         while True:
             wait = None if deadline is None else deadline - time.monotonic()
             if wait is not None and wait <= 0:
