@@ -278,6 +278,22 @@ def rms_norm(x, w, eps):
     assert isinstance(again, mutations.Declined) and "without programmatic" in again.reason
 
 
+def test_programmatic_launch_flags_the_launches_of_a_kernel_that_places_its_own_wait():
+    """A kernel with the flag already (its wait after loads no kernel of the step writes)
+    keeps its body; its launch gets the flag, and then nothing is left to do."""
+    own_wait = PDL_BEFORE.replace("BLOCK: tl.constexpr):\n    \"\"\"x *= 2.\"\"\"\n",
+                                  "BLOCK: tl.constexpr, PDL: tl.constexpr = False):\n    \"\"\"x *= 2.\"\"\"\n"
+                                  "    if PDL:\n        gdc_wait()\n")
+    assert own_wait.count("gdc_wait()") == 1
+    result = mutations.get_operator("programmatic_launch").apply(own_wait, random.Random(0))
+    assert isinstance(result, mutations.Applied), result
+    assert result.args == {"kernels": ["double_kernel"]}
+    assert result.source.count("gdc_wait()") == 1 and "gdc_launch_dependents()" not in result.source
+    assert "BLOCK=16, PDL=PDL_LAUNCH, launch_pdl=PDL_LAUNCH)" in result.source
+    again = mutations.get_operator("programmatic_launch").apply(result.source, random.Random(0))
+    assert isinstance(again, mutations.Declined) and "without programmatic" in again.reason
+
+
 def test_programmatic_launch_declines_programs_without_triton_kernels():
     assert "no Triton kernel" in mutations.get_operator("programmatic_launch").applies(program.SEED_PATH.read_text())
 

@@ -20,7 +20,9 @@ with the launch, so a launch under PDL of a kernel without the wait cannot happe
 without the parameter rejects the argument. A program under PDL stays so: a swap or merge
 that brings it a kernel without the parameter puts that one under PDL too (`kept`; an H100
 search's swap of the RoPE kernel under a shared launcher that passed the flag crashed).
-Declines when every kernel already has the parameter, or there is none.
+A kernel that places its own wait (the split-KV decode's, which first loads what no kernel
+of the step writes) has the parameter already: only its launches get the flag. Declines
+when every kernel and launch is under PDL already, or there is none.
 """
 import random
 
@@ -58,10 +60,14 @@ def has_flag(kernel: cst.FunctionDef) -> bool:
 
 
 def kernels_without_flag(module: cst.Module) -> list:
-    """Names of the program's Triton kernels not yet under PDL, in source order; a jit
-    function another one calls (`split_share(...)`) is a device function, not launched."""
+    """Names of the program's Triton kernels not yet under PDL, in source order: those
+    without the flag, and those that place their own wait (they have it) but are launched
+    without it. A jit function another one calls (`split_share(...)`) is a device
+    function, not launched."""
     called = {c.func.value for c in m.findall(module, m.Call(func=m.Name()))}
-    return [s.name.value for s in module.body if is_kernel(s) and not has_flag(s) and s.name.value not in called]
+    bare = {c.func.value.value for c in m.findall(module, m.Call()) if launched(c, set())}  # launches without it
+    return [s.name.value for s in module.body if is_kernel(s) and s.name.value not in called
+            and (not has_flag(s) or s.name.value in bare)]
 
 
 def launched(call: cst.Call, names: set) -> bool:
@@ -78,7 +84,7 @@ class UnderPDL(cst.CSTTransformer):
         self.names = set(names)
 
     def leave_FunctionDef(self, original_node, updated_node):
-        if updated_node.name.value not in self.names or not is_kernel(updated_node):
+        if updated_node.name.value not in self.names or not is_kernel(updated_node) or has_flag(updated_node):
             return updated_node
         flag = cst.Param(name=cst.Name(FLAG), annotation=cst.Annotation(cst.parse_expression("tl.constexpr")),
                          default=cst.Name("False"))

@@ -307,6 +307,7 @@ if __name__ == "__main__":
     check_decode(page_size=4, max_positions=16, head_dim=24)  # paged, head_dim not a power of 2
     check_decode(page_size=16, max_positions=16, head_dim=24)  # slab: one page per request
     check_decode(page_size=4, max_positions=64, head_dim=24, splits=4, lengths=(5, 40, 17))  # 1, 3, 2 live splits
+    check_decode(page_size=4, max_positions=64, head_dim=24, splits=1, lengths=(5, 40, 17))  # the newest past the first tile
     check_decode(page_size=8, max_positions=16, head_dim=256, num_heads=2, num_kv_heads=1)
     check_decode(page_size=4, max_positions=64, head_dim=64, num_heads=16, num_kv_heads=2, splits=2,
                  lengths=(5, 40), dtype=torch.float16, tol=2e-3)  # groups of 8 query heads a K/V head, fp16 tensor-core dots

@@ -20,6 +20,17 @@ Any head_dim up to 256 (padded to a power of two and masked). Scores are fp32 su
 of exact products (fp32 inputs take IEEE dots, not TF32); probabilities meet V in the
 compute dtype, as the reference rounds them. The grid depends only on the batch and the
 model, so the call captures in a CUDA graph.
+
+Both kernels place their own waits for programmatic dependent launch (PDL, which the
+programmatic_launch rewrite turns on): each lets the next kernel launch at once and reads the
+positions before it waits for the kernels before it; phase one also loads its first tile's
+pages, K and V rows then. All of those were written before the step began (the positions
+and block table are copied in ahead of it, earlier tokens' rows by earlier steps); the
+newest token's row (this step's K/V write), q and the partials are read after the wait. At
+batch 1 a split is one tile, so its chain of dependent loads (table, page, row) overlaps
+the kernels before it. An engine whose step wrote the positions or the block table in a
+kernel of its own would race with this.
+
 Works with any cache that exposes k/v as [pages, page_size, kv_heads, head_dim] per layer
 and sets step.block_table (slab: one page per request; paged). A cache whose pages live in
 chunks (paged_chunks) also has `chunk_offsets`, each chunk's distance in elements from the
@@ -30,6 +41,7 @@ import math
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 REQUIRES = {"KVCache": ("paged_chunks", "paged", "slab")}  # in order of preference (see cuda_graphs_prefill)
 DEVICES = "cuda"
@@ -47,19 +59,32 @@ def split_share(length, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def tile_scores(q, k_ptr, table_ptr, offsets_ptr, b, kv_head, n0, end, stride_tb, page_size, chunk_pages,
-                stride_kp, stride_kr, stride_kh, d, d_ok, sm_scale, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
-    """(fp32 scores of the group's queries against tokens n0.. of request b, -inf from `end`;
-    the tokens' row offsets in the cache; which rows to load)."""
-    n = n0 + tl.arange(0, BLOCK_N)
-    n_ok = n < end
+def tile_rows(table_ptr, offsets_ptr, b, kv_head, n, n_ok, stride_tb, page_size, chunk_pages, stride_kp,
+              stride_kr, stride_kh):
+    """Where request b's tokens n (K/V head kv_head) sit in the cache, as element offsets."""
     page = tl.load(table_ptr + b * stride_tb + n // page_size, mask=n_ok, other=0).to(tl.int64)
     chunk_base = tl.load(offsets_ptr + page // chunk_pages, mask=n_ok, other=0)
-    rows = chunk_base + (page % chunk_pages) * stride_kp + (n % page_size) * stride_kr + kv_head * stride_kh
-    kv_ok = n_ok[:, None] & d_ok[None, :]
-    k = tl.load(k_ptr + rows[:, None] + d[None, :], mask=kv_ok, other=0.0)  # [BLOCK_N, BLOCK_D]
+    return chunk_base + (page % chunk_pages) * stride_kp + (n % page_size) * stride_kr + kv_head * stride_kh
+
+
+@triton.jit
+def attend_tile(q, k, v, n_ok, m_i, l_i, acc, sm_scale, PHASE: tl.constexpr, PRECISION: tl.constexpr):
+    """The softmax state (max, sum, weighted values) after one tile of keys k and values v;
+    keys where n_ok is false score -inf. PHASE 2 takes m_i and l_i as the whole row's."""
     scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale  # [BLOCK_G, BLOCK_N], fp32
-    return tl.where(n_ok[None, :], scores, float("-inf")), rows, kv_ok
+    scores = tl.where(n_ok[None, :], scores, float("-inf"))
+    if PHASE == 2:
+        p = tl.math.div_rn(tl.exp(scores - m_i[:, None]), l_i[:, None])  # IEEE-rounded, as torch divides
+        acc += tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    else:
+        m_new = tl.maximum(m_i, tl.max(scores, axis=1))  # finite: every tile holds a key
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(scores - m_new[:, None])
+        if PHASE == 0:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        m_i = m_new
+    return m_i, l_i, acc
 
 
 @triton.jit
@@ -68,10 +93,14 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
                             stride_tb, page_size, chunk_pages, sm_scale, num_heads, GROUPS: tl.constexpr,
                             SPLITS: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr,
                             BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
-                            PHASE: tl.constexpr):
+                            PHASE: tl.constexpr, PDL: tl.constexpr = False):
     """PHASE 0: each split's max, sum and weighted values (an online softmax). For the
     reference's rounding, PHASE 1 writes each split's max and sum alone, and PHASE 2 reads
-    every split's to divide the probabilities by the whole sum before rounding them."""
+    every split's to divide the probabilities by the whole sum before rounding them.
+    Under PDL the split's first tile is loaded before the wait for the kernels before (see
+    the module's docstring)."""
+    if PDL:
+        gdc_launch_dependents()
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
     s = tl.program_id(2)
@@ -80,11 +109,27 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
     start = s * share
     end = tl.minimum(start + share, length)
     if start < end:
+        d = tl.arange(0, BLOCK_D)
+        d_ok = d < HEAD_DIM
+        n = start + tl.arange(0, BLOCK_N)
+        n_ok = n < end
+        rows = tile_rows(table_ptr, offsets_ptr, b, kv_head, n, n_ok, stride_tb, page_size, chunk_pages, stride_kp,
+                         stride_kr, stride_kh)
+        at = rows[:, None] + d[None, :]
+        earlier = (n_ok & (n < length - 1))[:, None] & d_ok[None, :]  # rows of earlier steps
+        k = tl.load(k_ptr + at, mask=earlier, other=0.0)  # [BLOCK_N, BLOCK_D]
+        v = k
+        if PHASE != 1:
+            v = tl.load(v_ptr + at, mask=earlier, other=0.0)
+        if PDL:  # q, the newest row and the partials' memory belong to the kernels before
+            gdc_wait()
+        newest = (n == length - 1)[:, None] & d_ok[None, :]
+        k = tl.where(newest, tl.load(k_ptr + at, mask=newest, other=0.0), k)
+        if PHASE != 1:
+            v = tl.where(newest, tl.load(v_ptr + at, mask=newest, other=0.0), v)
         g = tl.arange(0, BLOCK_G)
         g_ok = g < GROUPS
         heads = kv_head * GROUPS + g
-        d = tl.arange(0, BLOCK_D)
-        d_ok = d < HEAD_DIM
         q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
                     mask=g_ok[:, None] & d_ok[None, :], other=0.0)  # [BLOCK_G, BLOCK_D]
         m_i = tl.zeros([BLOCK_G], dtype=tl.float32) - float("inf")
@@ -101,23 +146,17 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
             l_i = tl.sum(tl.where(held, tl.load(part_sum_ptr + parts, mask=held, other=0.0) * tl.exp(m_s - m_i[:, None]),
                                   0.0), axis=1)
             l_i = tl.where(g_ok, l_i, 1.0)
-        for n0 in range(start, end, BLOCK_N):
-            scores, rows, kv_ok = tile_scores(q, k_ptr, table_ptr, offsets_ptr, b, kv_head, n0, end, stride_tb,
-                                              page_size, chunk_pages, stride_kp, stride_kr, stride_kh, d, d_ok,
-                                              sm_scale, BLOCK_N, PRECISION)
-            if PHASE == 2:
-                p = tl.math.div_rn(tl.exp(scores - m_i[:, None]), l_i[:, None])  # IEEE-rounded, as torch divides
+        m_i, l_i, acc = attend_tile(q, k, v, n_ok, m_i, l_i, acc, sm_scale, PHASE, PRECISION)
+        for n0 in range(start + BLOCK_N, end, BLOCK_N):
+            n = n0 + tl.arange(0, BLOCK_N)
+            n_ok = n < end
+            rows = tile_rows(table_ptr, offsets_ptr, b, kv_head, n, n_ok, stride_tb, page_size, chunk_pages,
+                             stride_kp, stride_kr, stride_kh)
+            kv_ok = n_ok[:, None] & d_ok[None, :]
+            k = tl.load(k_ptr + rows[:, None] + d[None, :], mask=kv_ok, other=0.0)
+            if PHASE != 1:
                 v = tl.load(v_ptr + rows[:, None] + d[None, :], mask=kv_ok, other=0.0)
-                acc += tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-            else:
-                m_new = tl.maximum(m_i, tl.max(scores, axis=1))  # finite: n0 < end
-                alpha = tl.exp(m_i - m_new)
-                p = tl.exp(scores - m_new[:, None])
-                if PHASE == 0:
-                    v = tl.load(v_ptr + rows[:, None] + d[None, :], mask=kv_ok, other=0.0)
-                    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-                l_i = l_i * alpha + tl.sum(p, axis=1)
-                m_i = m_new
+            m_i, l_i, acc = attend_tile(q, k, v, n_ok, m_i, l_i, acc, sm_scale, PHASE, PRECISION)
         if PHASE != 1:
             tl.store(part_acc_ptr + part[:, None] * BLOCK_D + d[None, :], acc, mask=g_ok[:, None])
         if PHASE != 2:
@@ -128,17 +167,22 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
 @triton.jit
 def split_kv_combine_kernel(part_acc_ptr, part_max_ptr, part_sum_ptr, positions_ptr, out_ptr, stride_ob,
                             stride_oh, num_heads, SPLITS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                            BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, NORMALIZED: tl.constexpr):
+                            BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, NORMALIZED: tl.constexpr,
+                            PDL: tl.constexpr = False):
     """Each head's splits, rescaled to the largest max and divided by the sum; NORMALIZED
     (phase 2's, already divided): their sum."""
+    if PDL:
+        gdc_launch_dependents()
     b = tl.program_id(0)
     h = tl.program_id(1)
-    length = tl.load(positions_ptr + b) + 1
+    length = tl.load(positions_ptr + b) + 1  # copied in before the step: read before the wait
     share = split_share(length, SPLITS, BLOCK_N)
     s = tl.arange(0, SPLITS)
     s_ok = s * share < length  # the splits phase one wrote
     part = (b * num_heads + h) * SPLITS + s  # [SPLITS]
     d = tl.arange(0, BLOCK_D)
+    if PDL:  # the partials belong to the kernel before
+        gdc_wait()
     acc = tl.load(part_acc_ptr + part[:, None] * BLOCK_D + d[None, :], mask=s_ok[:, None], other=0.0)
     if NORMALIZED:
         out = tl.sum(acc, axis=0)
