@@ -16,6 +16,8 @@ Each concern is one top-level name (a gene) that a rewrite can find and swap:
   qkv_proj        q, k, v projections
   add_qkv_bias    q, k, v biases (Qwen2), when the checkpoint has them
   norm_heads      RMSNorm over each head of q and k (Qwen3), when the checkpoint has it
+  attention_inputs  q and k normed and rotated, k and v into the cache (one boundary, so a
+                  kernel can fuse them)
   mlp             SwiGLU
   KVCache         where K/V live: one tensor per request and layer
   attend_prefill  prompt attention, one request at a time
@@ -177,6 +179,38 @@ def norm_heads(q, k, layer, eps):
     return rms_norm(q, layer["q_norm"], eps), rms_norm(k, layer["k_norm"], eps)
 
 
+def adjacent_heads(q, k):
+    """q [N, H, D] and k [N, KV, D] as one [N, H + KV, D] view when k's heads follow q's in
+    one tensor's storage (the split of a fused projection), else None. Two tensors can sit
+    end to end in memory (the allocator's blocks do), but a view may not span both.
+    A single token's views carry their own widths as row strides (torch's view of one row),
+    which no access reads: at N = 1 the rows' strides may differ."""
+    if q.shape[0] == 0 or q.stride()[1:] != k.stride()[1:] or q.stride(1) != q.shape[2]:
+        return None
+    if q.shape[0] > 1 and q.stride(0) != k.stride(0):
+        return None
+    if q.untyped_storage().data_ptr() != k.untyped_storage().data_ptr():
+        return None
+    if k.data_ptr() != q.data_ptr() + q.shape[1] * q.shape[2] * q.element_size():
+        return None
+    return q.as_strided((q.shape[0], q.shape[1] + k.shape[1], q.shape[2]), q.stride())
+
+
+def attention_inputs(q, k, v, layer, cos, sin, cache, step, index, eps):
+    """q and k [N, heads, D] as attention reads them (each head normed where the checkpoint
+    has the norms, then rotated), once k and v [N, kv_heads, D] are in the cache's layer
+    `index`."""
+    q, k = norm_heads(q, k, layer, eps)
+    both = adjacent_heads(q, k)  # None once a bias or norm made q and k new tensors
+    if both is None:
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    else:  # one call rotates both
+        both = apply_rope(both, cos, sin)
+        q, k = both[:, :q.shape[1]], both[:, q.shape[1]:]
+    cache.write(index, step, k, v)
+    return q, k
+
+
 def mlp(x, layer):
     return (F.silu(x @ layer["gate"].T) * (x @ layer["up"].T)) @ layer["down"].T
 
@@ -334,11 +368,9 @@ class Engine:
         x = self.w["embed"][tokens]  # [N, hidden]
         for i, layer in enumerate(self.w["layers"]):
             q, k, v = add_qkv_bias(*qkv_proj(rms_norm(x, layer["input_norm"], self.eps), layer), layer)
-            q, k = norm_heads(q.view(n, self.num_heads, self.head_dim),
-                              k.view(n, self.num_kv_heads, self.head_dim), layer, self.eps)
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
             v = v.view(n, self.num_kv_heads, self.head_dim)
-            self.cache.write(i, step, k, v)
+            q, k = attention_inputs(q.view(n, self.num_heads, self.head_dim), k.view(n, self.num_kv_heads, self.head_dim),
+                                    v, layer, cos, sin, self.cache, step, i, self.eps)
             h, x = add_rms_norm(x, attend(q, k, v, self.cache, i, step) @ layer["o"].T,
                                 layer["post_norm"], self.eps)
             x = x + mlp(h, layer)

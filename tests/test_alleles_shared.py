@@ -41,15 +41,8 @@ def test_per_request_attention_keeps_prompts_apart():
     torch.testing.assert_close(both[4:], alone)
 
 
-def engine_allele_namespace(name) -> dict:
-    namespace = {}
-    path = HERE / "Engine" / f"{name}.py"  # its real path: Triton reads a kernel's source from it
-    exec(compile(path.read_text(), str(path), "exec"), namespace)
-    return namespace
-
-
 def test_adjacent_heads_joins_only_views_of_one_projection():
-    adjacent_heads = engine_allele_namespace("cuda_graphs_prefill")["adjacent_heads"]
+    adjacent_heads = shared_namespace()["adjacent_heads"]  # the seed's
     qkv = torch.randn(3, (4 + 2 + 2) * 8)  # a fused projection: q, k, v heads of 8 in each row
     q, k, v = (t.view(3, -1, 8) for t in qkv.split([32, 16, 16], dim=-1))
     both = adjacent_heads(q, k)

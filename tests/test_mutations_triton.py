@@ -13,7 +13,7 @@ FIXTURES = REPO / "tests" / "mutation_fixtures"
 INTERPRETED = ["allele.rms_norm.triton", "allele.add_rms_norm.triton", "allele.attend_prefill.triton_varlen",
                "allele.attend_decode.triton_split_kv", "allele.apply_rope.triton", "allele.Engine.cuda_graphs_prefill",
                "allele.KVCache.paged_chunks", "allele.apply_rope.triton_rows", "allele.mlp.swiglu_triton",
-               "allele.norm_heads.triton"]
+               "allele.norm_heads.triton", "allele.attention_inputs.triton"]
 
 
 def interpreted(*args, timeout):
@@ -29,7 +29,7 @@ def interpreted_side_by_side(arg_lists, timeout) -> list:
 def test_triton_kernels_match_torch_on_cpu():
     """rms_norm, add_rms_norm, the q/k head norms (in place in a fused projection), split-KV
     decode (paged and slab, GQA, head_dim 24 and 256, empty splits), varlen prefill, both
-    RoPE kernels, SwiGLU and the prefetched linear against the contract's math, on tiny tensors."""
+    RoPE kernels, the fused norm, RoPE and K/V write, SwiGLU and the prefetched linear against the contract's math, on tiny tensors."""
     done = interpreted(FIXTURES / "triton_kernels.py", timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("ok ") >= 85

@@ -32,10 +32,11 @@ OPERATORS = ("allele.Engine.cuda_graphs_prefill", "allele.apply_rope.triton")
 def child_module(cache):
     source = (REPO / "seed_engine" / "engine.py").read_text()
     # Over the chunked pool, fused weights too: q, k and v are then views of one projection,
-    # rotated in one launch and read through their strides.
+    # rotated (with k and v stored) in one launch and read through their strides.
     # and every kernel launched as under programmatic dependent launch (off in the interpreter:
     # the flag and launch argument must still reach each kernel).
-    fused = ("allele.load_weights.fused_both", "programmatic_launch") if cache == "paged_chunks" else ()
+    fused = ("allele.load_weights.fused_both", "allele.attention_inputs.triton", "programmatic_launch") \
+        if cache == "paged_chunks" else ()
     for name in (f"allele.KVCache.{cache}", *OPERATORS, *fused):
         source = mutations.get_operator(name).apply(source, random.Random(0)).source
     path = Path(tempfile.mkdtemp()) / "child.py"

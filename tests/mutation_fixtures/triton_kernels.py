@@ -164,6 +164,44 @@ def check_chunked_cache(head_dim=24, num_heads=4, num_kv_heads=2, lengths=(5, 11
     check("bf16 pool indexed as k[layer]", table_k.float(), read_k.float(), tol=1e-12)
 
 
+def check_attention_inputs(head_dim, norms, dtype=torch.float32, table_dtype=None, num_heads=4, num_kv_heads=2,
+                           cache="paged_chunks"):
+    """attention_inputs.triton against the genes it fuses (norm_heads.triton,
+    apply_rope.triton_rows, the cache's write), bit for bit: q and k rewritten in place, and
+    the cache's rows, over a prompt of 5 tokens (paged_chunks: two chunks of 2 pages of 4;
+    another cache writes its own rows) and one decode."""
+    torch.manual_seed(11)
+    chunks = load("KVCache", cache)
+    chunks.PAGE_SIZE, chunks.CHUNK_PAGES, chunks.POOL_PAGES = 4, 2, 4
+    fused = load("attention_inputs", "triton")
+    norm, rope = load("norm_heads", "triton"), load("apply_rope", "triton_rows")
+    fused.norm_heads, fused.apply_rope = norm.norm_heads, rope.apply_rope  # as in the recipe (its bf16 path)
+    config = {"num_hidden_layers": 1, "max_position_embeddings": 32, "num_key_value_heads": num_kv_heads,
+              "head_dim": head_dim}
+    caches = [chunks.KVCache(config, "cpu", dtype) for _ in range(2)]
+    layer = {"q_norm": torch.randn(head_dim).to(dtype), "k_norm": torch.randn(head_dim).to(dtype)} if norms else {}
+    sizes = [num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim]
+    inv_freq = 1.0 / 10000 ** (torch.arange(0, head_dim, 2).float() / head_dim)
+    for new, positions in ((5, torch.arange(5)), (1, torch.tensor([5]))):
+        angles = positions.float()[:, None] * inv_freq[None, :]
+        cos, sin = angles.cos().to(table_dtype or dtype), angles.sin().to(table_dtype or dtype)
+        qkv = torch.randn(new, sum(sizes)).to(dtype)
+        outputs = []
+        for pool, apart in zip(caches, (True, False)):
+            step = SimpleNamespace(request_ids=[3], num_new=[new], is_decode=new == 1, positions=positions)
+            pool.prepare(step)
+            q, k, v = (t.view(new, -1, head_dim) for t in qkv.clone().split(sizes, dim=-1))
+            if apart:
+                q, k = norm.norm_heads(q, k, layer, 1e-6)
+                q, k = rope.apply_rope(q, cos, sin), rope.apply_rope(k, cos, sin)
+                pool.write(0, step, k, v)
+            else:
+                q, k = fused.attention_inputs(q, k, v, layer, cos, sin, pool, step, 0, 1e-6)
+            outputs.append(torch.cat([t.flatten() for t in (q, k, *pool.read(0, 3))]).float())
+        label = f"attention_inputs {cache} D={head_dim} norms={norms} {dtype} tables {table_dtype or dtype} {new} tokens"
+        check(label, outputs[1], outputs[0], tol=1e-12)
+
+
 def check_prefill(head_dim, lengths=(3, 7, 1), num_heads=4, num_kv_heads=2, strided_v=False, rounding=False,
                   dtype=torch.float32, tol=1e-4, most_differing=1.0):
     """`strided_v`: v a view of a fused projection's rows, k its own tensor (rotated apart),
@@ -314,6 +352,11 @@ if __name__ == "__main__":
     check_decode(page_size=4, max_positions=64, head_dim=32, splits=4, lengths=(5, 40, 17), rounding=True, **ROUNDED)
     check_decode(page_size=4, max_positions=64, head_dim=32, lengths=(5, 40, 17), rounding=True, **ROUNDED)
     check_chunked_cache()
+    check_attention_inputs(head_dim=24, norms=True)
+    check_attention_inputs(head_dim=32, norms=False, dtype=torch.float16)
+    check_attention_inputs(head_dim=64, norms=True, dtype=torch.bfloat16, table_dtype=torch.float32, num_heads=8)
+    check_attention_inputs(head_dim=32, norms=True, dtype=torch.bfloat16)  # the contract's bf16: the genes apart
+    check_attention_inputs(head_dim=24, norms=True, cache="paged")
     check_prefill(head_dim=24)
     check_prefill(head_dim=32, lengths=(37, 5, 70), rounding=True, **ROUNDED)
     check_prefill(head_dim=256, lengths=(5, 2), num_heads=2, num_kv_heads=1)

@@ -84,23 +84,6 @@ def prompt_groups(lengths, limit):
     return groups + [(start, len(lengths))]
 
 
-def adjacent_heads(q, k):
-    """q [N, H, D] and k [N, KV, D] as one [N, H + KV, D] view when k's heads follow q's in
-    one tensor's storage (the split of a fused projection), else None. Two tensors can sit
-    end to end in memory (the allocator's blocks do), but a view may not span both.
-    A single token's views carry their own widths as row strides (torch's view of one row),
-    which no access reads: at N = 1 the rows' strides may differ."""
-    if q.shape[0] == 0 or q.stride()[1:] != k.stride()[1:] or q.stride(1) != q.shape[2]:
-        return None
-    if q.shape[0] > 1 and q.stride(0) != k.stride(0):
-        return None
-    if q.untyped_storage().data_ptr() != k.untyped_storage().data_ptr():
-        return None
-    if k.data_ptr() != q.data_ptr() + q.shape[1] * q.shape[2] * q.element_size():
-        return None
-    return q.as_strided((q.shape[0], q.shape[1] + k.shape[1], q.shape[2]), q.stride())
-
-
 class Engine:
     def __init__(self, model_config, weight_dir, device):
         self.device = torch.device(device)
@@ -309,17 +292,10 @@ class Engine:
         h = rms_norm(x, layers[0]["input_norm"], self.eps)
         for i, layer in enumerate(layers):
             q, k, v = (t.view(n, -1, self.head_dim) for t in add_qkv_bias(*qkv_proj(h, layer), layer))
-            q, k = norm_heads(q, k, layer, self.eps)
-            both = adjacent_heads(q, k)  # None once a bias or norm made q and k new tensors
-            if both is None:
-                q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-            else:  # one launch rotates both
-                both = apply_rope(both, cos, sin)
-                q, k = both[:, :self.num_heads], both[:, self.num_heads:]
-            self.cache.write(i, step, k, v)
+            q, k = attention_inputs(q, k, v, layer, cos, sin, self.cache, step, i, self.eps)
             h, x = add_rms_norm(x, attend(q, k, v, self.cache, i, step) @ layer["o"].T,
                                 layer["post_norm"], self.eps)
-            del q, k, v, both  # not alive through the MLP, where a large prefill's peak is
+            del q, k, v  # not alive through the MLP, where a large prefill's peak is
             if i + 1 == len(layers):
                 return x + mlp(h, layer)
             # The MLP's residual add and the next layer's norm in one add_rms_norm: one
