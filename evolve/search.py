@@ -315,9 +315,12 @@ class Search:
 
 
 def format_record(r: dict) -> str:
+    """The console's line for a generation. Its speeds are fitted over every judgement and
+    paired comparison so far, so they move as evidence comes in; report.txt's per-generation
+    table gives each generation's raw judged figures instead."""
     rate = "-" if math.isnan(r["pass_rate"]) else f"{r['pass_rate']:.0%}"
     return (f"gen {r['gen']:>3} | judged {r['judged']:>2} passed {r['passed']:>2} ({rate:>4}) "
-            f"cached {r['cached']} declined {r['declined']} | best {r['best_so_far']:,.0f} tok/s "
+            f"cached {r['cached']} declined {r['declined']} | fitted best {r['best_so_far']:,.0f} tok/s "
             f"[{r['best_id'] or '-'}] median {r['median']:,.0f} | {format_duration(r['time_left'])} left")
 
 
