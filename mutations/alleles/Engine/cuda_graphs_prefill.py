@@ -34,8 +34,12 @@ REQUIRES = {"KVCache": ("paged_chunks", "paged", "slab"), "attend_decode": ("tri
             "attend_prefill": ("triton_varlen",)}
 DEVICES = "cuda"
 
-MAX_PREFILL_TOKENS = 2048  # range: 256..16384, fits: prefill_tokens; the most packed tokens a captured prefill takes
-MAX_PREFILL_PROMPTS = 16  # range: 4..64, fits: prefill_prompts; the most prompts a captured prefill takes
+# Not fitted to a run's largest prefill (no `fits:`): a captured prefill's attention grid
+# covers every prompt slot over the whole bucket, and raised to 16,384 tokens and 64 prompts
+# it ran a Llama-3.2-1B prefill of 16 x 1,024 at 0.29x (docs/PERF.md, twenty-eighth session),
+# where eager calls, compute-bound at that size, lose nothing to their launches.
+MAX_PREFILL_TOKENS = 2048  # range: 256..16384; the most packed tokens a captured prefill takes
+MAX_PREFILL_PROMPTS = 16  # range: 4..64; the most prompts a captured prefill takes
 # The most tokens one eager forward takes: above the weights, its activations (about 50 KB a
 # token on a 1B-class model) are what a large prefill's peak memory is made of.
 EAGER_PREFILL_TOKENS = 4096  # range: 512..65536
