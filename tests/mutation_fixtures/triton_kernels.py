@@ -90,12 +90,14 @@ def check_norm_heads_declines():
 
 
 def check_decode(page_size, max_positions, head_dim, num_heads=4, num_kv_heads=2, splits=None, lengths=(5, 11),
-                 dtype=torch.float32, tol=1e-4, rounding=False, most_differing=1.0):
+                 dtype=torch.float32, tol=1e-4, rounding=False, most_differing=1.0, prefetch_batch=1):
     """Requests in a paged (or, with page_size == max_positions, slab) cache; `splits`: each
     request's tokens cut into that many shares of 16-token tiles (some of them empty);
-    `rounding`: the cache's reference_rounding."""
+    `rounding`: the cache's reference_rounding; batches up to `prefetch_batch` take the
+    first tile apart from the loop (the newest row loaded on its own)."""
     torch.manual_seed(1)
     module = load("attend_decode", "triton_split_kv")
+    module.DECODE_PREFETCH_BATCH = prefetch_batch
     if splits:
         module.DECODE_PROGRAMS = splits * len(lengths) * num_kv_heads
     num_pages = 1 + sum(-(-n // page_size) for n in lengths) + 2
@@ -115,7 +117,8 @@ def check_decode(page_size, max_positions, head_dim, num_heads=4, num_kv_heads=2
         values = v_pages[table[b]].flatten(0, 1)[:n].transpose(0, 1)
         want = reference_attention(q[b][:, None], keys, values, torch.ones(1, n, dtype=torch.bool))
         check(f"split_kv page={page_size} D={head_dim} heads={num_heads}/{num_kv_heads} splits={splits} "
-              f"{dtype}{' rounding' if rounding else ''} request {b} of {n} tokens", got[b], want.flatten(), tol,
+              f"{dtype}{' rounding' if rounding else ''}{' prefetch' if len(lengths) <= prefetch_batch else ''} "
+              f"request {b} of {n} tokens", got[b], want.flatten(), tol,
               most_differing)
 
 
@@ -345,7 +348,12 @@ if __name__ == "__main__":
     check_decode(page_size=4, max_positions=16, head_dim=24)  # paged, head_dim not a power of 2
     check_decode(page_size=16, max_positions=16, head_dim=24)  # slab: one page per request
     check_decode(page_size=4, max_positions=64, head_dim=24, splits=4, lengths=(5, 40, 17))  # 1, 3, 2 live splits
-    check_decode(page_size=4, max_positions=64, head_dim=24, splits=1, lengths=(5, 40, 17))  # the newest past the first tile
+    check_decode(page_size=4, max_positions=64, head_dim=24, splits=1, lengths=(5, 40, 17))
+    for lengths in ((40,), (17,), (1,)):  # batch 1: the first tile before the wait, the newest row apart
+        check_decode(page_size=4, max_positions=64, head_dim=24, splits=4, lengths=lengths)
+        check_decode(page_size=4, max_positions=64, head_dim=24, splits=1, lengths=lengths)  # the newest past it
+    check_decode(page_size=4, max_positions=64, head_dim=24, splits=4, lengths=(5, 40, 17), prefetch_batch=3)
+    check_decode(page_size=4, max_positions=64, head_dim=32, splits=4, lengths=(40,), rounding=True, **ROUNDED)
     check_decode(page_size=8, max_positions=16, head_dim=256, num_heads=2, num_kv_heads=1)
     check_decode(page_size=4, max_positions=64, head_dim=64, num_heads=16, num_kv_heads=2, splits=2,
                  lengths=(5, 40), dtype=torch.float16, tol=2e-3)  # groups of 8 query heads a K/V head, fp16 tensor-core dots

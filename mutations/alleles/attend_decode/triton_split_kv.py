@@ -50,6 +50,10 @@ DECODE_PROGRAMS = 1024  # range: 64..8192; programs a decode aims for: splits = 
 DECODE_TILE = 16  # range: 16..64; tokens a K/V tile holds (tl.dot needs 16 or more)
 MAX_SPLITS = 64  # range: 8..256; the most shares one request's tokens are cut into
 DECODE_WARPS = 4  # range: 1..16; warps a split runs with (Triton's default: 4)
+# On an H100 the first tile before the wait took a batch-1 step from 0.95 to 0.875 ms
+# (Qwen3-0.6B) and from 1.13 to 1.08 (Llama-3.2-1B), but Llama's batch-64 step from 2.03 to
+# 2.28 ms (docs/PERF.md, twenty-eighth session): larger batches wait first.
+DECODE_PREFETCH_BATCH = 1  # range: 1..256; the largest batch whose splits load a tile before their PDL wait
 
 
 @triton.jit
@@ -93,14 +97,16 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
                             stride_tb, page_size, chunk_pages, sm_scale, num_heads, GROUPS: tl.constexpr,
                             SPLITS: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr,
                             BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
-                            PHASE: tl.constexpr, PDL: tl.constexpr = False):
+                            PHASE: tl.constexpr, PREFETCH: tl.constexpr, PDL: tl.constexpr = False):
     """PHASE 0: each split's max, sum and weighted values (an online softmax). For the
     reference's rounding, PHASE 1 writes each split's max and sum alone, and PHASE 2 reads
     every split's to divide the probabilities by the whole sum before rounding them.
-    Under PDL the split's first tile is loaded before the wait for the kernels before (see
-    the module's docstring)."""
+    PREFETCH: under PDL the split's first tile is loaded before the wait for the kernels
+    before (see the module's docstring)."""
     if PDL:
         gdc_launch_dependents()
+        if not PREFETCH:
+            gdc_wait()
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
     s = tl.program_id(2)
@@ -111,22 +117,25 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
     if start < end:
         d = tl.arange(0, BLOCK_D)
         d_ok = d < HEAD_DIM
-        n = start + tl.arange(0, BLOCK_N)
-        n_ok = n < end
-        rows = tile_rows(table_ptr, offsets_ptr, b, kv_head, n, n_ok, stride_tb, page_size, chunk_pages, stride_kp,
-                         stride_kr, stride_kh)
-        at = rows[:, None] + d[None, :]
-        earlier = (n_ok & (n < length - 1))[:, None] & d_ok[None, :]  # rows of earlier steps
-        k = tl.load(k_ptr + at, mask=earlier, other=0.0)  # [BLOCK_N, BLOCK_D]
-        v = k
-        if PHASE != 1:
-            v = tl.load(v_ptr + at, mask=earlier, other=0.0)
-        if PDL:  # q, the newest row and the partials' memory belong to the kernels before
-            gdc_wait()
-        newest = (n == length - 1)[:, None] & d_ok[None, :]
-        k = tl.where(newest, tl.load(k_ptr + at, mask=newest, other=0.0), k)
-        if PHASE != 1:
-            v = tl.where(newest, tl.load(v_ptr + at, mask=newest, other=0.0), v)
+        first = start  # the loop's first tile
+        if PREFETCH:
+            n = start + tl.arange(0, BLOCK_N)
+            n_ok = n < end
+            rows = tile_rows(table_ptr, offsets_ptr, b, kv_head, n, n_ok, stride_tb, page_size, chunk_pages,
+                             stride_kp, stride_kr, stride_kh)
+            at = rows[:, None] + d[None, :]
+            earlier = (n_ok & (n < length - 1))[:, None] & d_ok[None, :]  # rows of earlier steps
+            k = tl.load(k_ptr + at, mask=earlier, other=0.0)  # [BLOCK_N, BLOCK_D]
+            v = k
+            if PHASE != 1:
+                v = tl.load(v_ptr + at, mask=earlier, other=0.0)
+            if PDL:  # q, the newest row and the partials' memory belong to the kernels before
+                gdc_wait()
+            newest = (n == length - 1)[:, None] & d_ok[None, :]
+            k = tl.where(newest, tl.load(k_ptr + at, mask=newest, other=0.0), k)
+            if PHASE != 1:
+                v = tl.where(newest, tl.load(v_ptr + at, mask=newest, other=0.0), v)
+            first = start + BLOCK_N
         g = tl.arange(0, BLOCK_G)
         g_ok = g < GROUPS
         heads = kv_head * GROUPS + g
@@ -146,14 +155,16 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
             l_i = tl.sum(tl.where(held, tl.load(part_sum_ptr + parts, mask=held, other=0.0) * tl.exp(m_s - m_i[:, None]),
                                   0.0), axis=1)
             l_i = tl.where(g_ok, l_i, 1.0)
-        m_i, l_i, acc = attend_tile(q, k, v, n_ok, m_i, l_i, acc, sm_scale, PHASE, PRECISION)
-        for n0 in range(start + BLOCK_N, end, BLOCK_N):
+        if PREFETCH:
+            m_i, l_i, acc = attend_tile(q, k, v, n_ok, m_i, l_i, acc, sm_scale, PHASE, PRECISION)
+        for n0 in range(first, end, BLOCK_N):
             n = n0 + tl.arange(0, BLOCK_N)
             n_ok = n < end
             rows = tile_rows(table_ptr, offsets_ptr, b, kv_head, n, n_ok, stride_tb, page_size, chunk_pages,
                              stride_kp, stride_kr, stride_kh)
             kv_ok = n_ok[:, None] & d_ok[None, :]
             k = tl.load(k_ptr + rows[:, None] + d[None, :], mask=kv_ok, other=0.0)
+            v = k
             if PHASE != 1:
                 v = tl.load(v_ptr + rows[:, None] + d[None, :], mask=kv_ok, other=0.0)
             m_i, l_i, acc = attend_tile(q, k, v, n_ok, m_i, l_i, acc, sm_scale, PHASE, PRECISION)
@@ -168,11 +179,14 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
 def split_kv_combine_kernel(part_acc_ptr, part_max_ptr, part_sum_ptr, positions_ptr, out_ptr, stride_ob,
                             stride_oh, num_heads, SPLITS: tl.constexpr, HEAD_DIM: tl.constexpr,
                             BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, NORMALIZED: tl.constexpr,
-                            PDL: tl.constexpr = False):
+                            PREFETCH: tl.constexpr, PDL: tl.constexpr = False):
     """Each head's splits, rescaled to the largest max and divided by the sum; NORMALIZED
-    (phase 2's, already divided): their sum."""
+    (phase 2's, already divided): their sum. PREFETCH: under PDL the positions are read
+    before the wait."""
     if PDL:
         gdc_launch_dependents()
+        if not PREFETCH:
+            gdc_wait()
     b = tl.program_id(0)
     h = tl.program_id(1)
     length = tl.load(positions_ptr + b) + 1  # copied in before the step: read before the wait
@@ -181,8 +195,9 @@ def split_kv_combine_kernel(part_acc_ptr, part_max_ptr, part_sum_ptr, positions_
     s_ok = s * share < length  # the splits phase one wrote
     part = (b * num_heads + h) * SPLITS + s  # [SPLITS]
     d = tl.arange(0, BLOCK_D)
-    if PDL:  # the partials belong to the kernel before
-        gdc_wait()
+    if PREFETCH:
+        if PDL:  # the partials belong to the kernel before
+            gdc_wait()
     acc = tl.load(part_acc_ptr + part[:, None] * BLOCK_D + d[None, :], mask=s_ok[:, None], other=0.0)
     if NORMALIZED:
         out = tl.sum(acc, axis=0)
@@ -209,6 +224,7 @@ def attend_decode(q, k, v, cache, layer, step):
     part_sum = torch.empty_like(part_max)
     offsets, chunk_pages = chunk_table(cache, q.device)
     rounded = bool(cache.reference_rounding)  # the contract's bf16: two passes (see the kernel)
+    prefetch = batch <= DECODE_PREFETCH_BATCH
     for phase in (1, 2) if rounded else (0,):
         split_kv_partial_kernel[(batch, k_pages.shape[2], splits)](
             q, k_pages, v_pages, table, offsets, step.positions, part_acc, part_max, part_sum,
@@ -216,11 +232,12 @@ def attend_decode(q, k, v, cache, layer, step):
             table.stride(0), cache.page_size, chunk_pages, 1.0 / math.sqrt(head_dim), num_heads, GROUPS=groups,
             SPLITS=splits, BLOCK_G=max(16, triton.next_power_of_2(groups)), HEAD_DIM=head_dim, BLOCK_D=block_d,
             BLOCK_N=DECODE_TILE, PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PHASE=phase,
-            num_warps=DECODE_WARPS)
+            PREFETCH=prefetch, num_warps=DECODE_WARPS)
     out = torch.empty(batch, num_heads, head_dim, device=q.device, dtype=q.dtype)
     split_kv_combine_kernel[(batch, num_heads)](
         part_acc, part_max, part_sum, step.positions, out, out.stride(0), out.stride(1), num_heads, SPLITS=splits,
-        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=DECODE_TILE, NORMALIZED=rounded)
+        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=DECODE_TILE, NORMALIZED=rounded,
+        PREFETCH=prefetch)
     return out.flatten(1)
 
 
