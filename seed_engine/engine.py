@@ -369,8 +369,9 @@ class Engine:
         for i, layer in enumerate(self.w["layers"]):
             q, k, v = add_qkv_bias(*qkv_proj(rms_norm(x, layer["input_norm"], self.eps), layer), layer)
             v = v.view(n, self.num_kv_heads, self.head_dim)
-            q, k = attention_inputs(q.view(n, self.num_heads, self.head_dim), k.view(n, self.num_kv_heads, self.head_dim),
-                                    v, layer, cos, sin, self.cache, step, i, self.eps)
+            q, k = attention_inputs(q.view(n, self.num_heads, self.head_dim),
+                                    k.view(n, self.num_kv_heads, self.head_dim), v, layer, cos, sin, self.cache,
+                                    step, i, self.eps)
             h, x = add_rms_norm(x, attend(q, k, v, self.cache, i, step) @ layer["o"].T,
                                 layer["post_norm"], self.eps)
             x = x + mlp(h, layer)
