@@ -15,9 +15,9 @@ reads and `judged_on` parses:
     # vs_seed: 20.92
 
 The best of them is taken once more with its graph bounds fitted to the calls the run
-times (a target's long prompts past the recipe's largest captured prefill, say): the
-recipes were tuned on other targets' cases, and doubling a constant at a time would take a
-search several generations to get there.
+times (decode batches past the recipe's largest captured decode graph): the recipes were
+tuned on other targets' cases, and doubling a constant at a time would take a search
+several generations to get there. Captured prefills are not fitted (evolve/README.md).
 
 The repository ships mutations/recipes/; a run also reads its own library folder
 (`--library`; by default `library/` beside history.csv), where its winner is written. Copy a file from

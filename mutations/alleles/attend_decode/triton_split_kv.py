@@ -22,9 +22,10 @@ compute dtype, as the reference rounds them. The grid depends only on the batch 
 model, so the call captures in a CUDA graph.
 
 Both kernels place their own waits for programmatic dependent launch (PDL, which the
-programmatic_launch rewrite turns on): each lets the next kernel launch at once and reads the
-positions before it waits for the kernels before it; phase one also loads its first tile's
-pages, K and V rows then. All of those were written before the step began (the positions
+programmatic_launch rewrite turns on): each lets the next kernel launch at once and, for
+batches up to DECODE_PREFETCH_BATCH, reads the positions before it waits for the kernels
+before it; phase one also loads its first tile's pages, K and V rows then (larger batches
+wait first). All of those were written before the step began (the positions
 and block table are copied in ahead of it, earlier tokens' rows by earlier steps); the
 newest token's row (this step's K/V write), q and the partials are read after the wait. At
 batch 1 a split is one tile, so its chain of dependent loads (table, page, row) overlaps
