@@ -165,6 +165,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--weight-dir", type=Path, default=ROOT / "target" / "weights")
     parser.add_argument("--device", choices=DEVICE_CHOICES, default="auto")
     parser.add_argument("--cases", choices=CASE_SETS, default="public")
+    parser.add_argument("--case", action="append", metavar="NAME",
+                        help="only this case of the set (repeatable; default: every case)")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--roofline", action="store_true",
@@ -184,8 +186,13 @@ def cli(args) -> int:
     except (OSError, json.JSONDecodeError, ConfigError) as err:
         print(f"bench: {err}", file=sys.stderr)
         return 2
-    device = resolve_device(args.device)
     cases = select_cases(args.cases)
+    unknown = sorted(set(args.case or ()) - set(cases))
+    if unknown:
+        print(f"bench: no case {', '.join(unknown)} in {args.cases!r} (its cases: {', '.join(cases)})", file=sys.stderr)
+        return 2
+    cases = {name: events for name, events in cases.items() if not args.case or name in args.case}
+    device = resolve_device(args.device)
     module = load_engine_module(args.engine)
     results = run_benchmark(module, raw_config, args.weight_dir, device, cases, args.warmup, args.repeat)
     if args.step_time:

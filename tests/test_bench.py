@@ -206,6 +206,19 @@ def test_cli_prints_contract_json_with_roofline(weight_dir, tmp_path, capsys):
         assert r["fraction_of_roofline"] == pytest.approx(r["tokens_per_second"] / r["roofline_tokens_per_second"])
 
 
+def test_cli_runs_only_the_cases_named(weight_dir, tmp_path, capsys):
+    config_path = tmp_path / "config.json"
+    config_path.write_text(json.dumps(TINY))
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    flags = ["--model-config", str(config_path), "--weight-dir", str(weight_dir), "--device", "cpu", "--warmup", "0",
+             "--repeat", "1"]
+    assert bench.cli(parser.parse_args([*flags, "--case", "mixed", "--case", "prefill"])) == 0
+    assert [r["case_name"] for r in json.loads(capsys.readouterr().out)] == ["prefill", "mixed"]  # the set's order
+    assert bench.cli(parser.parse_args([*flags, "--case", "decode_1x128x64"])) == 2
+    assert "no case decode_1x128x64 in 'public' (its cases: prefill, decode, mixed)" in capsys.readouterr().err
+
+
 def test_cli_reports_missing_weights(tmp_path, capsys):
     config_path = tmp_path / "config.json"
     config_path.write_text(json.dumps(TINY))
