@@ -15,10 +15,13 @@ Each concern is one top-level name (a gene) that a rewrite can find and swap:
   apply_rope      interleaved-pair rotation
   qkv_proj        q, k, v projections
   add_qkv_bias    q, k, v biases (Qwen2), when the checkpoint has them
+  norm_qkv        the norm before attention, then q, k, v (one boundary, so a kernel can fold
+                  the norm into the projection)
   norm_heads      RMSNorm over each head of q and k (Qwen3), when the checkpoint has it
   attention_inputs  q and k normed and rotated, k and v into the cache (one boundary, so a
                   kernel can fuse them)
   mlp             SwiGLU
+  norm_mlp        the norm before the MLP, then the MLP (one boundary, as norm_qkv)
   KVCache         where K/V live: one tensor per request and layer
   attend_prefill  prompt attention, one request at a time
   attend_decode   one-token attention: gather, pad, mask
@@ -171,6 +174,20 @@ def add_qkv_bias(q, k, v, layer):
     return q + layer["q_bias"], k + layer["k_bias"], v + layer["v_bias"]
 
 
+def pre_norm(x, residual, weight, eps):
+    """(rms_norm(x + residual), x + residual); (rms_norm(x), x) where residual is None."""
+    if residual is None:
+        return rms_norm(x, weight, eps), x
+    return add_rms_norm(x, residual, weight, eps)
+
+
+def norm_qkv(x, residual, weight, layer, eps):
+    """(q, k, v, x + residual): q, k, v (biases added) of rms_norm(x + residual), and the sum,
+    the new residual stream; the first layer passes residual None."""
+    h, x = pre_norm(x, residual, weight, eps)
+    return (*add_qkv_bias(*qkv_proj(h, layer), layer), x)
+
+
 def norm_heads(q, k, layer, eps):
     """RMSNorm over each head of q [N, heads, D] and k [N, kv_heads, D], where the
     checkpoint has the norms (Qwen3: before RoPE)."""
@@ -213,6 +230,12 @@ def attention_inputs(q, k, v, layer, cos, sin, cache, step, index, eps):
 
 def mlp(x, layer):
     return (F.silu(x @ layer["gate"].T) * (x @ layer["up"].T)) @ layer["down"].T
+
+
+def norm_mlp(x, residual, weight, layer, eps):
+    """(mlp(rms_norm(x + residual)), x + residual): the MLP's output and the new residual stream."""
+    h, x = add_rms_norm(x, residual, weight, eps)
+    return mlp(h, layer), x
 
 # The Hugging Face families read (config.json's model_type), whose gate is fp32: the
 # judge's fitness.model_config.HF_FAMILIES, written here because an engine file stands alone.
@@ -366,15 +389,16 @@ class Engine:
         cos, sin = rope_tables(step.positions, self.head_dim, self.rope_theta, self.rope_dtype, self.rope_scaling)
         attend = attend_decode if step.is_decode else attend_prefill
         x = self.w["embed"][tokens]  # [N, hidden]
+        out = None  # what the last MLP adds to the residual stream x
         for i, layer in enumerate(self.w["layers"]):
-            q, k, v = add_qkv_bias(*qkv_proj(rms_norm(x, layer["input_norm"], self.eps), layer), layer)
+            q, k, v, x = norm_qkv(x, out, layer["input_norm"], layer, self.eps)
             v = v.view(n, self.num_kv_heads, self.head_dim)
             q, k = attention_inputs(q.view(n, self.num_heads, self.head_dim),
                                     k.view(n, self.num_kv_heads, self.head_dim), v, layer, cos, sin, self.cache,
                                     step, i, self.eps)
-            h, x = add_rms_norm(x, attend(q, k, v, self.cache, i, step) @ layer["o"].T,
-                                layer["post_norm"], self.eps)
-            x = x + mlp(h, layer)
+            out, x = norm_mlp(x, attend(q, k, v, self.cache, i, step) @ layer["o"].T, layer["post_norm"], layer,
+                              self.eps)
+        x = x + out
         logits = rms_norm(x, self.w["norm"], self.eps) @ self.w["lm_head"].T  # [N, vocab]
         last = torch.tensor(step.num_new, device=self.device).cumsum(0) - 1
         return logits[last]

@@ -10,7 +10,8 @@ def shared_namespace() -> dict:
     """shared.py's helpers bound to the seed's masked_attention, as in a program."""
     namespace = {}
     exec(compile(SEED_ENGINE.read_text(), str(SEED_ENGINE), "exec"), namespace)
-    exec(compile((HERE / "shared.py").read_text(), "shared.py", "exec"), namespace)
+    path = HERE / "shared.py"  # by its path: triton.jit reads its kernels' source from the file
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
     return namespace
 
 

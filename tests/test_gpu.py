@@ -147,7 +147,7 @@ def test_the_swiglu_folded_into_down_matches_fp32_on_the_real_shapes(width):
     projection in one kernel (the product's own kernel unlaunchable) against fp32."""
     from tools.probes.alleles import load_allele
     module = load_allele("mlp", "swiglu_triton")
-    module.FOLD_WIDTH, module.swiglu_kernel = 16384, None
+    module.swiglu.__globals__.update(FOLD_WIDTH=16384, swiglu_kernel=None)  # shared.py's, which swiglu reads
     torch.manual_seed(0)
     hidden = 2048
     gate_up = torch.randn(2 * width, hidden, device="cuda", dtype=torch.bfloat16) * 0.02

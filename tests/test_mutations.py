@@ -159,7 +159,8 @@ def test_cuda_operators_stay_off_cpu_walks():
     assert cuda_only == {"allele.rms_norm.triton", "allele.add_rms_norm.triton", "allele.attend_prefill.triton_varlen",
                          "allele.attend_decode.triton_split_kv", "allele.apply_rope.triton",
                          "allele.apply_rope.triton_rows", "allele.mlp.swiglu_triton", "allele.norm_heads.triton",
-                         "allele.attention_inputs.triton", "allele.Engine.cuda_graphs_prefill", "allele.KVCache.paged_chunks", "torch_compile",
+                         "allele.attention_inputs.triton", "allele.norm_qkv.folded", "allele.norm_mlp.folded",
+                         "allele.Engine.cuda_graphs_prefill", "allele.KVCache.paged_chunks", "torch_compile",
                          "programmatic_launch", "prefetched_linears"}
     for name in cuda_only:  # only they may import triton; CPU programs never need it
         assert "import triton" in applied_to_seed(name).source or name == "torch_compile"

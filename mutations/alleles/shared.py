@@ -4,6 +4,10 @@ import os
 
 import torch
 import torch.nn.functional as F
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 MAX_GRAPH_BATCH = 64  # range: 8..256, fits: decode_batch; the largest batch a decode graph is captured for
 GRAPH_BUCKET_STEP = 16  # range: 4..64; decode graphs above batch 8 are captured every this many
@@ -63,7 +67,7 @@ def launch_rope(kernel, x, cos, sin):
     """x [N, heads, head_dim] rotated by a Triton RoPE kernel, one program a token (the
     `apply_rope` alleles' kernels take the same arguments); bf16 with bf16 tables (the
     contract's) takes the reference's own ops (apply_rope.triton says why), a checkpoint's
-    fp32 tables the kernel. Powers of two without triton: CPU programs read this file."""
+    fp32 tables the kernel."""
     if x.dtype == torch.bfloat16 and cos.dtype == torch.bfloat16:
         return rotate_pairs(x, cos, sin)
     num_tokens, num_heads, head_dim = x.shape
@@ -172,3 +176,150 @@ def host_pages(cache, step):
     for t, e, n in zip(tables, ends, step.num_new):
         slots += [t[p // size] * size + p % size for p in range(e - n, e)]
     return slots, tables
+
+
+@triton.jit
+def norm_rows(x, w, width, eps, dtype):
+    """RMSNorm of each row of x [R, C] (fp32, zeros past `width`) by w [1, C], rounded as the
+    reference rounds: statistics in fp32, cast back to `dtype`, then the weight. Returns the
+    `dtype` values in fp32."""
+    scale = tl.rsqrt(tl.sum(x * x, axis=1) / width + eps)[:, None]  # [R, 1]
+    return ((x * scale).to(dtype).to(tl.float32) * w).to(dtype).to(tl.float32)
+
+
+@triton.jit
+def rotate_rows(x, cos_ptr, sin_ptr, t, stride_ct, dtype, HALF: tl.constexpr, BLOCK_H: tl.constexpr,
+                BLOCK_P: tl.constexpr):
+    """Token t's heads x [BLOCK_H, 2 * BLOCK_P] (fp32, interleaved pairs) rotated by its cos and
+    sin, each product rounded to `dtype` before the sum as the reference's elementwise ops
+    round: [BLOCK_H, 2 * BLOCK_P], fp32."""
+    x0, x1 = tl.split(tl.reshape(x, [BLOCK_H, BLOCK_P, 2]))  # [BLOCK_H, BLOCK_P] each
+    pairs = tl.arange(0, BLOCK_P)[None, :]
+    c = tl.load(cos_ptr + t * stride_ct + pairs, mask=pairs < HALF, other=0.0).to(tl.float32)
+    s = tl.load(sin_ptr + t * stride_ct + pairs, mask=pairs < HALF, other=0.0).to(tl.float32)
+    x0c, x1s = (x0 * c).to(dtype).to(tl.float32), (x1 * s).to(dtype).to(tl.float32)
+    x0s, x1c = (x0 * s).to(dtype).to(tl.float32), (x1 * c).to(dtype).to(tl.float32)
+    return tl.reshape(tl.join(x0c - x1s, x0s + x1c), [BLOCK_H, 2 * BLOCK_P])
+
+
+# The norm_qkv and norm_mlp alleles' fold: at one row (a batch-1 decode) the norm before a
+# projection is a launch of its own for a few KB of work, between two that move megabytes.
+NORM_FOLD_WIDTH = 8192  # range: 1024..16384; the widest row whose norm a one-row projection folds in
+NORM_FOLD_ELEMENTS = 16384  # range: 4096..65536; weight elements a folding program holds (its columns x the row)
+
+
+@triton.jit
+def norm_linear_kernel(x_ptr, r_ptr, norm_ptr, w_ptr, out_ptr, sum_ptr, num_out, num_in, stride_w, eps,
+                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, RESIDUAL: tl.constexpr,
+                       PDL: tl.constexpr = False):
+    """One row: out[cols] = rms_norm(x + r) @ w[cols].T, rounded op for op as add_rms_norm.triton
+    and then the prefetched one-row linear round; program 0 writes x + r to sum. Every program
+    norms the whole row itself (a few KB, from L2). RESIDUAL false: rms_norm(x), no sum."""
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    k = tl.arange(0, BLOCK_K)
+    k_ok = k < num_in
+    col_ok = cols < num_out
+    # The weights first: no kernel before this one writes them.
+    w = tl.load(w_ptr + cols[:, None].to(tl.int64) * stride_w + k[None, :], mask=col_ok[:, None] & k_ok[None, :],
+                other=0.0)  # [BLOCK_N, BLOCK_K]
+    norm_w = tl.load(norm_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
+    if PDL:  # x and r, and the outputs' memory, belong to the kernels before
+        gdc_launch_dependents()
+        gdc_wait()
+    dtype = out_ptr.dtype.element_ty
+    total = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
+    if RESIDUAL:  # the sum rounded to the compute dtype first, as `x + residual` in torch is
+        total = (total + tl.load(r_ptr + k, mask=k_ok, other=0.0).to(tl.float32)).to(dtype)
+        if tl.program_id(0) == 0:
+            tl.store(sum_ptr + k, total, mask=k_ok)
+        total = total.to(tl.float32)
+    scale = tl.rsqrt(tl.sum(total * total, axis=0) / num_in + eps)
+    normed = ((total * scale).to(dtype).to(tl.float32) * norm_w).to(dtype).to(tl.float32)  # cast back, then the weight
+    tl.store(out_ptr + cols, tl.sum(w.to(tl.float32) * normed[None, :], axis=1).to(dtype), mask=col_ok)
+
+
+def folds_norm(x, residual, weight):
+    """Whether norm_linear takes x: one contiguous row of fp16 or bf16 (residual, weight alike)
+    at most NORM_FOLD_WIDTH wide."""
+    return (x.dim() == 2 and x.shape[0] == 1 and x.dtype in (torch.float16, torch.bfloat16)
+            and weight.dtype == x.dtype and x.shape[1] <= NORM_FOLD_WIDTH and x.is_contiguous()
+            and weight.stride(-1) == 1 and (residual is None or residual.is_contiguous()))
+
+
+def norm_linear(x, residual, norm_weight, weight, eps):
+    """(rms_norm(x + residual) @ weight.T, x + residual) for one row (folds_norm) in one
+    launch; residual None: (rms_norm(x) @ weight.T, x)."""
+    out = torch.empty(1, weight.shape[0], device=x.device, dtype=x.dtype)
+    total = x if residual is None else torch.empty_like(x)
+    block_k = triton.next_power_of_2(x.shape[1])
+    block_n = max(1, min(16, NORM_FOLD_ELEMENTS // block_k))
+    norm_linear_kernel[(triton.cdiv(weight.shape[0], block_n),)](
+        x, x if residual is None else residual, norm_weight, weight, out, total, weight.shape[0], x.shape[1],
+        weight.stride(0), eps, BLOCK_N=block_n, BLOCK_K=block_k,
+        RESIDUAL=residual is not None)
+    return out, total
+
+
+# mlp.swiglu_triton's kernels (its docstring says why), which norm_mlp.folded runs too.
+EXP = tl if os.environ.get("TRITON_INTERPRET") == "1" else libdevice  # whose exp the kernel calls
+
+SWIGLU_BLOCK = 1024  # range: 256..4096; activations a program handles
+SWIGLU_WARPS = 4  # range: 1..16; warps a program runs with (Triton's default: 4)
+FOLD_WIDTH = 4096  # range: 512..16384; the widest intermediate a one-row product folds into the down projection
+FOLD_ELEMENTS = 16384  # range: 4096..65536; down-weight elements a folding program holds (its columns x the width)
+
+
+@triton.jit
+def swiglu_kernel(gate_up_ptr, out_ptr, stride_gt, stride_ot, width, BLOCK: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64)
+    i = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = i < width
+    gate = tl.load(gate_up_ptr + t * stride_gt + i, mask=ok, other=0.0).to(tl.float32)
+    up = tl.load(gate_up_ptr + t * stride_gt + width + i, mask=ok, other=0.0).to(tl.float32)
+    dtype = out_ptr.dtype.element_ty
+    silu = tl.math.div_rn(gate, 1.0 + EXP.exp(-gate)).to(dtype).to(tl.float32)
+    tl.store(out_ptr + t * stride_ot + i, (silu * up).to(dtype), mask=ok)
+
+
+@triton.jit
+def swiglu_down_kernel(gate_up_ptr, w_ptr, out_ptr, num_out, width, stride_w, BLOCK_N: tl.constexpr,
+                       BLOCK_K: tl.constexpr, PDL: tl.constexpr = False):
+    """out[cols] = (silu(gate) * up, rounded as swiglu_kernel rounds it) @ down[cols].T for one row."""
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    k = tl.arange(0, BLOCK_K)
+    k_ok = k < width
+    col_ok = cols < num_out
+    # The weight first: no kernel before this one writes it.
+    w = tl.load(w_ptr + cols[:, None].to(tl.int64) * stride_w + k[None, :], mask=col_ok[:, None] & k_ok[None, :],
+                other=0.0)
+    if PDL:  # gate_up, and the output's memory, belong to the kernels before
+        gdc_launch_dependents()
+        gdc_wait()
+    gate = tl.load(gate_up_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
+    up = tl.load(gate_up_ptr + width + k, mask=k_ok, other=0.0).to(tl.float32)
+    dtype = out_ptr.dtype.element_ty
+    silu = tl.math.div_rn(gate, 1.0 + EXP.exp(-gate)).to(dtype).to(tl.float32)
+    product = (silu * up).to(dtype).to(tl.float32)
+    tl.store(out_ptr + cols, tl.sum(w.to(tl.float32) * product[None, :], axis=1).to(dtype), mask=col_ok)
+
+
+def swiglu_down(gate_up, down, width):
+    """One row's product folded into the down projection: [1, hidden]."""
+    out = torch.empty(1, down.shape[0], device=gate_up.device, dtype=gate_up.dtype)
+    block_k = triton.next_power_of_2(width)
+    block_n = max(1, min(16, FOLD_ELEMENTS // block_k))
+    swiglu_down_kernel[(triton.cdiv(down.shape[0], block_n),)](gate_up, down, out, down.shape[0], width,
+                                                               down.stride(0), BLOCK_N=block_n, BLOCK_K=block_k)
+    return out
+
+
+def swiglu(gate_up, layer):
+    """The MLP after its first projection: gate_up [N, 2 * intermediate] (gate, then up) -> [N, hidden]."""
+    width = gate_up.shape[-1] // 2
+    if gate_up.shape[0] == 0:
+        return gate_up[:, :width] @ layer["down"].T
+    if gate_up.shape[0] == 1 and width <= FOLD_WIDTH and layer["down"].stride(-1) == 1:
+        return swiglu_down(gate_up, layer["down"], width)
+    swiglu_kernel[(gate_up.shape[0], triton.cdiv(width, SWIGLU_BLOCK))](
+        gate_up, gate_up, gate_up.stride(0), gate_up.stride(0), width, BLOCK=SWIGLU_BLOCK, num_warps=SWIGLU_WARPS)
+    return gate_up[:, :width] @ layer["down"].T

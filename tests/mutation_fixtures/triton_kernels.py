@@ -271,7 +271,8 @@ def check_swiglu(tokens=3, width=40, dtype=torch.float32, tol=1e-4):
     takes the kernel too; the interpreter truncates where a GPU rounds, hence its tolerance."""
     torch.manual_seed(6)
     module = load("mlp", "swiglu_triton")
-    module.SWIGLU_BLOCK = 16
+    shared = module.swiglu.__globals__  # shared.py's module, whose constants its kernels read
+    shared["SWIGLU_BLOCK"] = 16
     layer = {"gate_up": torch.randn(2 * width, 24).to(dtype), "down": torch.randn(24, width).to(dtype)}
     x = torch.randn(tokens, 24).to(dtype)
     gate, up = (x @ layer["gate_up"].T).chunk(2, dim=-1)
@@ -279,13 +280,13 @@ def check_swiglu(tokens=3, width=40, dtype=torch.float32, tol=1e-4):
     check(f"swiglu {dtype}", module.mlp(x, layer), want, tol=tol * want.abs().max().item())
     # One row folds the product into the down projection: the product's own kernel does not
     # launch; 16 columns a program over a width of 40 padded to 64, the second one's last 8 masked.
-    module.FOLD_ELEMENTS, kernel = 1024, module.swiglu_kernel
-    module.swiglu_kernel = None
+    shared["FOLD_ELEMENTS"], kernel = 1024, shared["swiglu_kernel"]
+    shared["swiglu_kernel"] = None
     one = x[:1]
     gate, up = (one @ layer["gate_up"].T).chunk(2, dim=-1)
     want = (torch.nn.functional.silu(gate) * up) @ layer["down"].T
     check(f"swiglu folded into down, one row, {dtype}", module.mlp(one, layer), want, tol=tol * want.abs().max().item())
-    module.swiglu_kernel, module.FOLD_WIDTH = kernel, 32  # narrower than the width: not folded
+    shared["swiglu_kernel"], shared["FOLD_WIDTH"] = kernel, 32  # narrower than the width: not folded
     check(f"swiglu one row, not folded, {dtype}", module.mlp(one, layer), want, tol=tol * want.abs().max().item())
 
 
@@ -337,6 +338,56 @@ def check_prefetched_linear():
     linear.prefetched_linear_kernel = kernel
 
 
+def check_norm_linear():
+    """The fold of a one-row norm into the projection after it (shared.norm_linear, through
+    norm_qkv.folded and norm_mlp.folded): bit for bit the kernels apart (add_rms_norm.triton or
+    rms_norm.triton, then the one-row prefetched linear), in fp16 and bf16, over a row of 48
+    (padded to 64) and 40 output columns, 4 a program; more rows take the genes apart."""
+    torch.manual_seed(8)
+    add_norm, norm = load("add_rms_norm", "triton").add_rms_norm, load("rms_norm", "triton").rms_norm
+    qkv = load("norm_qkv", "folded")
+    mlp = load("norm_mlp", "folded")
+    swiglu = load("mlp", "swiglu_triton")
+    mlp.mlp = swiglu.mlp  # the mlp it runs beside, as in the recipe
+    # the one-row kernel in one share, whatever check_prefetched_linear left
+    linear.PREFETCH_ONE_ROW_SHARE, linear.PREFETCH_ONE_ROW_WEIGHT = 16384, 1 << 29
+    for module in (qkv, mlp):  # the helpers' own globals: shared.py's and the seed's
+        module.norm_linear.__globals__["NORM_FOLD_ELEMENTS"] = 256
+        module.pre_norm.__globals__.update(add_rms_norm=add_norm, rms_norm=norm)
+        module.add_rms_norm = add_norm
+    for dtype in (torch.float16, torch.bfloat16):
+        x, residual = torch.randn(1, 48).to(dtype), torch.randn(1, 48).to(dtype)
+        norm_weight = (1 + 0.1 * torch.randn(48)).to(dtype)
+        layer = {"qkv": torch.randn(40, 48).to(dtype), "qkv_sizes": (24, 8, 8),
+                 "gate_up": torch.randn(40, 48).to(dtype), "down": torch.randn(48, 20).to(dtype)}
+        h, total = add_norm(x, residual, norm_weight, 1e-5)
+        *got, got_total = qkv.norm_qkv(x, residual, norm_weight, layer, 1e-5)
+        check(f"norm_qkv folded {dtype}", torch.cat(got, -1), linear.prefetched_linear(h, layer["qkv"]), tol=1e-12)
+        check(f"norm_qkv folded {dtype}: the residual stream", got_total, total, tol=1e-12)
+        *got, same = qkv.norm_qkv(x, None, norm_weight, layer, 1e-5)  # the first layer: no residual
+        check(f"norm_qkv folded {dtype}, first layer", torch.cat(got, -1),
+              linear.prefetched_linear(norm(x, norm_weight, 1e-5), layer["qkv"]), tol=1e-12)
+        assert same is x, "the first layer's residual stream is x itself"
+        got, got_total = mlp.norm_mlp(x, residual, norm_weight, layer, 1e-5)
+        check(f"norm_mlp folded {dtype}", got, swiglu.swiglu(linear.prefetched_linear(h, layer["gate_up"]), layer),
+              tol=1e-12)
+        check(f"norm_mlp folded {dtype}: the residual stream", got_total, total, tol=1e-12)
+    # Several rows, and a row wider than NORM_FOLD_WIDTH, take the genes apart: the fold's
+    # kernel cannot launch.
+    shared = qkv.norm_linear.__globals__
+    qkv.qkv_proj, kernel = load("qkv_proj", "fused").qkv_proj, qkv.norm_linear_kernel
+    shared["norm_linear_kernel"] = None
+    x, residual = torch.randn(3, 48).to(dtype), torch.randn(3, 48).to(dtype)
+    *got, _ = qkv.norm_qkv(x, residual, norm_weight, layer, 1e-5)
+    check("norm_qkv folded, three rows", torch.cat(got, -1),
+          add_norm(x, residual, norm_weight, 1e-5)[0] @ layer["qkv"].T, tol=1e-12)
+    shared["NORM_FOLD_WIDTH"] = 32
+    *got, _ = qkv.norm_qkv(x[:1], residual[:1], norm_weight, layer, 1e-5)
+    check("norm_qkv folded, a row over NORM_FOLD_WIDTH", torch.cat(got, -1),
+          add_norm(x[:1], residual[:1], norm_weight, 1e-5)[0] @ layer["qkv"].T, tol=1e-12)
+    shared["norm_linear_kernel"] = kernel
+
+
 if __name__ == "__main__":
     check_norms()
     for head_dim in (64, 128):
@@ -379,4 +430,5 @@ if __name__ == "__main__":
     check_swiglu()
     check_swiglu(dtype=torch.bfloat16, tol=3e-2)
     check_prefetched_linear()
+    check_norm_linear()
     sys.exit(0)

@@ -291,20 +291,16 @@ class Engine:
         n = tokens.shape[0]
         cos, sin = self.rope_cos[step.positions], self.rope_sin[step.positions]  # [N, head_dim/2]
         attend = attend_decode if step.is_decode else attend_prefill
-        layers = self.w["layers"]
         x = self.w["embed"][tokens]  # [N, hidden]
-        h = rms_norm(x, layers[0]["input_norm"], self.eps)
-        for i, layer in enumerate(layers):
-            q, k, v = (t.view(n, -1, self.head_dim) for t in add_qkv_bias(*qkv_proj(h, layer), layer))
+        out = None  # what the last MLP adds to the residual stream x
+        for i, layer in enumerate(self.w["layers"]):
+            q, k, v, x = norm_qkv(x, out, layer["input_norm"], layer, self.eps)
+            q, k, v = (t.view(n, -1, self.head_dim) for t in (q, k, v))
             q, k = attention_inputs(q, k, v, layer, cos, sin, self.cache, step, i, self.eps)
-            h, x = add_rms_norm(x, attend(q, k, v, self.cache, i, step) @ layer["o"].T,
-                                layer["post_norm"], self.eps)
+            attn_out = attend(q, k, v, self.cache, i, step) @ layer["o"].T
             del q, k, v  # not alive through the MLP, where a large prefill's peak is
-            if i + 1 == len(layers):
-                return x + mlp(h, layer)
-            # The MLP's residual add and the next layer's norm in one add_rms_norm: one
-            # kernel a layer fewer (the same sum, rounded once, as `x + mlp` then the norm).
-            h, x = add_rms_norm(x, mlp(h, layer), layers[i + 1]["input_norm"], self.eps)
+            out, x = norm_mlp(x, attn_out, layer["post_norm"], layer, self.eps)
+        return x + out
 
     def forward(self, tokens, step):
         """Logits [B, vocab] of the last token of each request in `step` (eager)."""

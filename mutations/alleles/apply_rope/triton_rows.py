@@ -5,8 +5,8 @@ stores them the same way: on an H100 it moved 0.42 TB/s on a 1B-class prefill (3
 call for 16 x 1024 tokens, 16% of the case's GPU time) and took 8 us a call on a batch of
 64 decodes (docs/PERF.md). Here a program loads its token's [heads, head_dim] tile in one
 contiguous load, splits it into the pairs in registers, and joins the rotated pairs back
-before one contiguous store. Each product is rounded to the compute dtype before the sum,
-as the reference's elementwise ops round; bf16 takes the reference's own ops (see
+before one contiguous store (shared.rotate_rows). Each product is rounded to the compute
+dtype before the sum, as the reference's elementwise ops round; bf16 takes the reference's own ops (see
 `apply_rope.triton`: rounding alone missed a bf16 reference by 1.01x the tolerance).
 """
 import torch
@@ -25,14 +25,8 @@ def rope_rows_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, stride_xt, stride_xh, str
     cols = tl.arange(0, 2 * BLOCK_P)[None, :]
     ok = (heads < num_heads) & (cols < 2 * HALF)
     x = tl.load(x_ptr + t * stride_xt + heads * stride_xh + cols, mask=ok, other=0.0).to(tl.float32)
-    x0, x1 = tl.split(tl.reshape(x, [BLOCK_H, BLOCK_P, 2]))  # [BLOCK_H, BLOCK_P] each
-    pairs = tl.arange(0, BLOCK_P)[None, :]
-    c = tl.load(cos_ptr + t * stride_ct + pairs, mask=pairs < HALF, other=0.0).to(tl.float32)
-    s = tl.load(sin_ptr + t * stride_ct + pairs, mask=pairs < HALF, other=0.0).to(tl.float32)
     dtype = out_ptr.dtype.element_ty
-    x0c, x1s = (x0 * c).to(dtype).to(tl.float32), (x1 * s).to(dtype).to(tl.float32)
-    x0s, x1c = (x0 * s).to(dtype).to(tl.float32), (x1 * c).to(dtype).to(tl.float32)
-    out = tl.reshape(tl.join(x0c - x1s, x0s + x1c), [BLOCK_H, 2 * BLOCK_P])
+    out = rotate_rows(x, cos_ptr, sin_ptr, t, stride_ct, dtype, HALF, BLOCK_H, BLOCK_P)
     tl.store(out_ptr + t * stride_ot + heads * stride_oh + cols, out.to(dtype), mask=ok)
 
 

@@ -6,8 +6,9 @@ by its launches (Qwen3-0.6B's 28 layers ran ~11 kernels each, docs/PERF.md). Her
 (t, 0) normalises token t's q heads (where the checkpoint has the norms), rotates them and
 writes them back in place; program (t, 1) does the same to its k heads and writes them and
 its v heads to the token's cache row. The rounding is that of norm_heads.triton and
-apply_rope.triton_rows, op for op: statistics in fp32, cast back before the weight, each
-RoPE product rounded to the compute dtype.
+apply_rope.triton_rows, whose helpers it calls (shared.norm_rows, shared.rotate_rows):
+statistics in fp32, cast back before the weight, each RoPE product rounded to the compute
+dtype.
 
 The cache row is found as paged_chunks' own write kernel finds it (the step's slot, its page,
 the page's chunk); another cache writes its rows itself after the launch. bf16 with bf16
@@ -36,17 +37,9 @@ def ready_heads(x_ptr, w_ptr, cos_ptr, sin_ptr, t, stride_t, stride_h, stride_ct
     x = tl.load(at, mask=ok, other=0.0).to(tl.float32)
     dtype = x_ptr.dtype.element_ty
     if NORM:
-        scale = tl.rsqrt(tl.sum(x * x, axis=1) / (2 * HALF) + eps)[:, None]
-        normed = (x * scale).to(dtype).to(tl.float32)
         w = tl.load(w_ptr + cols, mask=cols < 2 * HALF, other=0.0).to(tl.float32)
-        x = (normed * w).to(dtype).to(tl.float32)
-    x0, x1 = tl.split(tl.reshape(x, [BLOCK_H, BLOCK_P, 2]))  # interleaved pairs
-    pairs = tl.arange(0, BLOCK_P)[None, :]
-    c = tl.load(cos_ptr + t * stride_ct + pairs, mask=pairs < HALF, other=0.0).to(tl.float32)
-    s = tl.load(sin_ptr + t * stride_ct + pairs, mask=pairs < HALF, other=0.0).to(tl.float32)
-    x0c, x1s = (x0 * c).to(dtype).to(tl.float32), (x1 * s).to(dtype).to(tl.float32)
-    x0s, x1c = (x0 * s).to(dtype).to(tl.float32), (x1 * c).to(dtype).to(tl.float32)
-    out = tl.reshape(tl.join(x0c - x1s, x0s + x1c), [BLOCK_H, 2 * BLOCK_P]).to(dtype)
+        x = norm_rows(x, w, 2 * HALF, eps, dtype)
+    out = rotate_rows(x, cos_ptr, sin_ptr, t, stride_ct, dtype, HALF, BLOCK_H, BLOCK_P).to(dtype)
     tl.store(at, out, mask=ok)
     return out
 

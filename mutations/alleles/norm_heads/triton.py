@@ -26,11 +26,9 @@ def norm_head_rows(x_ptr, w_ptr, t, stride_t, stride_h, num_heads, head_dim, eps
     ok = (heads < num_heads) & (cols < head_dim)
     at = x_ptr + t * stride_t + heads * stride_h + cols  # [BLOCK_H, BLOCK_D]
     x = tl.load(at, mask=ok, other=0.0).to(tl.float32)
-    scale = tl.rsqrt(tl.sum(x * x, axis=1) / head_dim + eps)[:, None]  # [BLOCK_H, 1]
-    dtype = x_ptr.dtype.element_ty
-    normed = (x * scale).to(dtype).to(tl.float32)  # cast back, then the weight: the reference's rounding
     w = tl.load(w_ptr + cols, mask=cols < head_dim, other=0.0).to(tl.float32)
-    tl.store(at, (normed * w).to(dtype), mask=ok)
+    dtype = x_ptr.dtype.element_ty
+    tl.store(at, norm_rows(x, w, head_dim, eps, dtype).to(dtype), mask=ok)
 
 
 @triton.jit
