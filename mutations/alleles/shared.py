@@ -78,8 +78,8 @@ def launch_rope(kernel, x, cos, sin):
         x = x.contiguous()
     cos, sin = cos.contiguous(), sin.contiguous()
     kernel[(num_tokens,)](x, cos, sin, out, x.stride(0), x.stride(1), cos.stride(0), out.stride(0), out.stride(1),
-                          num_heads, HALF=head_dim // 2, BLOCK_H=1 << (num_heads - 1).bit_length(),
-                          BLOCK_P=1 << (head_dim // 2 - 1).bit_length(), num_warps=ROPE_WARPS)
+                          num_heads, HALF=head_dim // 2, BLOCK_H=triton.next_power_of_2(num_heads),
+                          BLOCK_P=triton.next_power_of_2(head_dim // 2), num_warps=ROPE_WARPS)
     return out
 
 
