@@ -5,9 +5,11 @@ import os
 import sys
 
 import pytest
+import torch
 
 from tests.conftest import REPO
 from tests.side_by_side import side_by_side
+from tools.probes.alleles import load_allele
 
 FIXTURES = REPO / "tests" / "mutation_fixtures"
 INTERPRETED = ["allele.rms_norm.triton", "allele.add_rms_norm.triton", "allele.attend_prefill.triton_varlen",
@@ -48,6 +50,18 @@ def test_prefill_graph_engine_matches_the_seed_on_cpu(small_target):
     for cache, done in zip(caches, runs):
         assert done.returncode == 0, done.stdout + done.stderr
         assert done.stdout.count(f"ok {cache}: ") == 12, done.stdout
+
+
+def test_paged_chunks_wants_a_power_of_two_pages_a_chunk():
+    """The kernels find a page's chunk by a shift (shared.chunk_row): another CHUNK_PAGES is
+    refused when the cache is made, not read from the wrong chunk."""
+    module = load_allele("KVCache", "paged_chunks")
+    config = {"num_hidden_layers": 1, "max_position_embeddings": 64, "num_key_value_heads": 2, "head_dim": 16}
+    module.CHUNK_PAGES = 32
+    assert module.KVCache(config, "cpu", torch.float32).chunk_shift == 5
+    module.CHUNK_PAGES = 24
+    with pytest.raises(ValueError, match="power of two, not 24"):
+        module.KVCache(config, "cpu", torch.float32)
 
 
 @pytest.mark.skipif(os.environ.get("MUTATIONS_SLOW") != "1", reason="about 45 s per allele; MUTATIONS_SLOW=1 runs it")

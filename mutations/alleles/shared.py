@@ -178,6 +178,23 @@ def host_pages(cache, step):
     return slots, tables
 
 
+# A chunk's distance from chunk 0 is kept a multiple of this many elements (paged_chunks
+# checks it), so that K/V rows addressed from it load 16 bytes at a time.
+CHUNK_ALIGN = 16
+
+
+@triton.jit
+def chunk_row(offsets_ptr, page, chunk_shift, stride_page, ALIGN: tl.constexpr = CHUNK_ALIGN):
+    """Where page `page` of a pool in chunks of 2 ** chunk_shift pages starts, in elements from
+    chunk 0's (`offsets_ptr`: each chunk's distance; a pool of one chunk passes a zero and a
+    shift past any page). Shifts, not a division: a 64-bit one is a subroutine call (sm_90
+    SASS). A loaded offset alone tells the compiler nothing of its alignment, and every row
+    read at it went 2 bytes at a time (ld.global.b16)."""
+    chunk = page >> chunk_shift
+    base = tl.multiple_of(tl.load(offsets_ptr + chunk), ALIGN)
+    return base + (page - (chunk << chunk_shift)) * stride_page
+
+
 @triton.jit
 def norm_rows(x, w, width, eps, dtype):
     """RMSNorm of each row of x [R, C] (fp32, zeros past `width`) by w [1, C], rounded as the

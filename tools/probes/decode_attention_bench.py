@@ -1,6 +1,7 @@
 """The split-KV decode attention allele alone, on a GPU: microseconds a call, per shape and setting.
 
     python -m tools.probes.decode_attention_bench [--programs 256 512 1024] [--tiles 16 32 64]
+        [--warps 4 8] [--stages 1 3] [--shapes Qwen3 Llama]
 
 Each shape (the public config's decode batches; the 1B-class config's, Llama-3.2-1B's and
 Qwen3-0.6B's batch of 1 and of 64; the long_prompts target's 4 requests of 2,048 tokens) is
@@ -10,6 +11,7 @@ the reference's math (`table_attention`, SDPA over each request's pages) is time
 for scale, and every setting's output is checked against it first.
 """
 import argparse
+import itertools
 import json
 from types import SimpleNamespace
 
@@ -44,27 +46,34 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--programs", type=int, nargs="+", default=[128, 256, 512, 1024, 2048, 4096])
     parser.add_argument("--tiles", type=int, nargs="+", default=[0], help="tokens a tile (0: the allele's choice)")
+    parser.add_argument("--warps", type=int, nargs="+", default=[0], help="warps a split (0: the allele's choice)")
+    parser.add_argument("--stages", type=int, nargs="+", default=[0], help="pipeline stages (0: the allele's)")
+    parser.add_argument("--shapes", nargs="+", default=[""], help="only the shapes whose name holds one of these")
     args = parser.parse_args(argv)
     module = load_allele("attend_decode", "triton_split_kv")
-    default_tile = module.DECODE_TILE
-    for name, *shape in SHAPES:
+    settings = {"tile": ("DECODE_TILE", args.tiles), "warps": ("DECODE_WARPS", args.warps),
+                "stages": ("DECODE_STAGES", args.stages), "programs": ("DECODE_PROGRAMS", args.programs)}
+    defaults = {name: getattr(module, constant) for name, (constant, _) in settings.items()}
+    for shape_name, *shape in SHAPES:
+        if not any(part in shape_name for part in args.shapes):
+            continue
         cache, step, q = make_call(*shape)
         want = module.table_attention(q, cache, 0, step)
         reference_us = time_graph([lambda: module.table_attention(q, cache, 0, step)], 200)
-        row = {"shape": name, "reference_us": round(reference_us, 2)}
-        for tile in args.tiles:
-            module.DECODE_TILE = tile or default_tile
-            for programs in args.programs:
-                module.DECODE_PROGRAMS = programs
-                key = f"programs={programs}" + (f" tile={tile}" if tile else "")
-                try:
-                    got = module.attend_decode(q, None, None, cache, 0, step)
-                except Exception as error:  # a tile too large for the SM's memory, say
-                    row[key] = type(error).__name__
-                    continue
-                error = (got.float() - want.float()).abs().max().item()
-                assert error < 1e-2, (name, programs, tile, error)
-                row[key] = round(time_graph([lambda: module.attend_decode(q, None, None, cache, 0, step)], 200), 2)
+        row = {"shape": shape_name, "reference_us": round(reference_us, 2)}
+        for values in itertools.product(*(choices for _, choices in settings.values())):
+            key = " ".join(f"{name}={value}" for name, value in zip(settings, values)
+                           if value or name == "programs")
+            for (name, (constant, _)), value in zip(settings.items(), values):
+                setattr(module, constant, value or defaults[name])
+            try:
+                got = module.attend_decode(q, None, None, cache, 0, step)
+            except Exception as error:  # a tile too large for the SM's memory, say
+                row[key] = type(error).__name__
+                continue
+            error = (got.float() - want.float()).abs().max().item()
+            assert error < 1e-2, (shape_name, key, error)
+            row[key] = round(time_graph([lambda: module.attend_decode(q, None, None, cache, 0, step)], 200), 2)
         print(json.dumps(row), flush=True)
     return 0
 

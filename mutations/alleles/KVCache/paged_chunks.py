@@ -7,10 +7,10 @@ inside whatever call grew it (on a 1B-class model, 64 requests of 256
 tokens grew it twice and the recapture cost more than the decode). Here the pool is a list
 of chunks of CHUNK_PAGES pages, each [layers, 2 (K, V), CHUNK_PAGES, PAGE_SIZE, kv_heads,
 head_dim], allocated when the free pages run out. Kernels find page p in chunk
-p // CHUNK_PAGES through `chunk_offsets`, a device table of each chunk's distance in
-elements from chunk 0 (whose K and V views, `k[layer]` and `v[layer]`, are the anchors),
-so a new chunk is one table entry, not a new address under a graph. Memory follows the
-trace, a chunk at a time. Page 0 is scratch, owned by no request.
+p >> chunk_shift (CHUNK_PAGES a power of two) through `chunk_offsets`, a device table of
+each chunk's distance in elements from chunk 0 (whose K and V views, `k[layer]` and
+`v[layer]`, are the anchors), so a new chunk is one table entry, not a new address under a
+graph. Memory follows the trace, a chunk at a time. Page 0 is scratch, owned by no request.
 
 bf16 in the contract's format is the exception: its decode takes the reference's math
 (`rounds_like_reference`), which gathers pages with torch indexing on `k[layer]`, so there
@@ -34,13 +34,12 @@ MAX_CHUNKS = 4096  # the chunk table's length: its address is fixed once graphs 
 
 @triton.jit
 def write_rows_kernel(k_ptr, v_ptr, k_pool_ptr, v_pool_ptr, slots_ptr, offsets_ptr, stride_kt, stride_vt,
-                      stride_pool_page, stride_pool_row, page_size, chunk_pages,
+                      stride_pool_page, stride_pool_row, page_size, chunk_shift,
                       ROW: tl.constexpr, BLOCK: tl.constexpr):
     t = tl.program_id(0)
     slot = tl.load(slots_ptr + t)
     page = slot // page_size
-    base = tl.load(offsets_ptr + page // chunk_pages) + (page % chunk_pages) * stride_pool_page \
-        + (slot % page_size) * stride_pool_row
+    base = chunk_row(offsets_ptr, page, chunk_shift, stride_pool_page) + (slot % page_size) * stride_pool_row
     i = tl.arange(0, BLOCK)
     ok = i < ROW
     tl.store(k_pool_ptr + base + i, tl.load(k_ptr + t.to(tl.int64) * stride_kt + i, mask=ok), mask=ok)
@@ -59,7 +58,10 @@ class KVCache:
         self.row_shape = (model_config["num_key_value_heads"], model_config["head_dim"])
         self.device, self.dtype = device, dtype
         self.moves = self.reference_rounding  # one tensor, reallocated to grow
-        self.chunk_pages = 2 ** 40 if self.moves else CHUNK_PAGES  # a moving pool is one chunk
+        self.chunk_shift = 40 if self.moves else (CHUNK_PAGES - 1).bit_length()  # a moving pool is one chunk
+        self.chunk_pages = 1 << self.chunk_shift
+        if self.chunk_pages != (2 ** 40 if self.moves else CHUNK_PAGES):  # kernels find a page's chunk by a shift
+            raise ValueError(f"CHUNK_PAGES must be a power of two, not {CHUNK_PAGES}")
         self.chunk_offsets = torch.zeros(MAX_CHUNKS, dtype=torch.long, device=device)
         self.chunks, self.k, self.v = [], [], []
         self.pages_of, self.lengths, self.free = {}, {}, []
@@ -84,7 +86,11 @@ class KVCache:
             chunk = torch.empty(shape, device=self.device, dtype=self.dtype) if self.chunks else \
                 torch.zeros(shape, device=self.device, dtype=self.dtype)
             anchor = self.chunks[0] if self.chunks else chunk
-            self.chunk_offsets[len(self.chunks)] = (chunk.data_ptr() - anchor.data_ptr()) // chunk.element_size()
+            offset = (chunk.data_ptr() - anchor.data_ptr()) // chunk.element_size()
+            if offset % CHUNK_ALIGN:  # the kernels' loads are compiled for it (shared.chunk_row)
+                raise RuntimeError(f"K/V chunk {len(self.chunks)} sits {offset} elements from chunk 0, "
+                                   f"not a multiple of {CHUNK_ALIGN}")
+            self.chunk_offsets[len(self.chunks)] = offset
             self.chunks.append(chunk)
         if self.moves or len(self.chunks) == 1:  # chunk 0 is new: the views every kernel anchors on
             self.k = [self.chunks[0][layer, 0] for layer in range(self.num_layers)]  # [pages, page_size, kv_heads, D]
@@ -121,7 +127,7 @@ class KVCache:
         row = self.row_shape[0] * self.row_shape[1]
         write_rows_kernel[(k.shape[0],)](k, v, k_pool, v_pool, step.slots, self.chunk_offsets, k.stride(0),
                                          v.stride(0), k_pool.stride(0), k_pool.stride(1), self.page_size,
-                                         self.chunk_pages, ROW=row, BLOCK=triton.next_power_of_2(row))
+                                         self.chunk_shift, ROW=row, BLOCK=triton.next_power_of_2(row))
 
     def read(self, layer, request_id):
         n = self.lengths[request_id]

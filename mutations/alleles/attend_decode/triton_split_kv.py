@@ -35,7 +35,8 @@ kernel of its own would race with this.
 Works with any cache that exposes k/v as [pages, page_size, kv_heads, head_dim] per layer
 and sets step.block_table (slab: one page per request; paged). A cache whose pages live in
 chunks (paged_chunks) also has `chunk_offsets`, each chunk's distance in elements from the
-one `k`/`v` view, and `chunk_pages`; any other cache is one chunk.
+one `k`/`v` view, and `chunk_shift` (2 ** chunk_shift pages a chunk); any other cache is
+one chunk.
 """
 import math
 
@@ -51,10 +52,13 @@ DECODE_PROGRAMS = 1024  # range: 64..8192; programs a decode aims for: splits = 
 DECODE_TILE = 16  # range: 16..64; tokens a K/V tile holds (tl.dot needs 16 or more)
 MAX_SPLITS = 64  # range: 8..256; the most shares one request's tokens are cut into
 DECODE_WARPS = 4  # range: 1..16; warps a split runs with (Triton's default: 4)
+DECODE_STAGES = 2  # range: 1..5; software-pipeline stages of a split's tile loop (Triton's default: 3)
 # On an H100 the first tile before the wait took a batch-1 step from 0.95 to 0.875 ms
 # (Qwen3-0.6B) and from 1.13 to 1.08 (Llama-3.2-1B), but Llama's batch-64 step from 2.03 to
 # 2.28 ms (docs/PERF.md, twenty-eighth session): larger batches wait first.
 DECODE_PREFETCH_BATCH = 1  # range: 1..256; the largest batch whose splits load a tile before their PDL wait
+# Those splits hold a tile or two: a pipeline's prologue only delays them (docs/PERF.md, thirtieth session).
+PREFETCH_STAGES = 1  # range: 1..5; DECODE_STAGES for the batches up to DECODE_PREFETCH_BATCH
 
 
 @triton.jit
@@ -64,12 +68,11 @@ def split_share(length, SPLITS: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def tile_rows(table_ptr, offsets_ptr, b, kv_head, n, n_ok, stride_tb, page_size, chunk_pages, stride_kp,
-              stride_kr, stride_kh):
+def tile_rows(table_ptr, offsets_ptr, b, kv_head, n, n_ok, stride_tb, chunk_shift, stride_kp, stride_kr,
+              stride_kh, PAGE_SIZE: tl.constexpr):
     """Where request b's tokens n (K/V head kv_head) sit in the cache, as element offsets."""
-    page = tl.load(table_ptr + b * stride_tb + n // page_size, mask=n_ok, other=0).to(tl.int64)
-    chunk_base = tl.load(offsets_ptr + page // chunk_pages, mask=n_ok, other=0)
-    return chunk_base + (page % chunk_pages) * stride_kp + (n % page_size) * stride_kr + kv_head * stride_kh
+    page = tl.load(table_ptr + b * stride_tb + n // PAGE_SIZE, mask=n_ok, other=0).to(tl.int64)  # page 0 past n_ok
+    return chunk_row(offsets_ptr, page, chunk_shift, stride_kp) + (n % PAGE_SIZE) * stride_kr + kv_head * stride_kh
 
 
 @triton.jit
@@ -95,7 +98,7 @@ def attend_tile(q, k, v, n_ok, m_i, l_i, acc, sm_scale, PHASE: tl.constexpr, PRE
 @triton.jit
 def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positions_ptr, part_acc_ptr,
                             part_max_ptr, part_sum_ptr, stride_qb, stride_qh, stride_kp, stride_kr, stride_kh,
-                            stride_tb, page_size, chunk_pages, sm_scale, num_heads, GROUPS: tl.constexpr,
+                            stride_tb, chunk_shift, sm_scale, num_heads, PAGE_SIZE: tl.constexpr, GROUPS: tl.constexpr,
                             SPLITS: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr,
                             BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
                             PHASE: tl.constexpr, PREFETCH: tl.constexpr, PDL: tl.constexpr = False):
@@ -122,8 +125,8 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
         if PREFETCH:
             n = start + tl.arange(0, BLOCK_N)
             n_ok = n < end
-            rows = tile_rows(table_ptr, offsets_ptr, b, kv_head, n, n_ok, stride_tb, page_size, chunk_pages,
-                             stride_kp, stride_kr, stride_kh)
+            rows = tile_rows(table_ptr, offsets_ptr, b, kv_head, n, n_ok, stride_tb, chunk_shift, stride_kp,
+                             stride_kr, stride_kh, PAGE_SIZE)
             at = rows[:, None] + d[None, :]
             earlier = (n_ok & (n < length - 1))[:, None] & d_ok[None, :]  # rows of earlier steps
             k = tl.load(k_ptr + at, mask=earlier, other=0.0)  # [BLOCK_N, BLOCK_D]
@@ -153,16 +156,16 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
             m_s = tl.load(part_max_ptr + parts, mask=held, other=float("-inf"))
             m_i = tl.max(m_s, axis=1)
             m_i = tl.where(g_ok, m_i, 0.0)  # padding heads: no -inf - -inf
-            l_i = tl.sum(tl.where(held, tl.load(part_sum_ptr + parts, mask=held, other=0.0) * tl.exp(m_s - m_i[:, None]),
-                                  0.0), axis=1)
+            l_s = tl.load(part_sum_ptr + parts, mask=held, other=0.0)
+            l_i = tl.sum(tl.where(held, l_s * tl.exp(m_s - m_i[:, None]), 0.0), axis=1)
             l_i = tl.where(g_ok, l_i, 1.0)
         if PREFETCH:
             m_i, l_i, acc = attend_tile(q, k, v, n_ok, m_i, l_i, acc, sm_scale, PHASE, PRECISION)
         for n0 in range(first, end, BLOCK_N):
             n = n0 + tl.arange(0, BLOCK_N)
             n_ok = n < end
-            rows = tile_rows(table_ptr, offsets_ptr, b, kv_head, n, n_ok, stride_tb, page_size, chunk_pages,
-                             stride_kp, stride_kr, stride_kh)
+            rows = tile_rows(table_ptr, offsets_ptr, b, kv_head, n, n_ok, stride_tb, chunk_shift, stride_kp,
+                             stride_kr, stride_kh, PAGE_SIZE)
             kv_ok = n_ok[:, None] & d_ok[None, :]
             k = tl.load(k_ptr + rows[:, None] + d[None, :], mask=kv_ok, other=0.0)
             v = k
@@ -223,17 +226,18 @@ def attend_decode(q, k, v, cache, layer, step):
     part_acc = torch.empty(batch, num_heads, splits, block_d, device=q.device, dtype=torch.float32)
     part_max = torch.empty(batch, num_heads, splits, device=q.device, dtype=torch.float32)
     part_sum = torch.empty_like(part_max)
-    offsets, chunk_pages = chunk_table(cache, q.device)
+    offsets, chunk_shift = chunk_table(cache, q.device)
     rounded = bool(cache.reference_rounding)  # the contract's bf16: two passes (see the kernel)
     prefetch = batch <= DECODE_PREFETCH_BATCH
     for phase in (1, 2) if rounded else (0,):
         split_kv_partial_kernel[(batch, k_pages.shape[2], splits)](
             q, k_pages, v_pages, table, offsets, step.positions, part_acc, part_max, part_sum,
             q.stride(0), q.stride(1), k_pages.stride(0), k_pages.stride(1), k_pages.stride(2),
-            table.stride(0), cache.page_size, chunk_pages, 1.0 / math.sqrt(head_dim), num_heads, GROUPS=groups,
-            SPLITS=splits, BLOCK_G=max(16, triton.next_power_of_2(groups)), HEAD_DIM=head_dim, BLOCK_D=block_d,
-            BLOCK_N=DECODE_TILE, PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PHASE=phase,
-            PREFETCH=prefetch, num_warps=DECODE_WARPS)
+            table.stride(0), chunk_shift, 1.0 / math.sqrt(head_dim), num_heads, PAGE_SIZE=cache.page_size,
+            GROUPS=groups, SPLITS=splits, BLOCK_G=max(16, triton.next_power_of_2(groups)), HEAD_DIM=head_dim,
+            BLOCK_D=block_d, BLOCK_N=DECODE_TILE, PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PHASE=phase,
+            PREFETCH=prefetch, num_warps=DECODE_WARPS,
+            num_stages=PREFETCH_STAGES if prefetch else DECODE_STAGES)
     out = torch.empty(batch, num_heads, head_dim, device=q.device, dtype=q.dtype)
     split_kv_combine_kernel[(batch, num_heads)](
         part_acc, part_max, part_sum, step.positions, out, out.stride(0), out.stride(1), num_heads, SPLITS=splits,
@@ -246,9 +250,9 @@ ONE_CHUNK = {}  # device -> the offset table of a cache whose pages are all in o
 
 
 def chunk_table(cache, device):
-    """(offsets, pages per chunk) of the cache's pages: a chunked pool's table, or one chunk."""
+    """(offsets, log2 of the pages a chunk) of the cache's pages: a chunked pool's table, or one chunk."""
     if hasattr(cache, "chunk_offsets"):
-        return cache.chunk_offsets, cache.chunk_pages
+        return cache.chunk_offsets, cache.chunk_shift
     if str(device) not in ONE_CHUNK:  # made once, outside any graph: its address stays put
         ONE_CHUNK[str(device)] = torch.zeros(1, dtype=torch.long, device=device)
-    return ONE_CHUNK[str(device)], 2 ** 40
+    return ONE_CHUNK[str(device)], 40

@@ -47,7 +47,7 @@ def ready_heads(x_ptr, w_ptr, cos_ptr, sin_ptr, t, stride_t, stride_h, stride_ct
 @triton.jit
 def attention_inputs_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, q_norm_ptr, k_norm_ptr, k_pool_ptr, v_pool_ptr,
                             slots_ptr, offsets_ptr, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt,
-                            stride_vh, stride_ct, stride_pool_page, stride_pool_row, page_size, chunk_pages,
+                            stride_vh, stride_ct, stride_pool_page, stride_pool_row, page_size, chunk_shift,
                             num_q_heads, num_kv_heads, eps, HALF: tl.constexpr, BLOCK_QH: tl.constexpr,
                             BLOCK_KH: tl.constexpr, BLOCK_P: tl.constexpr, NORM: tl.constexpr,
                             WRITE: tl.constexpr):
@@ -61,7 +61,7 @@ def attention_inputs_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, q_norm_ptr, k
         if WRITE:
             slot = tl.load(slots_ptr + t)
             page = slot // page_size
-            row = tl.load(offsets_ptr + page // chunk_pages) + (page % chunk_pages) * stride_pool_page \
+            row = chunk_row(offsets_ptr, page, chunk_shift, stride_pool_page) \
                 + (slot % page_size) * stride_pool_row  # the slot's [kv_heads, head_dim] row
             heads = tl.arange(0, BLOCK_KH)[:, None]
             cols = tl.arange(0, 2 * BLOCK_P)[None, :]
@@ -95,7 +95,7 @@ def attention_inputs(q, k, v, layer, cos, sin, cache, step, index, eps):
     attention_inputs_kernel[(q.shape[0], 2)](
         q, k, v, cos, sin, layer["q_norm"] if norm else q, layer["k_norm"] if norm else k, k_pool, v_pool, slots,
         offsets, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), cos.stride(0),
-        k_pool.stride(0), k_pool.stride(1), getattr(cache, "page_size", 1), getattr(cache, "chunk_pages", 1),
+        k_pool.stride(0), k_pool.stride(1), getattr(cache, "page_size", 1), getattr(cache, "chunk_shift", 0),
         q.shape[1], k.shape[1], eps, HALF=half, BLOCK_QH=triton.next_power_of_2(q.shape[1]),
         BLOCK_KH=triton.next_power_of_2(k.shape[1]), BLOCK_P=triton.next_power_of_2(half), NORM=norm, WRITE=write,
         num_warps=ATTENTION_INPUTS_WARPS)
