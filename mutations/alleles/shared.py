@@ -196,6 +196,13 @@ def chunk_row(offsets_ptr, page, chunk_shift, stride_page, ALIGN: tl.constexpr =
 
 
 @triton.jit
+def slot_row(offsets_ptr, slot, chunk_shift, stride_page, stride_row, PAGE_SIZE: tl.constexpr):
+    """Where the cache row of `slot` (page * PAGE_SIZE + row in it) starts: chunk_row's page,
+    then the row; the page size a constant, so no division is left to run."""
+    return chunk_row(offsets_ptr, slot // PAGE_SIZE, chunk_shift, stride_page) + (slot % PAGE_SIZE) * stride_row
+
+
+@triton.jit
 def norm_rows(x, w, width, eps, dtype):
     """RMSNorm of each row of x [R, C] (fp32, zeros past `width`) by w [1, C], rounded as the
     reference rounds: statistics in fp32, cast back to `dtype`, then the weight. Returns the

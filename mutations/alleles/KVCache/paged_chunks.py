@@ -34,12 +34,10 @@ MAX_CHUNKS = 4096  # the chunk table's length: its address is fixed once graphs 
 
 @triton.jit
 def write_rows_kernel(k_ptr, v_ptr, k_pool_ptr, v_pool_ptr, slots_ptr, offsets_ptr, stride_kt, stride_vt,
-                      stride_pool_page, stride_pool_row, page_size, chunk_shift,
+                      stride_pool_page, stride_pool_row, chunk_shift, PAGE_SIZE: tl.constexpr,
                       ROW: tl.constexpr, BLOCK: tl.constexpr):
     t = tl.program_id(0)
-    slot = tl.load(slots_ptr + t)
-    page = slot // page_size
-    base = chunk_row(offsets_ptr, page, chunk_shift, stride_pool_page) + (slot % page_size) * stride_pool_row
+    base = slot_row(offsets_ptr, tl.load(slots_ptr + t), chunk_shift, stride_pool_page, stride_pool_row, PAGE_SIZE)
     i = tl.arange(0, BLOCK)
     ok = i < ROW
     tl.store(k_pool_ptr + base + i, tl.load(k_ptr + t.to(tl.int64) * stride_kt + i, mask=ok), mask=ok)
@@ -126,8 +124,8 @@ class KVCache:
         k_pool, v_pool = self.k[layer], self.v[layer]
         row = self.row_shape[0] * self.row_shape[1]
         write_rows_kernel[(k.shape[0],)](k, v, k_pool, v_pool, step.slots, self.chunk_offsets, k.stride(0),
-                                         v.stride(0), k_pool.stride(0), k_pool.stride(1), self.page_size,
-                                         self.chunk_shift, ROW=row, BLOCK=triton.next_power_of_2(row))
+                                         v.stride(0), k_pool.stride(0), k_pool.stride(1), self.chunk_shift,
+                                         PAGE_SIZE=self.page_size, ROW=row, BLOCK=triton.next_power_of_2(row))
 
     def read(self, layer, request_id):
         n = self.lengths[request_id]

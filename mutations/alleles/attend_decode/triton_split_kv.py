@@ -11,11 +11,15 @@ for the tensor cores), and writes a partial (max, sum, weighted values) per head
 program per (request, query head, 256 tokens up to max_positions) re-read each K/V row
 `groups` times with scalar sums and launched mostly empty programs: on a 1B-class model (32
 query / 4 K/V heads) at batch 64 it took 461 us a layer, 78% of the decode's GPU time; now
-24 us (`python -m tools.probes.decode_attention_bench`, H100, where 16-token tiles ran 2-6x faster
-than 32 or 64). Phase two: a program per (request, head) combines the splits that held
-tokens. In the contract's bf16 (`cache.reference_rounding`), where the reference rounds each
-probability after dividing it by the whole sum, phase one runs twice: each split's max and
-sum, then its probabilities divided by the sum over every split, and phase two adds them up.
+13-16 us on an H200 (`python -m tools.probes.decode_attention_bench`). Each row's address adds a chunk
+offset read from memory, declared 16-element aligned (shared.chunk_row) so that K/V load 16
+bytes at a time and the tile loop pipelines: unaligned, they went 2 bytes at a time (with
+a 64-bit division since gone, Qwen3-0.6B's batch-64 step took 3.52 ms, now 2.21 on an H100;
+docs/PERF.md). Phase two: a program per (request, head) combines the splits that held
+tokens. In the contract's bf16 (`cache.reference_rounding`), where the reference rounds
+each probability after dividing it by the whole sum, phase one runs twice: each split's max
+and sum, then its probabilities divided by the sum over every split, and phase two adds
+them up.
 Any head_dim up to 256 (padded to a power of two and masked). Scores are fp32 sums
 of exact products (fp32 inputs take IEEE dots, not TF32); probabilities meet V in the
 compute dtype, as the reference rounds them. The grid depends only on the batch and the
@@ -57,7 +61,8 @@ DECODE_STAGES = 2  # range: 1..5; software-pipeline stages of a split's tile loo
 # (Qwen3-0.6B) and from 1.13 to 1.08 (Llama-3.2-1B), but Llama's batch-64 step from 2.03 to
 # 2.28 ms (docs/PERF.md, twenty-eighth session): larger batches wait first.
 DECODE_PREFETCH_BATCH = 1  # range: 1..256; the largest batch whose splits load a tile before their PDL wait
-# Those splits hold a tile or two: a pipeline's prologue only delays them (docs/PERF.md, thirtieth session).
+# Those splits hold a tile or two, which a pipeline's prologue only delays (Qwen3-0.6B, batch 1:
+# 6.6 us a call at 1 stage, 7.2 at 3; at batch 64 2 stages read K/V fastest).
 PREFETCH_STAGES = 1  # range: 1..5; DECODE_STAGES for the batches up to DECODE_PREFETCH_BATCH
 
 

@@ -10,8 +10,8 @@ apply_rope.triton_rows, whose helpers it calls (shared.norm_rows, shared.rotate_
 statistics in fp32, cast back before the weight, each RoPE product rounded to the compute
 dtype.
 
-The cache row is found as paged_chunks' own write kernel finds it (the step's slot, its page,
-the page's chunk); another cache writes its rows itself after the launch. bf16 with bf16
+The cache row is found as paged_chunks' own write kernel finds it (shared.slot_row: the
+step's slot, its page, the page's chunk); another cache writes its rows itself after the launch. bf16 with bf16
 RoPE tables (the contract's bf16) keeps the genes apart: there RoPE takes the reference's
 own ops (see apply_rope.triton).
 """
@@ -47,10 +47,10 @@ def ready_heads(x_ptr, w_ptr, cos_ptr, sin_ptr, t, stride_t, stride_h, stride_ct
 @triton.jit
 def attention_inputs_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, q_norm_ptr, k_norm_ptr, k_pool_ptr, v_pool_ptr,
                             slots_ptr, offsets_ptr, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt,
-                            stride_vh, stride_ct, stride_pool_page, stride_pool_row, page_size, chunk_shift,
-                            num_q_heads, num_kv_heads, eps, HALF: tl.constexpr, BLOCK_QH: tl.constexpr,
-                            BLOCK_KH: tl.constexpr, BLOCK_P: tl.constexpr, NORM: tl.constexpr,
-                            WRITE: tl.constexpr):
+                            stride_vh, stride_ct, stride_pool_page, stride_pool_row, chunk_shift, num_q_heads,
+                            num_kv_heads, eps, HALF: tl.constexpr, BLOCK_QH: tl.constexpr, BLOCK_KH: tl.constexpr,
+                            BLOCK_P: tl.constexpr, NORM: tl.constexpr, WRITE: tl.constexpr,
+                            PAGE_SIZE: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     if tl.program_id(1) == 0:
         ready_heads(q_ptr, q_norm_ptr, cos_ptr, sin_ptr, t, stride_qt, stride_qh, stride_ct, num_q_heads, eps, HALF,
@@ -59,10 +59,8 @@ def attention_inputs_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, q_norm_ptr, k
         k = ready_heads(k_ptr, k_norm_ptr, cos_ptr, sin_ptr, t, stride_kt, stride_kh, stride_ct, num_kv_heads, eps,
                         HALF, BLOCK_KH, BLOCK_P, NORM)
         if WRITE:
-            slot = tl.load(slots_ptr + t)
-            page = slot // page_size
-            row = chunk_row(offsets_ptr, page, chunk_shift, stride_pool_page) \
-                + (slot % page_size) * stride_pool_row  # the slot's [kv_heads, head_dim] row
+            row = slot_row(offsets_ptr, tl.load(slots_ptr + t), chunk_shift, stride_pool_page, stride_pool_row,
+                           PAGE_SIZE)  # the slot's [kv_heads, head_dim] row
             heads = tl.arange(0, BLOCK_KH)[:, None]
             cols = tl.arange(0, 2 * BLOCK_P)[None, :]
             ok = (heads < num_kv_heads) & (cols < 2 * HALF)
@@ -95,9 +93,9 @@ def attention_inputs(q, k, v, layer, cos, sin, cache, step, index, eps):
     attention_inputs_kernel[(q.shape[0], 2)](
         q, k, v, cos, sin, layer["q_norm"] if norm else q, layer["k_norm"] if norm else k, k_pool, v_pool, slots,
         offsets, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), cos.stride(0),
-        k_pool.stride(0), k_pool.stride(1), getattr(cache, "page_size", 1), getattr(cache, "chunk_shift", 0),
-        q.shape[1], k.shape[1], eps, HALF=half, BLOCK_QH=triton.next_power_of_2(q.shape[1]),
-        BLOCK_KH=triton.next_power_of_2(k.shape[1]), BLOCK_P=triton.next_power_of_2(half), NORM=norm, WRITE=write,
+        k_pool.stride(0), k_pool.stride(1), getattr(cache, "chunk_shift", 0), q.shape[1], k.shape[1], eps,
+        HALF=half, BLOCK_QH=triton.next_power_of_2(q.shape[1]), BLOCK_KH=triton.next_power_of_2(k.shape[1]),
+        BLOCK_P=triton.next_power_of_2(half), NORM=norm, WRITE=write, PAGE_SIZE=getattr(cache, "page_size", 1),
         num_warps=ATTENTION_INPUTS_WARPS)
     if not write:
         cache.write(index, step, k, v)
