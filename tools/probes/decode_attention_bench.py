@@ -51,9 +51,11 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", nargs="+", default=[""], help="only the shapes whose name holds one of these")
     args = parser.parse_args(argv)
     module = load_allele("attend_decode", "triton_split_kv")
-    settings = {"tile": ("DECODE_TILE", args.tiles), "warps": ("DECODE_WARPS", args.warps),
-                "stages": ("DECODE_STAGES", args.stages), "programs": ("DECODE_PROGRAMS", args.programs)}
-    defaults = {name: getattr(module, constant) for name, (constant, _) in settings.items()}
+    # setting -> (the allele's constants it sets, the values swept); stages at batch 1 are PREFETCH_STAGES
+    settings = {"tile": (("DECODE_TILE",), args.tiles), "warps": (("DECODE_WARPS",), args.warps),
+                "stages": (("DECODE_STAGES", "PREFETCH_STAGES"), args.stages),
+                "programs": (("DECODE_PROGRAMS",), args.programs)}
+    defaults = {constant: getattr(module, constant) for constants, _ in settings.values() for constant in constants}
     for shape_name, *shape in SHAPES:
         if not any(part in shape_name for part in args.shapes):
             continue
@@ -64,8 +66,9 @@ def main(argv=None) -> int:
         for values in itertools.product(*(choices for _, choices in settings.values())):
             key = " ".join(f"{name}={value}" for name, value in zip(settings, values)
                            if value or name == "programs")
-            for (name, (constant, _)), value in zip(settings.items(), values):
-                setattr(module, constant, value or defaults[name])
+            for (constants, _), value in zip(settings.values(), values):
+                for constant in constants:
+                    setattr(module, constant, value or defaults[constant])
             try:
                 got = module.attend_decode(q, None, None, cache, 0, step)
             except Exception as error:  # a tile too large for the SM's memory, say

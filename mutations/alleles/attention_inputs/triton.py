@@ -11,9 +11,9 @@ statistics in fp32, cast back before the weight, each RoPE product rounded to th
 dtype.
 
 The cache row is found as paged_chunks' own write kernel finds it (shared.slot_row: the
-step's slot, its page, the page's chunk); another cache writes its rows itself after the launch. bf16 with bf16
-RoPE tables (the contract's bf16) keeps the genes apart: there RoPE takes the reference's
-own ops (see apply_rope.triton).
+step's slot, its page, the page's chunk); another cache writes its rows itself after the
+launch. bf16 with bf16 RoPE tables (the contract's bf16) keeps the genes apart: there RoPE
+takes the reference's own ops (see apply_rope.triton).
 """
 import torch
 import triton
