@@ -82,8 +82,8 @@ def sm90_ptx(kernel, types: dict, constants: dict, num_stages: int) -> str:
              if types.get(name, "").startswith("*") or name.startswith("stride")}
     source = ASTSource(fn=kernel, signature=signature, attrs=attrs,
                        constexprs={(names.index(name),): value for name, value in constants.items()})
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": 4, "num_stages": num_stages}).asm["ptx"]
+    options = {"num_warps": 4, "num_stages": num_stages, "enable_fp_fusion": True}  # a launch's default, named
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
 
 
 def divisions(ptx: str) -> list:
