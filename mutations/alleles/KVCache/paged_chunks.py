@@ -56,10 +56,10 @@ class KVCache:
         self.row_shape = (model_config["num_key_value_heads"], model_config["head_dim"])
         self.device, self.dtype = device, dtype
         self.moves = self.reference_rounding  # one tensor, reallocated to grow
-        self.chunk_shift = 40 if self.moves else (CHUNK_PAGES - 1).bit_length()  # a moving pool is one chunk
-        self.chunk_pages = 1 << self.chunk_shift
-        if self.chunk_pages != (2 ** 40 if self.moves else CHUNK_PAGES):  # kernels find a page's chunk by a shift
+        self.chunk_pages = 2 ** 40 if self.moves else CHUNK_PAGES  # a moving pool is one chunk
+        if self.chunk_pages & (self.chunk_pages - 1):  # kernels find a page's chunk by a shift
             raise ValueError(f"CHUNK_PAGES must be a power of two, not {CHUNK_PAGES}")
+        self.chunk_shift = self.chunk_pages.bit_length() - 1
         self.chunk_offsets = torch.zeros(MAX_CHUNKS, dtype=torch.long, device=device)
         self.chunks, self.k, self.v = [], [], []
         self.pages_of, self.lengths, self.free = {}, {}, []
