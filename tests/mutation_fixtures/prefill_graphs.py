@@ -49,7 +49,7 @@ def main(config_path, weight_dir, *caches) -> int:
         module = child_module(cache)
         module.CHUNK_PAGES, module.SLAB_SLOTS = 2, 4  # both grow under the engine
         module.EAGER_PREFILL_TOKENS = 8  # the eager prefill below runs in groups of prompts
-        module.DECODE_PROGRAMS = 64  # a few splits a request: interpreted, each program costs
+        module.DECODE_PROGRAMS = module.PREFETCH_PROGRAMS = 64  # a few splits a request: interpreted, each program costs
         compare(module, json.loads(Path(config_path).read_text()), weight_dir, cache)
     return 0
 

@@ -99,7 +99,7 @@ def check_decode(page_size, max_positions, head_dim, num_heads=4, num_kv_heads=2
     module = load("attend_decode", "triton_split_kv")
     module.DECODE_PREFETCH_BATCH = prefetch_batch
     if splits:
-        module.DECODE_PROGRAMS = splits * len(lengths) * num_kv_heads
+        module.DECODE_PROGRAMS = module.PREFETCH_PROGRAMS = splits * len(lengths) * num_kv_heads
     num_pages = 1 + sum(-(-n // page_size) for n in lengths) + 2
     k_pages = torch.randn(num_pages, page_size, num_kv_heads, head_dim).to(dtype)
     v_pages = torch.randn(num_pages, page_size, num_kv_heads, head_dim).to(dtype)

@@ -51,10 +51,11 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", nargs="+", default=[""], help="only the shapes whose name holds one of these")
     args = parser.parse_args(argv)
     module = load_allele("attend_decode", "triton_split_kv")
-    # setting -> (the allele's constants it sets, the values swept); stages at batch 1 are PREFETCH_STAGES
+    # setting -> (the allele's constants it sets, the values swept); stages and programs at batch 1
+    # are PREFETCH_STAGES and PREFETCH_PROGRAMS
     settings = {"tile": (("DECODE_TILE",), args.tiles), "warps": (("DECODE_WARPS",), args.warps),
                 "stages": (("DECODE_STAGES", "PREFETCH_STAGES"), args.stages),
-                "programs": (("DECODE_PROGRAMS",), args.programs)}
+                "programs": (("DECODE_PROGRAMS", "PREFETCH_PROGRAMS"), args.programs)}
     defaults = {constant: getattr(module, constant) for constants, _ in settings.values() for constant in constants}
     for shape_name, *shape in SHAPES:
         if not any(part in shape_name for part in args.shapes):
