@@ -22,7 +22,7 @@ import libcst.matchers as m
 
 GENES = ("compute_dtype", "load_weights", "rms_norm", "add_rms_norm", "rope_frequencies", "rope_tables",
          "apply_rope", "qkv_proj", "add_qkv_bias", "norm_qkv", "norm_heads", "attention_inputs", "mlp", "norm_mlp",
-         "KVCache", "attend_prefill", "attend_decode", "Engine", "create_engine")
+         "KVCache", "attend_prefill", "attend_decode", "attention", "Engine", "create_engine")
 SEED_ALLELE = "seed"
 SEED_PATH = Path(__file__).resolve().parents[1] / "seed_engine" / "engine.py"
 MARKER = re.compile(r"#\s*allele:\s*([A-Za-z0-9_]+)\s*$")

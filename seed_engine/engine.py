@@ -25,6 +25,8 @@ Each concern is one top-level name (a gene) that a rewrite can find and swap:
   KVCache         where K/V live: one tensor per request and layer
   attend_prefill  prompt attention, one request at a time
   attend_decode   one-token attention: gather, pad, mask
+  attention       attention_inputs, then the step's attend (one boundary, so a kernel can
+                  ready q and k where it reads the cache)
   Engine          batching: every call's tokens go through one packed forward pass
   create_engine   the contract's entry point
 
@@ -323,6 +325,14 @@ def attend_decode(q, k, v, cache, layer, step):
     return out.flatten(1)
 
 
+def attention(q, k, v, layer, cos, sin, cache, step, index, eps):
+    """A layer's attention [N, heads*D] of q, k [N, heads, D] and v [N, kv_heads, D] as
+    projected: attention_inputs readies them, then the step's attend reads the cache."""
+    q, k = attention_inputs(q, k, v, layer, cos, sin, cache, step, index, eps)
+    attend = attend_decode if step.is_decode else attend_prefill
+    return attend(q, k, v, cache, index, step)
+
+
 def rope_table_dtype(model_config, dtype):
     """cos/sin in the compute dtype, as the contract's reference rounds them; in fp32 for a
     Hugging Face checkpoint, whose gate is fp32 (a bf16 one's RoPE kernels need not then
@@ -387,17 +397,13 @@ class Engine:
         n = tokens.shape[0]
         self.cache.prepare(step)
         cos, sin = rope_tables(step.positions, self.head_dim, self.rope_theta, self.rope_dtype, self.rope_scaling)
-        attend = attend_decode if step.is_decode else attend_prefill
         x = self.w["embed"][tokens]  # [N, hidden]
         out = None  # what the last MLP adds to the residual stream x
         for i, layer in enumerate(self.w["layers"]):
             q, k, v, x = norm_qkv(x, out, layer["input_norm"], layer, self.eps)
-            v = v.view(n, self.num_kv_heads, self.head_dim)
-            q, k = attention_inputs(q.view(n, self.num_heads, self.head_dim),
-                                    k.view(n, self.num_kv_heads, self.head_dim), v, layer, cos, sin, self.cache,
-                                    step, i, self.eps)
-            out, x = norm_mlp(x, attend(q, k, v, self.cache, i, step) @ layer["o"].T, layer["post_norm"], layer,
-                              self.eps)
+            q, k, v = (t.view(n, -1, self.head_dim) for t in (q, k, v))
+            attn = attention(q, k, v, layer, cos, sin, self.cache, step, i, self.eps)
+            out, x = norm_mlp(x, attn @ layer["o"].T, layer["post_norm"], layer, self.eps)
         x = x + out
         logits = rms_norm(x, self.w["norm"], self.eps) @ self.w["lm_head"].T  # [N, vocab]
         last = torch.tensor(step.num_new, device=self.device).cumsum(0) - 1

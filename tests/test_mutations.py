@@ -43,11 +43,25 @@ def gate(source, small_target, scratch, tmp_path, derived=True):
                         derived=derived)
 
 
+# The seed allele of a gene whose one other allele needs GPU genes: on the seed after that
+# swap (its needs_swap) it puts the seed's code back and leaves those genes on the GPU.
+LEAVES_GPU_GENES = {"allele.attention.seed": ["KVCache", "attend_decode"]}
+
+
+def gpu_genes(source):
+    """The genes of `source` that carry a GPU-only allele."""
+    carried = program.gene_alleles(program.parse(source))
+    return sorted(g for g, a in carried.items() if a != program.SEED_ALLELE and alleles.get(g, a).devices == "cuda")
+
+
 @pytest.mark.parametrize("name", CPU_OPERATORS)
 def test_cpu_operator_on_the_seed_passes_the_gate(name, small_target, scratch, tmp_path):
     result = applied_to_seed(name)
     assert isinstance(result, mutations.Applied), result
     assert static_problems(result.source) == []
+    assert gpu_genes(result.source) == LEAVES_GPU_GENES.get(name, [])
+    if name in LEAVES_GPU_GENES:
+        pytest.skip(f"{name} on the seed after its needs_swap leaves {LEAVES_GPU_GENES[name]} on the GPU")
     verdict = gate(result.source, small_target, scratch, tmp_path)
     assert verdict.passed, (name, verdict.error)
 
@@ -160,11 +174,12 @@ def test_cuda_operators_stay_off_cpu_walks():
                          "allele.attend_decode.triton_split_kv", "allele.apply_rope.triton",
                          "allele.apply_rope.triton_rows", "allele.mlp.swiglu_triton", "allele.norm_heads.triton",
                          "allele.attention_inputs.triton", "allele.norm_qkv.folded", "allele.norm_mlp.folded",
-                         "allele.Engine.cuda_graphs_prefill", "allele.KVCache.paged_chunks", "torch_compile",
+                         "allele.Engine.cuda_graphs_prefill", "allele.KVCache.paged_chunks", "allele.attention.split_kv",
+                         "torch_compile",
                          "programmatic_launch", "prefetched_linears"}
     for name in cuda_only:  # only they may import triton; CPU programs never need it
         assert "import triton" in applied_to_seed(name).source or name == "torch_compile"
-    for name in CPU_OPERATORS:
+    for name in set(CPU_OPERATORS) - set(LEAVES_GPU_GENES):
         assert "triton" not in applied_to_seed(name).source
 
 

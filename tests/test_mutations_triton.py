@@ -91,22 +91,27 @@ def divisions(ptx: str) -> list:
     return re.findall(r"(?:div|rem)\.[su]64", ptx)
 
 
-@pytest.mark.parametrize("prefetch", [False, True])
-def test_the_split_kv_decode_reads_its_rows_16_bytes_at_a_time_on_sm_90(prefetch):
+@pytest.mark.parametrize("prefetch,ready", [(False, False), (True, False), (True, True), (False, True)])
+def test_the_split_kv_decode_reads_its_rows_16_bytes_at_a_time_on_sm_90(prefetch, ready):
     """A row's address adds a chunk offset loaded from memory; undeclared, its alignment is
     unknown and every K/V element was loaded alone (ld.global.b16), and the chunk was a 64-bit
-    division, a subroutine call: Qwen3-0.6B's 64 x 256 step ran 3.52 ms against 2.21 (H100)."""
+    division, a subroutine call: Qwen3-0.6B's 64 x 256 step ran 3.52 ms against 2.21 (H100).
+    READY (attention.split_kv) compiles too: the interpreter does not check a loop's types."""
     module = load_allele("attend_decode", "triton_split_kv")
-    pointers = dict(q_ptr="*fp16", k_ptr="*fp16", v_ptr="*fp16", table_ptr="*i32", offsets_ptr="*i64",
-                    positions_ptr="*i64", part_acc_ptr="*fp32", part_max_ptr="*fp32", part_sum_ptr="*fp32")
-    integers = dict.fromkeys(("stride_qb", "stride_qh", "stride_kp", "stride_kr", "stride_kh", "stride_tb",
-                              "chunk_shift", "num_heads"), "i32")
-    ptx = sm90_ptx(module.split_kv_partial_kernel, {**pointers, **integers, "sm_scale": "fp32"},
+    kernel = module.split_kv_partial_kernel
+    pointers = {name: "*fp16" for name in kernel.arg_names if name.endswith("_ptr")}
+    pointers.update(table_ptr="*i32", offsets_ptr="*i64", positions_ptr="*i64", part_acc_ptr="*fp32",
+                    part_max_ptr="*fp32", part_sum_ptr="*fp32", cos_ptr="*fp32", sin_ptr="*fp32")
+    integers = {name: "i32" for name in kernel.arg_names if name.startswith(("stride", "num_")) or name == "chunk_shift"}
+    ptx = sm90_ptx(kernel, {**pointers, **integers, "sm_scale": "fp32", "eps": "fp32"},
                    dict(PAGE_SIZE=16, GROUPS=2, SPLITS=2, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128, BLOCK_N=16,
-                        PRECISION="tf32", PHASE=0, PREFETCH=prefetch, PDL=prefetch), num_stages=2)
-    loads = set(re.findall(r"(?:ld\.global|cp\.async\.c[ag]\.shared\.global)[\w.]*", ptx))
-    assert not {"ld.global.b16", "ld.global.u16"} & loads, loads
-    assert loads & {"ld.global.v4.b32", "cp.async.cg.shared.global"}, loads
+                        PRECISION="tf32", PHASE=0, PREFETCH=prefetch, READY=ready, NORM=ready, PDL=prefetch),
+                   num_stages=2)
+    loads = re.findall(r"(?:ld\.global|cp\.async\.c[ag]\.shared\.global)[\w.]*", ptx)
+    # READY's four one-row loads (the newest k and v, the two norms' weights: 256 bytes each,
+    # an element a thread) go 2 bytes at a time; nothing else may.
+    assert loads.count("ld.global.b16") == (4 if ready else 0) and "ld.global.u16" not in loads, loads
+    assert set(loads) & {"ld.global.v4.b32", "cp.async.cg.shared.global"}, loads
     assert not divisions(ptx)
 
 

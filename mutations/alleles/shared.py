@@ -217,10 +217,23 @@ def rotate_rows(x, cos_ptr, sin_ptr, t, stride_ct, dtype, HALF: tl.constexpr, BL
     """Token t's heads x [BLOCK_H, 2 * BLOCK_P] (fp32, interleaved pairs) rotated by its cos and
     sin, each product rounded to `dtype` before the sum as the reference's elementwise ops
     round: [BLOCK_H, 2 * BLOCK_P], fp32."""
-    x0, x1 = tl.split(tl.reshape(x, [BLOCK_H, BLOCK_P, 2]))  # [BLOCK_H, BLOCK_P] each
+    c, s = rope_angles(cos_ptr, sin_ptr, t, stride_ct, HALF, BLOCK_P)
+    return rotate_by(x, c, s, dtype, BLOCK_H, BLOCK_P)
+
+
+@triton.jit
+def rope_angles(cos_ptr, sin_ptr, t, stride_ct, HALF: tl.constexpr, BLOCK_P: tl.constexpr):
+    """Token t's cos and sin [1, BLOCK_P] (fp32, zeros past HALF), for rotate_by."""
     pairs = tl.arange(0, BLOCK_P)[None, :]
     c = tl.load(cos_ptr + t * stride_ct + pairs, mask=pairs < HALF, other=0.0).to(tl.float32)
     s = tl.load(sin_ptr + t * stride_ct + pairs, mask=pairs < HALF, other=0.0).to(tl.float32)
+    return c, s
+
+
+@triton.jit
+def rotate_by(x, c, s, dtype, BLOCK_H: tl.constexpr, BLOCK_P: tl.constexpr):
+    """rotate_rows with the angles loaded (rope_angles): a kernel can read them early."""
+    x0, x1 = tl.split(tl.reshape(x, [BLOCK_H, BLOCK_P, 2]))  # [BLOCK_H, BLOCK_P] each
     x0c, x1s = (x0 * c).to(dtype).to(tl.float32), (x1 * s).to(dtype).to(tl.float32)
     x0s, x1c = (x0 * s).to(dtype).to(tl.float32), (x1 * c).to(dtype).to(tl.float32)
     return tl.reshape(tl.join(x0c - x1s, x0s + x1c), [BLOCK_H, 2 * BLOCK_P])

@@ -167,6 +167,15 @@ def check_chunked_cache(head_dim=24, num_heads=4, num_kv_heads=2, lengths=(5, 11
     check("bf16 pool indexed as k[layer]", table_k.float(), read_k.float(), tol=1e-12)
 
 
+def layer_of_heads(head_dim, num_heads, num_kv_heads, norms, dtype, max_positions):
+    """(cache config, layer with q/k norms or none, q/k/v widths, RoPE inverse frequencies)."""
+    config = {"num_hidden_layers": 1, "max_position_embeddings": max_positions, "num_key_value_heads": num_kv_heads,
+              "head_dim": head_dim}
+    layer = {"q_norm": torch.randn(head_dim).to(dtype), "k_norm": torch.randn(head_dim).to(dtype)} if norms else {}
+    sizes = [num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim]
+    return config, layer, sizes, 1.0 / 10000 ** (torch.arange(0, head_dim, 2).float() / head_dim)
+
+
 def check_attention_inputs(head_dim, norms, dtype=torch.float32, table_dtype=None, num_heads=4, num_kv_heads=2,
                            cache="paged_chunks"):
     """attention_inputs.triton against the genes it fuses (norm_heads.triton,
@@ -179,12 +188,8 @@ def check_attention_inputs(head_dim, norms, dtype=torch.float32, table_dtype=Non
     fused = load("attention_inputs", "triton")
     norm, rope = load("norm_heads", "triton"), load("apply_rope", "triton_rows")
     fused.norm_heads, fused.apply_rope = norm.norm_heads, rope.apply_rope  # as in the recipe (its bf16 path)
-    config = {"num_hidden_layers": 1, "max_position_embeddings": 32, "num_key_value_heads": num_kv_heads,
-              "head_dim": head_dim}
+    config, layer, sizes, inv_freq = layer_of_heads(head_dim, num_heads, num_kv_heads, norms, dtype, 32)
     caches = [chunks.KVCache(config, "cpu", dtype) for _ in range(2)]
-    layer = {"q_norm": torch.randn(head_dim).to(dtype), "k_norm": torch.randn(head_dim).to(dtype)} if norms else {}
-    sizes = [num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim]
-    inv_freq = 1.0 / 10000 ** (torch.arange(0, head_dim, 2).float() / head_dim)
     for new, positions in ((5, torch.arange(5)), (1, torch.tensor([5]))):
         angles = positions.float()[:, None] * inv_freq[None, :]
         cos, sin = angles.cos().to(table_dtype or dtype), angles.sin().to(table_dtype or dtype)
@@ -203,6 +208,51 @@ def check_attention_inputs(head_dim, norms, dtype=torch.float32, table_dtype=Non
             outputs.append(torch.cat([t.flatten() for t in (q, k, *pool.read(0, 3))]).float())
         label = f"attention_inputs {cache} D={head_dim} norms={norms} {dtype} tables {table_dtype or dtype} {new} tokens"
         check(label, outputs[1], outputs[0], tol=1e-12)
+
+
+def check_ready_attention(head_dim, norms, dtype=torch.float32, table_dtype=None, num_heads=4, num_kv_heads=2,
+                          lengths=(37,), splits=4, cache="paged_chunks", prefetch_batch=1):
+    """attention.split_kv (each split-KV program readies its q heads, the newest token's split
+    its k, and stores k and v) against attention_inputs.triton then attend_decode, bit for
+    bit: each request's output and its cache rows, after prompts written the same way."""
+    torch.manual_seed(12)
+    pools = load("KVCache", cache)
+    pools.PAGE_SIZE, pools.CHUNK_PAGES, pools.POOL_PAGES = 4, 2, 4
+    decode, inputs = load("attend_decode", "triton_split_kv"), load("attention_inputs", "triton")
+    decode.DECODE_PREFETCH_BATCH = prefetch_batch
+    decode.DECODE_PROGRAMS = decode.PREFETCH_PROGRAMS = splits * len(lengths) * num_kv_heads
+    fused = load("attention", "split_kv")
+    fused.split_kv_attention, fused.attention_inputs = decode.split_kv_attention, inputs.attention_inputs
+    fused.attend_decode, fused.READY_BATCH = decode.attend_decode, len(lengths)
+    config, layer, sizes, inv_freq = layer_of_heads(head_dim, num_heads, num_kv_heads, norms, dtype, 64)
+    caches = [pools.KVCache(config, "cpu", dtype) for _ in range(2)]
+    ids = list(range(len(lengths)))
+    prompts = SimpleNamespace(request_ids=ids, num_new=[n - 1 for n in lengths], is_decode=False,
+                              positions=torch.cat([torch.arange(n - 1) for n in lengths]))
+    step = SimpleNamespace(request_ids=ids, num_new=[1] * len(ids), is_decode=True,
+                           positions=torch.tensor([n - 1 for n in lengths]))
+    outputs = []
+    for pool in caches:
+        outputs.append([])
+        for part in (prompts, step):
+            angles = part.positions.float()[:, None] * inv_freq[None, :]
+            cos, sin = angles.cos().to(table_dtype or dtype), angles.sin().to(table_dtype or dtype)
+            torch.manual_seed(13 + part.is_decode)  # both pools see the same projections
+            qkv = torch.randn(part.positions.shape[0], sum(sizes)).to(dtype)
+            q, k, v = (t.view(qkv.shape[0], -1, head_dim) for t in qkv.split(sizes, dim=-1))
+            pool.prepare(part)
+            if not part.is_decode:
+                inputs.attention_inputs(q, k, v, layer, cos, sin, pool, part, 0, 1e-6)
+            elif pool is caches[0]:
+                q, k = inputs.attention_inputs(q, k, v, layer, cos, sin, pool, part, 0, 1e-6)
+                outputs[-1].append(decode.attend_decode(q, k, v, pool, 0, part))
+            else:
+                outputs[-1].append(fused.attention(q, k, v, layer, cos, sin, pool, part, 0, 1e-6))
+        outputs[-1] += [torch.cat([t.flatten() for t in pool.read(0, rid)]) for rid in ids]
+    label = (f"attention split_kv {cache} D={head_dim} norms={norms} {dtype} tables {table_dtype or dtype} "
+             f"lengths {lengths} splits {splits}")
+    check(label, torch.cat([t.flatten() for t in outputs[1]]).float(),
+          torch.cat([t.flatten() for t in outputs[0]]).float(), tol=1e-12)
 
 
 def check_prefill(head_dim, lengths=(3, 7, 1), num_heads=4, num_kv_heads=2, strided_v=False, rounding=False,
@@ -416,6 +466,11 @@ if __name__ == "__main__":
     check_attention_inputs(head_dim=64, norms=True, dtype=torch.bfloat16, table_dtype=torch.float32, num_heads=8)
     check_attention_inputs(head_dim=32, norms=True, dtype=torch.bfloat16)  # the contract's bf16: the genes apart
     check_attention_inputs(head_dim=24, norms=True, cache="paged")
+    check_ready_attention(head_dim=24, norms=True)  # the newest token in the prefetched tile
+    check_ready_attention(head_dim=24, norms=False, lengths=(40,), splits=1)  # ... in the loop's last tile
+    check_ready_attention(head_dim=64, norms=True, dtype=torch.bfloat16, table_dtype=torch.float32, num_heads=8,
+                          lengths=(5, 40, 17), prefetch_batch=3)  # a Hugging Face checkpoint's dtypes
+    check_ready_attention(head_dim=32, norms=False, dtype=torch.float16, lengths=(5, 40), cache="paged")
     check_prefill(head_dim=24)
     check_prefill(head_dim=32, lengths=(37, 5, 70), rounding=True, **ROUNDED)
     check_prefill(head_dim=256, lengths=(5, 2), num_heads=2, num_kv_heads=1)

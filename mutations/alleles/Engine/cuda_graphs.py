@@ -127,17 +127,13 @@ class Engine:
         """The residual stream [N, hidden] after every layer, for a prepared step."""
         n = tokens.shape[0]
         cos, sin = self.rope_cos[step.positions], self.rope_sin[step.positions]  # [N, head_dim/2]
-        attend = attend_decode if step.is_decode else attend_prefill
         x = self.w["embed"][tokens]  # [N, hidden]
         out = None  # what the last MLP adds to the residual stream x
         for i, layer in enumerate(self.w["layers"]):
             q, k, v, x = norm_qkv(x, out, layer["input_norm"], layer, self.eps)
-            v = v.view(n, self.num_kv_heads, self.head_dim)
-            q, k = attention_inputs(q.view(n, self.num_heads, self.head_dim),
-                                    k.view(n, self.num_kv_heads, self.head_dim), v, layer, cos, sin, self.cache,
-                                    step, i, self.eps)
-            out, x = norm_mlp(x, attend(q, k, v, self.cache, i, step) @ layer["o"].T, layer["post_norm"], layer,
-                              self.eps)
+            q, k, v = (t.view(n, -1, self.head_dim) for t in (q, k, v))
+            attn = attention(q, k, v, layer, cos, sin, self.cache, step, i, self.eps)
+            out, x = norm_mlp(x, attn @ layer["o"].T, layer["post_norm"], layer, self.eps)
         return x + out
 
     def forward(self, tokens, step):

@@ -290,14 +290,12 @@ class Engine:
         """The residual stream [N, hidden] after every layer, for a prepared step."""
         n = tokens.shape[0]
         cos, sin = self.rope_cos[step.positions], self.rope_sin[step.positions]  # [N, head_dim/2]
-        attend = attend_decode if step.is_decode else attend_prefill
         x = self.w["embed"][tokens]  # [N, hidden]
         out = None  # what the last MLP adds to the residual stream x
         for i, layer in enumerate(self.w["layers"]):
             q, k, v, x = norm_qkv(x, out, layer["input_norm"], layer, self.eps)
             q, k, v = (t.view(n, -1, self.head_dim) for t in (q, k, v))
-            q, k = attention_inputs(q, k, v, layer, cos, sin, self.cache, step, i, self.eps)
-            attn_out = attend(q, k, v, self.cache, i, step) @ layer["o"].T
+            attn_out = attention(q, k, v, layer, cos, sin, self.cache, step, i, self.eps) @ layer["o"].T
             del q, k, v  # not alive through the MLP, where a large prefill's peak is
             out, x = norm_mlp(x, attn_out, layer["post_norm"], layer, self.eps)
         return x + out

@@ -36,6 +36,10 @@ batch 1 a split is one tile, so its chain of dependent loads (table, page, row) 
 the kernels before it. An engine whose step wrote the positions or the block table in a
 kernel of its own would race with this.
 
+With READY (attention.split_kv, batch 1) the programs also do attention_inputs' work: each
+readies its q heads after the wait, and the split holding the newest token readies its k and
+stores k and v, reading both from registers.
+
 Works with any cache that exposes k/v as [pages, page_size, kv_heads, head_dim] per layer
 and sets step.block_table (slab: one page per request; paged). A cache whose pages live in
 chunks (paged_chunks) also has `chunk_offsets`, each chunk's distance in elements from the
@@ -106,16 +110,22 @@ def attend_tile(q, k, v, n_ok, m_i, l_i, acc, sm_scale, PHASE: tl.constexpr, PRE
 
 @triton.jit
 def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positions_ptr, part_acc_ptr,
-                            part_max_ptr, part_sum_ptr, stride_qb, stride_qh, stride_kp, stride_kr, stride_kh,
-                            stride_tb, chunk_shift, sm_scale, num_heads, PAGE_SIZE: tl.constexpr, GROUPS: tl.constexpr,
-                            SPLITS: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr,
-                            BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
-                            PHASE: tl.constexpr, PREFETCH: tl.constexpr, PDL: tl.constexpr = False):
+                            part_max_ptr, part_sum_ptr, new_k_ptr, new_v_ptr, q_norm_ptr, k_norm_ptr, cos_ptr,
+                            sin_ptr, stride_qb, stride_qh, stride_kp, stride_kr, stride_kh, stride_tb, stride_nkb,
+                            stride_nkh, stride_nvb, stride_nvh, stride_ct, chunk_shift, sm_scale, num_heads, eps,
+                            PAGE_SIZE: tl.constexpr, GROUPS: tl.constexpr, SPLITS: tl.constexpr,
+                            BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                            BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, PHASE: tl.constexpr,
+                            PREFETCH: tl.constexpr, READY: tl.constexpr = False, NORM: tl.constexpr = False,
+                            PDL: tl.constexpr = False):
     """PHASE 0: each split's max, sum and weighted values (an online softmax). For the
     reference's rounding, PHASE 1 writes each split's max and sum alone, and PHASE 2 reads
     every split's to divide the probabilities by the whole sum before rounding them.
     PREFETCH: under PDL the split's first tile is loaded before the wait for the kernels
-    before (see the module's docstring)."""
+    before (see the module's docstring). READY (PHASE 0): q and the newest token's k and v
+    as projected (new_k, new_v [B, kv_heads, D]); each program readies its q heads as
+    attention_inputs.triton does (the head norms where NORM, then RoPE, rounded alike), and
+    the split holding the newest token readies its k and stores k and v in the cache."""
     if PDL:
         gdc_launch_dependents()
         if not PREFETCH:
@@ -131,6 +141,10 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
         d = tl.arange(0, BLOCK_D)
         d_ok = d < HEAD_DIM
         first = start  # the loop's first tile
+        if READY:  # the token's angles and the norms' weights: written before the step
+            c, sn = rope_angles(cos_ptr, sin_ptr, b, stride_ct, HEAD_DIM // 2, BLOCK_D // 2)
+            q_w = tl.load(q_norm_ptr + d[None, :], mask=d_ok[None, :], other=0.0).to(tl.float32)
+            k_w = tl.load(k_norm_ptr + d[None, :], mask=d_ok[None, :], other=0.0).to(tl.float32)
         if PREFETCH:
             n = start + tl.arange(0, BLOCK_N)
             n_ok = n < end
@@ -144,16 +158,45 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
                 v = tl.load(v_ptr + at, mask=earlier, other=0.0)
             if PDL:  # q, the newest row and the partials' memory belong to the kernels before
                 gdc_wait()
-            newest = (n == length - 1)[:, None] & d_ok[None, :]
-            k = tl.where(newest, tl.load(k_ptr + at, mask=newest, other=0.0), k)
-            if PHASE != 1:
-                v = tl.where(newest, tl.load(v_ptr + at, mask=newest, other=0.0), v)
             first = start + BLOCK_N
+        if READY:  # the newest token's k and v, readied; stored by the split that holds it
+            k_new = tl.load(new_k_ptr + b * stride_nkb + kv_head * stride_nkh + d[None, :], mask=d_ok[None, :],
+                            other=0.0)  # [1, BLOCK_D]
+            dtype = k_ptr.dtype.element_ty
+            k_new = k_new.to(tl.float32)
+            if NORM:
+                k_new = norm_rows(k_new, k_w, HEAD_DIM, eps, dtype)
+            k_new = rotate_by(k_new, c, sn, dtype, 1, BLOCK_D // 2).to(dtype)
+            v_new = tl.load(new_v_ptr + b * stride_nvb + kv_head * stride_nvh + d[None, :], mask=d_ok[None, :],
+                            other=0.0)
+            last = length - 1 + tl.zeros([1], dtype=tl.int32)
+            holds = last < end  # [1]: this split holds the newest token
+            row = tile_rows(table_ptr, offsets_ptr, b, kv_head, last, holds, stride_tb, chunk_shift, stride_kp,
+                            stride_kr, stride_kh, PAGE_SIZE)  # [1]
+            holds = holds[:, None] & d_ok[None, :]
+            tl.store(k_ptr + row[:, None] + d[None, :], k_new, mask=holds)
+            tl.store(v_ptr + row[:, None] + d[None, :], v_new, mask=holds)
+        if PREFETCH:
+            newest = (n == length - 1)[:, None] & d_ok[None, :]
+            if READY:
+                k = tl.where(newest, k_new, k)
+                if PHASE != 1:
+                    v = tl.where(newest, v_new, v)
+            else:
+                k = tl.where(newest, tl.load(k_ptr + at, mask=newest, other=0.0), k)
+                if PHASE != 1:
+                    v = tl.where(newest, tl.load(v_ptr + at, mask=newest, other=0.0), v)
         g = tl.arange(0, BLOCK_G)
         g_ok = g < GROUPS
         heads = kv_head * GROUPS + g
         q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
                     mask=g_ok[:, None] & d_ok[None, :], other=0.0)  # [BLOCK_G, BLOCK_D]
+        if READY:
+            dtype = q_ptr.dtype.element_ty
+            q = q.to(tl.float32)
+            if NORM:
+                q = norm_rows(q, q_w, HEAD_DIM, eps, dtype)
+            q = rotate_by(q, c, sn, dtype, BLOCK_G, BLOCK_D // 2).to(dtype)
         m_i = tl.zeros([BLOCK_G], dtype=tl.float32) - float("inf")
         l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
         acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
@@ -180,6 +223,9 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
             v = k
             if PHASE != 1:
                 v = tl.load(v_ptr + rows[:, None] + d[None, :], mask=kv_ok, other=0.0)
+            if READY:  # the newest row as readied (its store above need not be visible yet)
+                newest_row = (n == length - 1)[:, None]
+                k, v = tl.where(newest_row, k_new, k), tl.where(newest_row, v_new, v)
             m_i, l_i, acc = attend_tile(q, k, v, n_ok, m_i, l_i, acc, sm_scale, PHASE, PRECISION)
         if PHASE != 1:
             tl.store(part_acc_ptr + part[:, None] * BLOCK_D + d[None, :], acc, mask=g_ok[:, None])
@@ -225,6 +271,13 @@ def split_kv_combine_kernel(part_acc_ptr, part_max_ptr, part_sum_ptr, positions_
 
 def attend_decode(q, k, v, cache, layer, step):
     """Each request's one query over its live K/V only: q [B, heads, D] -> [B, heads*D]."""
+    return split_kv_attention(q, cache, layer, step)
+
+
+def split_kv_attention(q, cache, layer, step, ready=None):
+    """attend_decode; ready = (k, v, q_norm, k_norm, cos, sin, eps): q and the newest k, v
+    [B, kv_heads, D] as projected, readied and stored by the kernel (READY; norms None where
+    the checkpoint has none)."""
     batch, num_heads, head_dim = q.shape
     q = q if q.stride(-1) == 1 else q.contiguous()  # strided rows and heads are read as such
     k_pages, v_pages = cache.k[layer], cache.v[layer]  # [pages, page_size, kv_heads, D]
@@ -239,14 +292,19 @@ def attend_decode(q, k, v, cache, layer, step):
     part_sum = torch.empty_like(part_max)
     offsets, chunk_shift = chunk_table(cache, q.device)
     rounded = bool(cache.reference_rounding)  # the contract's bf16: two passes (see the kernel)
+    assert not (ready and rounded), "readying q and k takes the one-pass softmax"
+    new_k, new_v, q_norm, k_norm, cos, sin, eps = ready or (q, q, None, None, q, q, 0.0)
+    new_k, new_v = (x if x.stride(-1) == 1 else x.contiguous() for x in (new_k, new_v))
     for phase in (1, 2) if rounded else (0,):
         split_kv_partial_kernel[(batch, k_pages.shape[2], splits)](
-            q, k_pages, v_pages, table, offsets, step.positions, part_acc, part_max, part_sum,
-            q.stride(0), q.stride(1), k_pages.stride(0), k_pages.stride(1), k_pages.stride(2),
-            table.stride(0), chunk_shift, 1.0 / math.sqrt(head_dim), num_heads, PAGE_SIZE=cache.page_size,
+            q, k_pages, v_pages, table, offsets, step.positions, part_acc, part_max, part_sum, new_k, new_v,
+            q if q_norm is None else q_norm, q if k_norm is None else k_norm, cos, sin,
+            q.stride(0), q.stride(1), k_pages.stride(0), k_pages.stride(1), k_pages.stride(2), table.stride(0),
+            new_k.stride(0), new_k.stride(1), new_v.stride(0), new_v.stride(1), cos.stride(0), chunk_shift,
+            1.0 / math.sqrt(head_dim), num_heads, eps, PAGE_SIZE=cache.page_size,
             GROUPS=groups, SPLITS=splits, BLOCK_G=max(16, triton.next_power_of_2(groups)), HEAD_DIM=head_dim,
             BLOCK_D=block_d, BLOCK_N=DECODE_TILE, PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PHASE=phase,
-            PREFETCH=prefetch, num_warps=DECODE_WARPS,
+            PREFETCH=prefetch, READY=ready is not None, NORM=q_norm is not None, num_warps=DECODE_WARPS,
             num_stages=PREFETCH_STAGES if prefetch else DECODE_STAGES)
     out = torch.empty(batch, num_heads, head_dim, device=q.device, dtype=q.dtype)
     split_kv_combine_kernel[(batch, num_heads)](

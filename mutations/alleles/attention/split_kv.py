@@ -1,0 +1,32 @@
+"""A small decode's attention inputs readied inside the split-KV attention: one launch fewer a layer.
+
+attention_inputs.triton readies q and k (head norms, RoPE) and stores k and v in one launch,
+which the split-KV kernels then wait for: at batch 1 a boundary with a few KB of work on
+either side. On an H100, leaving that launch out of the recipe's Qwen3-0.6B batch-1 step
+(a timing-only variant) took it from 0.80 to 0.74 ms (docs/PERF.md, thirty-first session).
+Here each split-KV program readies its own q heads after its wait, and the split holding
+the newest token readies that token's k and stores it and v where attention_inputs would
+(the cache row the block table gives the position), then reads both from its registers.
+The rounding is attention_inputs.triton's, through the same helpers (shared.norm_rows,
+shared.rotate_by). Prefills, larger batches (READY_BATCH) and the contract's bf16 (its
+two-pass softmax, and RoPE in the reference's ops) keep the two genes apart.
+"""
+import torch
+
+REQUIRES = {"attend_decode": ("triton_split_kv",)}
+DEVICES = "cuda"
+
+READY_BATCH = 1  # range: 0..256; the largest decode batch whose split-KV programs ready q and k themselves
+
+
+# allele: split_kv
+def attention(q, k, v, layer, cos, sin, cache, step, index, eps):
+    """A layer's attention [N, heads*D] of q, k [N, heads, D] and v [N, kv_heads, D] as
+    projected: attention_inputs readies them, then the step's attend reads the cache."""
+    if (not step.is_decode or q.shape[0] > READY_BATCH or cache.reference_rounding
+            or (q.dtype == torch.bfloat16 and cos.dtype == torch.bfloat16)):
+        q, k = attention_inputs(q, k, v, layer, cos, sin, cache, step, index, eps)
+        attend = attend_decode if step.is_decode else attend_prefill
+        return attend(q, k, v, cache, index, step)
+    ready = (k, v, layer.get("q_norm"), layer.get("k_norm"), cos.contiguous(), sin.contiguous(), eps)
+    return split_kv_attention(q, cache, index, step, ready)
