@@ -129,7 +129,7 @@ def test_the_fastest_recipe_applies_on_cpu_and_keeps_every_allele(fastest_source
     assert static_problems(source) == []
     carried = program.gene_alleles(program.parse(source))
     swaps = [s.operator.split(".")[1:] for s in steps if s.operator.startswith("allele.")]
-    assert len(swaps) == 12 and all(carried[gene] == allele for gene, allele in swaps)
+    assert len(swaps) == 13 and all(carried[gene] == allele for gene, allele in swaps)
     assert [s.operator for s in steps[-2:]] == ["last_token_logits", "prefetched_linears"]
     for rewrite in ("last_token_logits", "prefetched_linears", "programmatic_launch"):  # each already done
         assert isinstance(mutations.get_operator(rewrite).apply(source, random.Random(0)), mutations.Declined)
