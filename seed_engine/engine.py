@@ -326,8 +326,9 @@ def attend_decode(q, k, v, cache, layer, step):
 
 
 def attention(q, k, v, layer, cos, sin, cache, step, index, eps):
-    """A layer's attention [N, heads*D] of q, k [N, heads, D] and v [N, kv_heads, D] as
-    projected: attention_inputs readies them, then the step's attend reads the cache."""
+    """A layer's attention [N, heads*D] of q [N, heads, D], k and v [N, kv_heads, D] as
+    projected: attention_inputs readies q and k and stores k and v, then the step's attend
+    reads the cache."""
     q, k = attention_inputs(q, k, v, layer, cos, sin, cache, step, index, eps)
     attend = attend_decode if step.is_decode else attend_prefill
     return attend(q, k, v, cache, index, step)

@@ -21,8 +21,9 @@ READY_BATCH = 1  # range: 0..256; the largest decode batch whose split-KV progra
 
 # allele: split_kv
 def attention(q, k, v, layer, cos, sin, cache, step, index, eps):
-    """A layer's attention [N, heads*D] of q, k [N, heads, D] and v [N, kv_heads, D] as
-    projected: attention_inputs readies them, then the step's attend reads the cache."""
+    """A layer's attention [N, heads*D] of q [N, heads, D], k and v [N, kv_heads, D] as
+    projected: attention_inputs readies q and k and stores k and v, then the step's attend
+    reads the cache."""
     if (not step.is_decode or q.shape[0] > READY_BATCH or cache.reference_rounding
             or (q.dtype == torch.bfloat16 and cos.dtype == torch.bfloat16)):
         q, k = attention_inputs(q, k, v, layer, cos, sin, cache, step, index, eps)
