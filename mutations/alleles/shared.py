@@ -239,6 +239,15 @@ def rotate_by(x, c, s, dtype, BLOCK_H: tl.constexpr, BLOCK_P: tl.constexpr):
     return tl.reshape(tl.join(x0c - x1s, x0s + x1c), [BLOCK_H, 2 * BLOCK_P])
 
 
+@triton.jit
+def ready_rows(x, w, c, s, width, eps, dtype, BLOCK_H: tl.constexpr, BLOCK_P: tl.constexpr, NORM: tl.constexpr):
+    """Heads x [BLOCK_H, 2 * BLOCK_P] (fp32) as attention reads them, in `dtype`: each normed
+    by w where the checkpoint has the norms (NORM; norm_rows), then rotated (rotate_by)."""
+    if NORM:
+        x = norm_rows(x, w, width, eps, dtype)
+    return rotate_by(x, c, s, dtype, BLOCK_H, BLOCK_P).to(dtype)
+
+
 # The norm_qkv and norm_mlp alleles' fold: at one row (a batch-1 decode) the norm before a
 # projection is a launch of its own for a few KB of work, between two that move megabytes.
 NORM_FOLD_WIDTH = 8192  # range: 1024..16384; the widest row whose norm a one-row projection folds in

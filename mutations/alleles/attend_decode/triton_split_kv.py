@@ -89,6 +89,14 @@ def tile_rows(table_ptr, offsets_ptr, b, kv_head, n, n_ok, stride_tb, chunk_shif
 
 
 @triton.jit
+def newest_readied(k, v, n, length, k_new, v_new):
+    """Tile k, v [BLOCK_N, BLOCK_D] with the newest token's row (n == length - 1) taken from
+    registers (READY: its store to the cache need not be visible yet)."""
+    newest = (n == length - 1)[:, None]
+    return tl.where(newest, k_new, k), tl.where(newest, v_new, v)
+
+
+@triton.jit
 def attend_tile(q, k, v, n_ok, m_i, l_i, acc, sm_scale, PHASE: tl.constexpr, PRECISION: tl.constexpr):
     """The softmax state (max, sum, weighted values) after one tile of keys k and values v;
     keys where n_ok is false score -inf. PHASE 2 takes m_i and l_i as the whole row's."""
@@ -161,12 +169,8 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
             first = start + BLOCK_N
         if READY:  # the newest token's k and v, readied; stored by the split that holds it
             k_new = tl.load(new_k_ptr + b * stride_nkb + kv_head * stride_nkh + d[None, :], mask=d_ok[None, :],
-                            other=0.0)  # [1, BLOCK_D]
-            dtype = k_ptr.dtype.element_ty
-            k_new = k_new.to(tl.float32)
-            if NORM:
-                k_new = norm_rows(k_new, k_w, HEAD_DIM, eps, dtype)
-            k_new = rotate_by(k_new, c, sn, dtype, 1, BLOCK_D // 2).to(dtype)
+                            other=0.0).to(tl.float32)  # [1, BLOCK_D]
+            k_new = ready_rows(k_new, k_w, c, sn, HEAD_DIM, eps, k_ptr.dtype.element_ty, 1, BLOCK_D // 2, NORM)
             v_new = tl.load(new_v_ptr + b * stride_nvb + kv_head * stride_nvh + d[None, :], mask=d_ok[None, :],
                             other=0.0)
             last = length - 1 + tl.zeros([1], dtype=tl.int32)
@@ -179,9 +183,7 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
         if PREFETCH:
             newest = (n == length - 1)[:, None] & d_ok[None, :]
             if READY:
-                k = tl.where(newest, k_new, k)
-                if PHASE != 1:
-                    v = tl.where(newest, v_new, v)
+                k, v = newest_readied(k, v, n, length, k_new, v_new)
             else:
                 k = tl.where(newest, tl.load(k_ptr + at, mask=newest, other=0.0), k)
                 if PHASE != 1:
@@ -192,11 +194,8 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
         q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
                     mask=g_ok[:, None] & d_ok[None, :], other=0.0)  # [BLOCK_G, BLOCK_D]
         if READY:
-            dtype = q_ptr.dtype.element_ty
-            q = q.to(tl.float32)
-            if NORM:
-                q = norm_rows(q, q_w, HEAD_DIM, eps, dtype)
-            q = rotate_by(q, c, sn, dtype, BLOCK_G, BLOCK_D // 2).to(dtype)
+            q = ready_rows(q.to(tl.float32), q_w, c, sn, HEAD_DIM, eps, q_ptr.dtype.element_ty, BLOCK_G,
+                           BLOCK_D // 2, NORM)
         m_i = tl.zeros([BLOCK_G], dtype=tl.float32) - float("inf")
         l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
         acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
@@ -223,9 +222,8 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
             v = k
             if PHASE != 1:
                 v = tl.load(v_ptr + rows[:, None] + d[None, :], mask=kv_ok, other=0.0)
-            if READY:  # the newest row as readied (its store above need not be visible yet)
-                newest_row = (n == length - 1)[:, None]
-                k, v = tl.where(newest_row, k_new, k), tl.where(newest_row, v_new, v)
+            if READY:
+                k, v = newest_readied(k, v, n, length, k_new, v_new)
             m_i, l_i, acc = attend_tile(q, k, v, n_ok, m_i, l_i, acc, sm_scale, PHASE, PRECISION)
         if PHASE != 1:
             tl.store(part_acc_ptr + part[:, None] * BLOCK_D + d[None, :], acc, mask=g_ok[:, None])

@@ -35,11 +35,11 @@ def ready_heads(x_ptr, w_ptr, cos_ptr, sin_ptr, t, stride_t, stride_h, stride_ct
     ok = (heads < num_heads) & (cols < 2 * HALF)
     at = x_ptr + t * stride_t + heads * stride_h + cols
     x = tl.load(at, mask=ok, other=0.0).to(tl.float32)
-    dtype = x_ptr.dtype.element_ty
+    w = 0.0  # no norms: unread
     if NORM:
         w = tl.load(w_ptr + cols, mask=cols < 2 * HALF, other=0.0).to(tl.float32)
-        x = norm_rows(x, w, 2 * HALF, eps, dtype)
-    out = rotate_rows(x, cos_ptr, sin_ptr, t, stride_ct, dtype, HALF, BLOCK_H, BLOCK_P).to(dtype)
+    c, s = rope_angles(cos_ptr, sin_ptr, t, stride_ct, HALF, BLOCK_P)
+    out = ready_rows(x, w, c, s, 2 * HALF, eps, x_ptr.dtype.element_ty, BLOCK_H, BLOCK_P, NORM)
     tl.store(at, out, mask=ok)
     return out
 
