@@ -71,12 +71,16 @@ def test_paged_chunks_wants_a_power_of_two_pages_a_chunk():
         module.KVCache(config, "cpu", torch.float32)
 
 
-def sm90_ptx(kernel, types: dict, constants: dict, num_stages: int) -> str:
+def sm90_ptx(kernel, constants: dict, num_stages: int, **types) -> str:
     """The PTX Triton writes for `kernel` on an H100 (sm_90), compiled here without a GPU:
+    pointers fp16 and strides, counts and the chunk shift i32 where `types` names no other,
     pointers and strides marked 16-divisible, as the launcher specialises real ones."""
     if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").is_file():
         pytest.skip("this triton wheel carries no ptxas: no compiling for sm_90 here")
     names = kernel.arg_names
+    types = {**{name: "*fp16" for name in names if name.endswith("_ptr")},
+             **{name: "i32" for name in names if name.startswith(("stride", "num_")) or name == "chunk_shift"},
+             **types}
     signature = {name: types.get(name, "constexpr") for name in names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(names)
              if types.get(name, "").startswith("*") or name.startswith("stride")}
@@ -98,15 +102,12 @@ def test_the_split_kv_decode_reads_its_rows_16_bytes_at_a_time_on_sm_90(prefetch
     division, a subroutine call: Qwen3-0.6B's 64 x 256 step ran 3.52 ms against 2.21 (H100).
     READY (attention.split_kv) compiles too: the interpreter does not check a loop's types."""
     module = load_allele("attend_decode", "triton_split_kv")
-    kernel = module.split_kv_partial_kernel
-    pointers = {name: "*fp16" for name in kernel.arg_names if name.endswith("_ptr")}
-    pointers.update(table_ptr="*i32", offsets_ptr="*i64", positions_ptr="*i64", part_acc_ptr="*fp32",
-                    part_max_ptr="*fp32", part_sum_ptr="*fp32", cos_ptr="*fp32", sin_ptr="*fp32")
-    integers = {name: "i32" for name in kernel.arg_names if name.startswith(("stride", "num_")) or name == "chunk_shift"}
-    ptx = sm90_ptx(kernel, {**pointers, **integers, "sm_scale": "fp32", "eps": "fp32"},
+    ptx = sm90_ptx(module.split_kv_partial_kernel,
                    dict(PAGE_SIZE=16, GROUPS=2, SPLITS=2, BLOCK_G=16, HEAD_DIM=128, BLOCK_D=128, BLOCK_N=16,
                         PRECISION="tf32", PHASE=0, PREFETCH=prefetch, READY=ready, NORM=ready, PDL=prefetch),
-                   num_stages=2)
+                   num_stages=2, table_ptr="*i32", offsets_ptr="*i64", positions_ptr="*i64", part_acc_ptr="*fp32",
+                   part_max_ptr="*fp32", part_sum_ptr="*fp32", cos_ptr="*fp32", sin_ptr="*fp32", sm_scale="fp32",
+                   eps="fp32")
     loads = re.findall(r"(?:ld\.global|cp\.async\.c[ag]\.shared\.global)[\w.]*", ptx)
     # READY's four one-row loads (the newest k and v, the two norms' weights: 256 bytes each,
     # an element a thread) go 2 bytes at a time; nothing else may.
@@ -119,18 +120,12 @@ def test_the_cache_row_writes_run_no_64_bit_division_on_sm_90():
     """attention_inputs.triton and paged_chunks write a token's K/V row where shared.slot_row
     finds it: a constexpr page size and a shift, no division routine in a batch-1 step."""
     writes = load_allele("attention_inputs", "triton").attention_inputs_kernel
-    types = {name: "*fp16" for name in writes.arg_names if name.endswith("_ptr")}
-    types.update(slots_ptr="*i64", offsets_ptr="*i64", eps="fp32")
-    types.update({name: "i32" for name in writes.arg_names
-                  if name.startswith(("stride", "num_")) or name == "chunk_shift"})
-    ptx = sm90_ptx(writes, types, dict(HALF=64, BLOCK_QH=16, BLOCK_KH=8, BLOCK_P=64, NORM=True, WRITE=True,
-                                       PAGE_SIZE=16), num_stages=2)
+    ptx = sm90_ptx(writes, dict(HALF=64, BLOCK_QH=16, BLOCK_KH=8, BLOCK_P=64, NORM=True, WRITE=True, PAGE_SIZE=16),
+                   num_stages=2, slots_ptr="*i64", offsets_ptr="*i64", eps="fp32")
     assert not divisions(ptx)
     rows = load_allele("KVCache", "paged_chunks").write_rows_kernel
-    types = {name: "*fp16" for name in rows.arg_names if name.endswith("_ptr")}
-    types.update(slots_ptr="*i64", offsets_ptr="*i64")
-    types.update({name: "i32" for name in rows.arg_names if name.startswith("stride") or name == "chunk_shift"})
-    assert not divisions(sm90_ptx(rows, types, dict(PAGE_SIZE=16, ROW=1024, BLOCK=1024), num_stages=2))
+    assert not divisions(sm90_ptx(rows, dict(PAGE_SIZE=16, ROW=1024, BLOCK=1024), num_stages=2, slots_ptr="*i64",
+                                  offsets_ptr="*i64"))
 
 
 @pytest.mark.skipif(os.environ.get("MUTATIONS_SLOW") != "1", reason="about 45 s per allele; MUTATIONS_SLOW=1 runs it")
