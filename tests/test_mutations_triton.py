@@ -71,10 +71,11 @@ def test_paged_chunks_wants_a_power_of_two_pages_a_chunk():
         module.KVCache(config, "cpu", torch.float32)
 
 
-def sm90_ptx(kernel, constants: dict, num_stages: int, **types) -> str:
+def sm90_ptx(kernel, constants: dict, num_stages: int, divisible=(), **types) -> str:
     """The PTX Triton writes for `kernel` on an H100 (sm_90), compiled here without a GPU:
     pointers fp16 and strides, counts and the chunk shift i32 where `types` names no other,
-    pointers and strides marked 16-divisible, as the launcher specialises real ones."""
+    pointers, strides and the `divisible` integers marked 16-divisible, as the launcher
+    specialises real ones."""
     if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").is_file():
         pytest.skip("this triton wheel carries no ptxas: no compiling for sm_90 here")
     names = kernel.arg_names
@@ -83,7 +84,7 @@ def sm90_ptx(kernel, constants: dict, num_stages: int, **types) -> str:
              **types}
     signature = {name: types.get(name, "constexpr") for name in names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(names)
-             if types.get(name, "").startswith("*") or name.startswith("stride")}
+             if types.get(name, "").startswith("*") or name.startswith("stride") or name in divisible}
     source = ASTSource(fn=kernel, signature=signature, attrs=attrs,
                        constexprs={(names.index(name),): value for name, value in constants.items()})
     options = {"num_warps": 4, "num_stages": num_stages, "enable_fp_fusion": True}  # a launch's default, named
@@ -114,6 +115,21 @@ def test_the_split_kv_decode_reads_its_rows_16_bytes_at_a_time_on_sm_90(prefetch
     assert loads.count("ld.global.b16") == (4 if ready else 0) and "ld.global.u16" not in loads, loads
     assert set(loads) & {"ld.global.v4.b32", "cp.async.cg.shared.global"}, loads
     assert not divisions(ptx)
+
+
+@pytest.mark.parametrize("glu", [False, True])
+def test_the_one_row_norm_fold_reads_its_weights_16_bytes_at_a_time_on_sm_90(glu):
+    """shared.norm_linear_kernel (norm_qkv.folded, norm_mlp.folded) over a row of 1,024, as a
+    real checkpoint's rows are specialised (16-divisible): the weight rows load 16 bytes a
+    thread, GLU's second half (the up rows) as the first; the SwiGLU product compiles."""
+    kernel = load_allele("norm_mlp", "folded").norm_linear_kernel
+    ptx = sm90_ptx(kernel, dict(BLOCK_N=8 if glu else 16, BLOCK_K=1024, RESIDUAL=True, GLU=glu, PDL=True),
+                   num_stages=1, divisible=("num_out", "num_in"), eps="fp32")
+    loads = re.findall(r"ld\.global[\w.]*", ptx)
+    # 16 x 1,024 fp16 weights (GLU: 8 rows of each half) over 128 threads, 8 a load: 16 loads
+    # a thread; one each for x, the residual and the norm's weight
+    assert loads.count("ld.global.v4.b32") == 16 + 3 and len(loads) == 19, loads
+    assert ("div.rn.f32" in ptx) == glu
 
 
 def test_the_cache_row_writes_run_no_64_bit_division_on_sm_90():

@@ -248,26 +248,45 @@ def ready_rows(x, w, c, s, width, eps, dtype, BLOCK_H: tl.constexpr, BLOCK_P: tl
     return rotate_by(x, c, s, dtype, BLOCK_H, BLOCK_P).to(dtype)
 
 
+# SwiGLU's arithmetic, which mlp.swiglu_triton's kernels and norm_mlp.folded's projection share.
+EXP = tl if os.environ.get("TRITON_INTERPRET") == "1" else libdevice  # whose exp the kernels call
+
+
+@triton.jit
+def silu_times(gate, up, dtype):
+    """silu(gate) * up from fp32 gate and up, as torch's two kernels round it: silu as CUDA's
+    computes it (expf, an IEEE-rounded division) rounded to dtype, then the product."""
+    return (tl.math.div_rn(gate, 1.0 + EXP.exp(-gate)).to(dtype).to(tl.float32) * up).to(dtype)
+
+
 # The norm_qkv and norm_mlp alleles' fold: at one row (a batch-1 decode) the norm before a
 # projection is a launch of its own for a few KB of work, between two that move megabytes.
 NORM_FOLD_WIDTH = 8192  # range: 1024..16384; the widest row whose norm a one-row projection folds in
 NORM_FOLD_ELEMENTS = 16384  # range: 4096..65536; weight elements a folding program holds (its columns x the row)
+# 8 warps took an H100's Qwen3-0.6B batch-1 step from 0.699 to 0.691 ms and Llama-3.2-1B's from
+# 0.978 to 0.984 (docs/PERF.md, thirty-second session): one for the search to tune per target.
+NORM_FOLD_WARPS = 4  # range: 1..16; warps a folding program runs with (Triton's default: 4)
 
 
 @triton.jit
 def norm_linear_kernel(x_ptr, r_ptr, norm_ptr, w_ptr, out_ptr, sum_ptr, num_out, num_in, stride_w, eps,
                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, RESIDUAL: tl.constexpr,
-                       PDL: tl.constexpr = False):
+                       GLU: tl.constexpr = False, PDL: tl.constexpr = False):
     """One row: out[cols] = rms_norm(x + r) @ w[cols].T, rounded op for op as add_rms_norm.triton
     and then the prefetched one-row linear round; program 0 writes x + r to sum. Every program
-    norms the whole row itself (a few KB, from L2). RESIDUAL false: rms_norm(x), no sum."""
+    norms the whole row itself (a few KB, from L2). RESIDUAL false: rms_norm(x), no sum.
+    GLU: w is a fused gate/up weight (gate rows, then num_out up rows) and out[cols] is
+    silu(gate) * up, rounded as swiglu_kernel rounds it: a program holds both halves' rows."""
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     k = tl.arange(0, BLOCK_K)
     k_ok = k < num_in
     col_ok = cols < num_out
+    rows = w_ptr + cols[:, None].to(tl.int64) * stride_w + k[None, :]
+    ok = col_ok[:, None] & k_ok[None, :]
     # The weights first: no kernel before this one writes them.
-    w = tl.load(w_ptr + cols[:, None].to(tl.int64) * stride_w + k[None, :], mask=col_ok[:, None] & k_ok[None, :],
-                other=0.0)  # [BLOCK_N, BLOCK_K]
+    w = tl.load(rows, mask=ok, other=0.0)  # [BLOCK_N, BLOCK_K]
+    if GLU:
+        w_up = tl.load(rows + num_out.to(tl.int64) * stride_w, mask=ok, other=0.0)
     norm_w = tl.load(norm_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
     if PDL:  # x and r, and the outputs' memory, belong to the kernels before
         gdc_launch_dependents()
@@ -281,7 +300,11 @@ def norm_linear_kernel(x_ptr, r_ptr, norm_ptr, w_ptr, out_ptr, sum_ptr, num_out,
         total = total.to(tl.float32)
     scale = tl.rsqrt(tl.sum(total * total, axis=0) / num_in + eps)
     normed = ((total * scale).to(dtype).to(tl.float32) * norm_w).to(dtype).to(tl.float32)  # cast back, then the weight
-    tl.store(out_ptr + cols, tl.sum(w.to(tl.float32) * normed[None, :], axis=1).to(dtype), mask=col_ok)
+    out = tl.sum(w.to(tl.float32) * normed[None, :], axis=1).to(dtype)
+    if GLU:
+        up = tl.sum(w_up.to(tl.float32) * normed[None, :], axis=1).to(dtype).to(tl.float32)
+        out = silu_times(out.to(tl.float32), up, dtype)
+    tl.store(out_ptr + cols, out, mask=col_ok)
 
 
 def folds_norm(x, residual, weight):
@@ -292,23 +315,23 @@ def folds_norm(x, residual, weight):
             and weight.stride(-1) == 1 and (residual is None or residual.is_contiguous()))
 
 
-def norm_linear(x, residual, norm_weight, weight, eps):
+def norm_linear(x, residual, norm_weight, weight, eps, glu=False):
     """(rms_norm(x + residual) @ weight.T, x + residual) for one row (folds_norm) in one
-    launch; residual None: (rms_norm(x) @ weight.T, x)."""
-    out = torch.empty(1, weight.shape[0], device=x.device, dtype=x.dtype)
+    launch; residual None: (rms_norm(x) @ weight.T, x). glu: weight is a fused gate/up and
+    the first is silu(gate) * up, [1, intermediate]."""
+    num_out = weight.shape[0] // 2 if glu else weight.shape[0]
+    out = torch.empty(1, num_out, device=x.device, dtype=x.dtype)
     total = x if residual is None else torch.empty_like(x)
     block_k = triton.next_power_of_2(x.shape[1])
-    block_n = max(1, min(16, NORM_FOLD_ELEMENTS // block_k))
-    norm_linear_kernel[(triton.cdiv(weight.shape[0], block_n),)](
-        x, x if residual is None else residual, norm_weight, weight, out, total, weight.shape[0], x.shape[1],
+    block_n = max(1, min(16, NORM_FOLD_ELEMENTS // block_k) // (2 if glu else 1))  # glu: two halves' rows
+    norm_linear_kernel[(triton.cdiv(num_out, block_n),)](
+        x, x if residual is None else residual, norm_weight, weight, out, total, num_out, x.shape[1],
         weight.stride(0), eps, BLOCK_N=block_n, BLOCK_K=block_k,
-        RESIDUAL=residual is not None)
+        RESIDUAL=residual is not None, GLU=glu, num_warps=NORM_FOLD_WARPS)
     return out, total
 
 
-# mlp.swiglu_triton's kernels (its docstring says why), which norm_mlp.folded runs too.
-EXP = tl if os.environ.get("TRITON_INTERPRET") == "1" else libdevice  # whose exp the kernel calls
-
+# mlp.swiglu_triton's kernels (its docstring says why).
 SWIGLU_BLOCK = 1024  # range: 256..4096; activations a program handles
 SWIGLU_WARPS = 4  # range: 1..16; warps a program runs with (Triton's default: 4)
 FOLD_WIDTH = 4096  # range: 512..16384; the widest intermediate a one-row product folds into the down projection
@@ -322,9 +345,7 @@ def swiglu_kernel(gate_up_ptr, out_ptr, stride_gt, stride_ot, width, BLOCK: tl.c
     ok = i < width
     gate = tl.load(gate_up_ptr + t * stride_gt + i, mask=ok, other=0.0).to(tl.float32)
     up = tl.load(gate_up_ptr + t * stride_gt + width + i, mask=ok, other=0.0).to(tl.float32)
-    dtype = out_ptr.dtype.element_ty
-    silu = tl.math.div_rn(gate, 1.0 + EXP.exp(-gate)).to(dtype).to(tl.float32)
-    tl.store(out_ptr + t * stride_ot + i, (silu * up).to(dtype), mask=ok)
+    tl.store(out_ptr + t * stride_ot + i, silu_times(gate, up, out_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit
@@ -344,8 +365,7 @@ def swiglu_down_kernel(gate_up_ptr, w_ptr, out_ptr, num_out, width, stride_w, BL
     gate = tl.load(gate_up_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
     up = tl.load(gate_up_ptr + width + k, mask=k_ok, other=0.0).to(tl.float32)
     dtype = out_ptr.dtype.element_ty
-    silu = tl.math.div_rn(gate, 1.0 + EXP.exp(-gate)).to(dtype).to(tl.float32)
-    product = (silu * up).to(dtype).to(tl.float32)
+    product = silu_times(gate, up, dtype).to(tl.float32)
     tl.store(out_ptr + cols, tl.sum(w.to(tl.float32) * product[None, :], axis=1).to(dtype), mask=col_ok)
 
 

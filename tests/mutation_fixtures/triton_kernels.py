@@ -391,8 +391,9 @@ def check_prefetched_linear():
 def check_norm_linear():
     """The fold of a one-row norm into the projection after it (shared.norm_linear, through
     norm_qkv.folded and norm_mlp.folded): bit for bit the kernels apart (add_rms_norm.triton or
-    rms_norm.triton, then the one-row prefetched linear), in fp16 and bf16, over a row of 48
-    (padded to 64) and 40 output columns, 4 a program; more rows take the genes apart."""
+    rms_norm.triton, then the one-row prefetched linear, and for the MLP swiglu_kernel), in
+    fp16 and bf16, over a row of 48 (padded to 64) and 40 output columns, 4 a program (2 of
+    gate and 2 of up for the MLP's); more rows take the genes apart."""
     torch.manual_seed(8)
     add_norm, norm = load("add_rms_norm", "triton").add_rms_norm, load("rms_norm", "triton").rms_norm
     qkv = load("norm_qkv", "folded")
@@ -418,9 +419,15 @@ def check_norm_linear():
         check(f"norm_qkv folded {dtype}, first layer", torch.cat(got, -1),
               linear.prefetched_linear(norm(x, norm_weight, 1e-5), layer["qkv"]), tol=1e-12)
         assert same is x, "the first layer's residual stream is x itself"
+        # norm_mlp: silu(gate) * up in the projection's programs, as swiglu_kernel makes it
+        # from the prefetched projection's gate and up; the down projection after it.
+        gate_up = linear.prefetched_linear(h, layer["gate_up"])
+        product = torch.empty(1, 20, dtype=dtype)
+        swiglu.swiglu_kernel[(1, 1)](gate_up, product, gate_up.stride(0), product.stride(0), 20, BLOCK=32)
+        got, _ = mlp.norm_linear(x, residual, norm_weight, layer["gate_up"], 1e-5, glu=True)
+        check(f"norm_linear glu {dtype}: silu(gate) * up", got, product, tol=1e-12)
         got, got_total = mlp.norm_mlp(x, residual, norm_weight, layer, 1e-5)
-        check(f"norm_mlp folded {dtype}", got, swiglu.swiglu(linear.prefetched_linear(h, layer["gate_up"]), layer),
-              tol=1e-12)
+        check(f"norm_mlp folded {dtype}", got, product @ layer["down"].T, tol=1e-12)
         check(f"norm_mlp folded {dtype}: the residual stream", got_total, total, tol=1e-12)
     # Several rows, and a row wider than NORM_FOLD_WIDTH, take the genes apart: the fold's
     # kernel cannot launch.

@@ -21,8 +21,9 @@ matmul is. A launch a layer fewer: on an H100 Qwen3-0.6B's batch-1 step (interme
 3,072) gained, while Llama-3.2-1B's (8,192) lost 0.23 ms, each program recomputing a product
 twice as wide for fewer columns (docs/PERF.md, twenty-seventh session): hence FOLD_WIDTH.
 
-The kernels and `swiglu`, the MLP after its first projection, are in shared.py: at one row
-norm_mlp.folded runs them after a projection of its own.
+The kernels and `swiglu`, the MLP after its first projection, are in shared.py, with their
+arithmetic (`silu_times`), which norm_mlp.folded's one-row projection computes in its own
+programs.
 """
 REQUIRES = {"load_weights": ("fused_gate_up", "fused_both")}
 DEVICES = "cuda"

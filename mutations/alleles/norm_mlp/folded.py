@@ -1,10 +1,14 @@
-"""The norm before the MLP folded into its fused gate/up projection at one row: one launch, not two.
+"""The norm before the MLP, and SwiGLU after it, folded into its fused gate/up projection at one row.
 
 As norm_qkv.folded (shared.norm_linear), for the post-attention norm: each program loads its
-columns of the gate/up weight and the norm's weight, waits under PDL, then adds the residual
-(the o projection's output), norms the row and multiplies; mlp.swiglu_triton's kernels
-(shared.swiglu) take it from there, whichever mlp the program carries. More rows, fp32, or
-a row wider than NORM_FOLD_WIDTH take the genes apart.
+columns of the gate weight, the same columns of the up weight and the norm's weight, waits
+under PDL, then adds the residual (the o projection's output), norms the row, multiplies and
+writes silu(gate) * up for its columns, rounded as mlp.swiglu_triton rounds it; the down
+projection reads the product. The product in the projection's last step, not in the down
+projection's programs (each of which recomputed the whole row's after its wait) or a launch
+of its own: on an H100 Qwen3-0.6B's batch-1 step 0.752 -> 0.700 ms, Llama-3.2-1B's 1.010 ->
+0.980 (docs/PERF.md, thirty-second session). More rows, fp32, or a row wider than
+NORM_FOLD_WIDTH take the genes apart.
 """
 REQUIRES = {"load_weights": ("fused_gate_up", "fused_both")}
 DEVICES = "cuda"
@@ -15,5 +19,5 @@ def norm_mlp(x, residual, weight, layer, eps):
     if not folds_norm(x, residual, layer["gate_up"]):
         h, x = add_rms_norm(x, residual, weight, eps)
         return mlp(h, layer), x
-    gate_up, x = norm_linear(x, residual, weight, layer["gate_up"], eps)
-    return swiglu(gate_up, layer), x
+    product, x = norm_linear(x, residual, weight, layer["gate_up"], eps, glu=True)
+    return product @ layer["down"].T, x

@@ -75,6 +75,8 @@ PREFETCH_SHARE = 1024  # range: 256..2048; inner-dimension elements a program ho
 # all 10 Llama-3.2-1B / Qwen3-0.6B projections (Qwen3's o 2.83 against 4.34 us, Llama's down
 # 13.33 against 15.79; docs/PERF.md, twenty-seventh session).
 PREFETCH_ONE_ROW_SHARE = 8192  # range: 256..16384; inner-dimension elements a one-row program sums
+# 8 were slower on both Llama-3.2-1B and Qwen3-0.6B (H100, docs/PERF.md, thirty-second session).
+PREFETCH_ONE_ROW_WARPS = 4  # range: 1..16; warps a one-row program runs with (Triton's default: 4)
 
 
 def prefetched_linear(x, weight):
@@ -98,7 +100,8 @@ def prefetched_linear(x, weight):
     prefetched_linear_kernel[(triton.cdiv(num_out, block_n), splits)](
         x, weight, part, num_rows, num_out, num_in, x.stride(0), weight.stride(0), part.stride(-2),
         part.stride(0) if splits > 1 else 0, share, BLOCK_M=max(16, triton.next_power_of_2(num_rows)),
-        BLOCK_N=block_n, SHARE=block_share, PDL=PDL_LAUNCH, ONE_ROW=num_rows == 1, launch_pdl=PDL_LAUNCH)
+        BLOCK_N=block_n, SHARE=block_share, PDL=PDL_LAUNCH, ONE_ROW=num_rows == 1, launch_pdl=PDL_LAUNCH,
+        num_warps=PREFETCH_ONE_ROW_WARPS if num_rows == 1 else 4)
     if splits > 1:
         sum_shares_kernel[(num_rows, triton.cdiv(num_out, 1024))](
             part, out, num_out, part.stride(0), part.stride(1), out.stride(0), SPLITS=splits, BLOCK=1024,
