@@ -422,8 +422,9 @@ def check_norm_linear():
         # norm_mlp: silu(gate) * up in the projection's programs, as swiglu_kernel makes it
         # from the prefetched projection's gate and up; the down projection after it.
         gate_up = linear.prefetched_linear(h, layer["gate_up"])
-        product = torch.empty(1, 20, dtype=dtype)
-        swiglu.swiglu_kernel[(1, 1)](gate_up, product, gate_up.stride(0), product.stride(0), 20, BLOCK=32)
+        width = gate_up.shape[1] // 2
+        product = torch.empty(1, width, dtype=dtype)
+        swiglu.swiglu_kernel[(1, 1)](gate_up, product, gate_up.stride(0), product.stride(0), width, BLOCK=32)
         got, _ = mlp.norm_linear(x, residual, norm_weight, layer["gate_up"], 1e-5, glu=True)
         check(f"norm_linear glu {dtype}: silu(gate) * up", got, product, tol=1e-12)
         got, got_total = mlp.norm_mlp(x, residual, norm_weight, layer, 1e-5)

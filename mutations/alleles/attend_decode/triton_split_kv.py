@@ -181,10 +181,10 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
             tl.store(k_ptr + row[:, None] + d[None, :], k_new, mask=holds)
             tl.store(v_ptr + row[:, None] + d[None, :], v_new, mask=holds)
         if PREFETCH:
-            newest = (n == length - 1)[:, None] & d_ok[None, :]
             if READY:
                 k, v = newest_readied(k, v, n, length, k_new, v_new)
             else:
+                newest = (n == length - 1)[:, None] & d_ok[None, :]
                 k = tl.where(newest, tl.load(k_ptr + at, mask=newest, other=0.0), k)
                 if PHASE != 1:
                     v = tl.where(newest, tl.load(v_ptr + at, mask=newest, other=0.0), v)
