@@ -1,0 +1,100 @@
+"""Where a decode step's time goes, kernel by kernel: what each adds to the step's end.
+
+    python -m tools.probes.step_timeline --engine E --model-config C --weight-dir W [--case decode_1x128x64]
+
+Under programmatic dependent launch a kernel starts before the one ahead of it ends and
+waits inside, so its own duration counts the wait. What it costs the step is how far it
+moves the step's end: its end less the latest end before it ("adds"). The case's decode
+calls run once under torch.profiler, synchronised call by call, so each call is one cluster
+of kernels; the clusters of the most common size are the steps. Kernels are named by what
+they are and the two before them (the same kernel serves several projections); per name:
+how often a step runs it, its median duration and median add, and the step's total of adds.
+The profiler may itself slow the GPU: the step's span here is printed beside
+`fitness bench --step-time`'s figure for the same engine in docs/PERF.md.
+"""
+import argparse
+import json
+import statistics
+from collections import Counter
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from fitness.bench import CASE_SEED
+from fitness.cases import select_cases
+from fitness.loader import load_engine_module
+from fitness.traces import materialize, replay
+
+NOT_KERNELS = ("Memcpy", "Memset")  # copies are not steps of the chain
+
+
+def clusters(kernels: list, gap_us: float) -> list:
+    """(name, start, end) sorted by start, cut where the GPU idled more than gap_us."""
+    out, last_end = [], None
+    for kernel in sorted(kernels, key=lambda k: k[1]):
+        if last_end is None or kernel[1] - last_end > gap_us:
+            out.append([])
+        out[-1].append(kernel)
+        last_end = kernel[2] if last_end is None else max(last_end, kernel[2])
+    return out
+
+
+def short(name: str) -> str:
+    return name.split("(")[0].split("<")[0].strip()[:48]
+
+
+def step_table(steps: list) -> dict:
+    """Per label: count a step, median duration and add (us), and a step's total add."""
+    rows, spans = {}, []
+    for step in steps:
+        spans.append(step[-1][2] - step[0][1] if len(step) == 1 else max(k[2] for k in step) - step[0][1])
+        frontier = step[0][1]
+        names = [short(k[0]) for k in step]
+        for i, (_, start, end) in enumerate(step):
+            label = " < ".join(names[max(0, i - 2):i + 1][::-1])
+            row = rows.setdefault(label, {"durations": [], "adds": []})
+            row["durations"].append(end - start)
+            row["adds"].append(max(0.0, end - frontier))
+            frontier = max(frontier, end)
+    n = len(steps)
+    table = {label: {"per_step": len(row["adds"]) / n, "duration_us": round(statistics.median(row["durations"]), 2),
+                     "add_us": round(statistics.median(row["adds"]), 2),
+                     "step_add_us": round(sum(row["adds"]) / n, 1)}
+             for label, row in rows.items()}
+    return {"steps": n, "span_us": round(statistics.median(spans), 1),
+            "kernels": dict(sorted(table.items(), key=lambda item: -item[1]["step_add_us"]))}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", type=Path, required=True)
+    parser.add_argument("--model-config", type=Path, required=True)
+    parser.add_argument("--weight-dir", type=Path, required=True)
+    parser.add_argument("--case", default="decode_1x128x64")
+    parser.add_argument("--gap-us", type=float, default=20.0, help="idle GPU time that separates two calls")
+    args = parser.parse_args(argv)
+    config = json.loads(args.model_config.read_text())
+    module = load_engine_module(args.engine)
+    events = select_cases("large")[args.case]
+    engine = module.create_engine(dict(config), str(args.weight_dir), "cuda")
+    with torch.no_grad():
+        for call in materialize(events, config["vocab_size"], CASE_SEED, "cuda"):  # warm: graphs, compiles
+            replay(engine, call)
+        calls = materialize(events, config["vocab_size"], CASE_SEED, "cuda")
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for call in calls:
+                replay(engine, call)
+                torch.cuda.synchronize()
+    kernels = [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
+               if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith(NOT_KERNELS)]
+    found = clusters(kernels, args.gap_us)
+    size = Counter(len(c) for c in found).most_common(1)[0][0]
+    steps = [c for c in found if len(c) == size]
+    print(json.dumps({"engine": str(args.engine), "case": args.case, "kernels_a_step": size, **step_table(steps)},
+                     indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
