@@ -117,6 +117,21 @@ def test_the_split_kv_decode_reads_its_rows_16_bytes_at_a_time_on_sm_90(prefetch
     assert not divisions(ptx)
 
 
+def test_the_split_kv_decode_reads_before_its_wait_only_what_the_step_does_not_write():
+    """Under programmatic launch a batch-1 split loads its first tile before its wait, while
+    the kernels before may still run; whatever it reads then must have been written before
+    the step (positions, block table, cache rows of earlier steps, norms' weights). The
+    token's RoPE angles are not: the engine's first kernel writes them, and read before the
+    wait they raced with it (a Llama-3.2-1B gate failed at 2.88x the tolerance on an H100)."""
+    source = load_allele("attend_decode", "triton_split_kv").split_kv_partial_kernel.src
+    body = source.split('"""')[2]  # after the docstring
+    before = body[:body.rindex("gdc_wait()")]
+    written_in_the_step = ["q_ptr", "new_k_ptr", "new_v_ptr", "cos_ptr", "sin_ptr", "part_acc_ptr", "part_max_ptr",
+                           "part_sum_ptr"]
+    assert [name for name in written_in_the_step if re.search(rf"\b{name}\b", before)] == []
+    assert re.search(r"\bk_ptr\b", before) and re.search(r"\btable_ptr\b", before)  # the tile is read there
+
+
 @pytest.mark.parametrize("glu", [False, True])
 def test_the_one_row_norm_fold_reads_its_weights_16_bytes_at_a_time_on_sm_90(glu):
     """shared.norm_linear_kernel (norm_qkv.folded, norm_mlp.folded) over a row of 1,024, as a

@@ -38,7 +38,10 @@ kernel of its own would race with this.
 
 With READY (attention.split_kv, batch 1) the programs also do attention_inputs' work: each
 readies its q heads after the wait, and the split holding the newest token readies its k and
-stores k and v, reading both from registers.
+stores k and v, reading both from registers. The newest row's place in the cache is looked up
+before the wait; q and the token's RoPE angles are loaded after it (the engine's first kernel
+writes the angles) and before those stores: after the wait only loads of what the kernels
+before wrote stand between it and the stores and the dot products.
 
 Works with any cache that exposes k/v as [pages, page_size, kv_heads, head_dim] per layer
 and sets step.block_table (slab: one page per request; paged). A cache whose pages live in
@@ -72,6 +75,9 @@ PREFETCH_STAGES = 1  # range: 1..5; DECODE_STAGES for the batches up to DECODE_P
 # add programs that exit at once, and at batch 1 they cost (an H100, one call in a graph,
 # 192 tokens: Qwen3-0.6B 6.76 us at 1,024 programs, 5.98 at 128; Llama-3.2-1B 5.99 and 5.61).
 PREFETCH_PROGRAMS = 128  # range: 16..8192; DECODE_PROGRAMS for the batches up to DECODE_PREFETCH_BATCH
+# 8 took an H100's Qwen3-0.6B batch-1 step (NORM_FOLD_WARPS 8) from 0.676 to 0.665 ms, 2 to 0.680
+# (docs/PERF.md, thirty-third session); the larger batches' DECODE_WARPS stays apart.
+PREFETCH_WARPS = 4  # range: 1..16; DECODE_WARPS for the batches up to DECODE_PREFETCH_BATCH
 
 
 @triton.jit
@@ -149,10 +155,13 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
         d = tl.arange(0, BLOCK_D)
         d_ok = d < HEAD_DIM
         first = start  # the loop's first tile
-        if READY:  # the token's angles and the norms' weights: written before the step
-            c, sn = rope_angles(cos_ptr, sin_ptr, b, stride_ct, HEAD_DIM // 2, BLOCK_D // 2)
+        if READY:  # the norms' weights and the newest row's place: written before the step
             q_w = tl.load(q_norm_ptr + d[None, :], mask=d_ok[None, :], other=0.0).to(tl.float32)
             k_w = tl.load(k_norm_ptr + d[None, :], mask=d_ok[None, :], other=0.0).to(tl.float32)
+            last = length - 1 + tl.zeros([1], dtype=tl.int32)
+            holds = last < end  # [1]: this split holds the newest token
+            row = tile_rows(table_ptr, offsets_ptr, b, kv_head, last, holds, stride_tb, chunk_shift, stride_kp,
+                            stride_kr, stride_kh, PAGE_SIZE)  # [1]
         if PREFETCH:
             n = start + tl.arange(0, BLOCK_N)
             n_ok = n < end
@@ -167,16 +176,20 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
             if PDL:  # q, the newest row and the partials' memory belong to the kernels before
                 gdc_wait()
             first = start + BLOCK_N
+        # q and the angles before the cache stores below, which the compiler would not move a load past
+        if READY:
+            c, sn = rope_angles(cos_ptr, sin_ptr, b, stride_ct, HEAD_DIM // 2, BLOCK_D // 2)
+        g = tl.arange(0, BLOCK_G)
+        g_ok = g < GROUPS
+        heads = kv_head * GROUPS + g
+        q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
+                    mask=g_ok[:, None] & d_ok[None, :], other=0.0)  # [BLOCK_G, BLOCK_D]
         if READY:  # the newest token's k and v, readied; stored by the split that holds it
             k_new = tl.load(new_k_ptr + b * stride_nkb + kv_head * stride_nkh + d[None, :], mask=d_ok[None, :],
                             other=0.0).to(tl.float32)  # [1, BLOCK_D]
             k_new = ready_rows(k_new, k_w, c, sn, HEAD_DIM, eps, k_ptr.dtype.element_ty, 1, BLOCK_D // 2, NORM)
             v_new = tl.load(new_v_ptr + b * stride_nvb + kv_head * stride_nvh + d[None, :], mask=d_ok[None, :],
                             other=0.0)
-            last = length - 1 + tl.zeros([1], dtype=tl.int32)
-            holds = last < end  # [1]: this split holds the newest token
-            row = tile_rows(table_ptr, offsets_ptr, b, kv_head, last, holds, stride_tb, chunk_shift, stride_kp,
-                            stride_kr, stride_kh, PAGE_SIZE)  # [1]
             holds = holds[:, None] & d_ok[None, :]
             tl.store(k_ptr + row[:, None] + d[None, :], k_new, mask=holds)
             tl.store(v_ptr + row[:, None] + d[None, :], v_new, mask=holds)
@@ -188,11 +201,6 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
                 k = tl.where(newest, tl.load(k_ptr + at, mask=newest, other=0.0), k)
                 if PHASE != 1:
                     v = tl.where(newest, tl.load(v_ptr + at, mask=newest, other=0.0), v)
-        g = tl.arange(0, BLOCK_G)
-        g_ok = g < GROUPS
-        heads = kv_head * GROUPS + g
-        q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
-                    mask=g_ok[:, None] & d_ok[None, :], other=0.0)  # [BLOCK_G, BLOCK_D]
         if READY:
             q = ready_rows(q.to(tl.float32), q_w, c, sn, HEAD_DIM, eps, q_ptr.dtype.element_ty, BLOCK_G,
                            BLOCK_D // 2, NORM)
@@ -302,7 +310,8 @@ def split_kv_attention(q, cache, layer, step, ready=None):
             1.0 / math.sqrt(head_dim), num_heads, eps, PAGE_SIZE=cache.page_size,
             GROUPS=groups, SPLITS=splits, BLOCK_G=max(16, triton.next_power_of_2(groups)), HEAD_DIM=head_dim,
             BLOCK_D=block_d, BLOCK_N=DECODE_TILE, PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PHASE=phase,
-            PREFETCH=prefetch, READY=ready is not None, NORM=q_norm is not None, num_warps=DECODE_WARPS,
+            PREFETCH=prefetch, READY=ready is not None, NORM=q_norm is not None,
+            num_warps=PREFETCH_WARPS if prefetch else DECODE_WARPS,
             num_stages=PREFETCH_STAGES if prefetch else DECODE_STAGES)
     out = torch.empty(batch, num_heads, head_dim, device=q.device, dtype=q.dtype)
     split_kv_combine_kernel[(batch, num_heads)](
