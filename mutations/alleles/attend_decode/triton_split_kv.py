@@ -75,8 +75,9 @@ PREFETCH_STAGES = 1  # range: 1..5; DECODE_STAGES for the batches up to DECODE_P
 # add programs that exit at once, and at batch 1 they cost (an H100, one call in a graph,
 # 192 tokens: Qwen3-0.6B 6.76 us at 1,024 programs, 5.98 at 128; Llama-3.2-1B 5.99 and 5.61).
 PREFETCH_PROGRAMS = 128  # range: 16..8192; DECODE_PROGRAMS for the batches up to DECODE_PREFETCH_BATCH
-# 8 took an H100's Qwen3-0.6B batch-1 step (NORM_FOLD_WARPS 8) from 0.676 to 0.665 ms, 2 to 0.680
-# (docs/PERF.md, thirty-third session); the larger batches' DECODE_WARPS stays apart.
+# 8 took an H100's Qwen3-0.6B batch-1 step (NORM_FOLD_WARPS 8) from 0.676 to 0.665 ms, 2 to
+# 0.680, and Llama-3.2-1B's from 0.970 to 0.986 (docs/PERF.md, thirty-third session): the
+# search's to tune per target (h100_20261127_2359b8da.txt has 8); larger batches: DECODE_WARPS.
 PREFETCH_WARPS = 4  # range: 1..16; DECODE_WARPS for the batches up to DECODE_PREFETCH_BATCH
 
 
