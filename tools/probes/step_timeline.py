@@ -1,6 +1,8 @@
 """Where a decode step's time goes, kernel by kernel: what each adds to the step's end.
 
-    python -m tools.probes.step_timeline --engine E --model-config C --weight-dir W [--case decode_1x128x64]
+    python -m tools.probes.step_timeline --engine E --model-config C --weight-dir W [--case NAME ...]
+
+NAME: a case of `--cases` (default: large's decode_1x128x64).
 
 Under programmatic dependent launch a kernel starts before the one ahead of it ends and
 waits inside, so its own duration counts the wait. What it costs the step is how far it
@@ -12,7 +14,6 @@ how often a step runs it, its median duration and median add, and the step's tot
 The profiler may itself slow the GPU: the step's span here is printed beside
 `fitness bench --step-time`'s figure for the same engine in docs/PERF.md.
 """
-import argparse
 import json
 import statistics
 from collections import Counter
@@ -25,6 +26,7 @@ from fitness.bench import CASE_SEED
 from fitness.cases import select_cases
 from fitness.loader import load_engine_module
 from fitness.traces import materialize, replay
+from tools.profile_case import case_arguments
 
 NOT_KERNELS = ("Memcpy", "Memset")  # copies are not steps of the chain
 
@@ -48,7 +50,7 @@ def step_table(steps: list) -> dict:
     """Per label: count a step, median duration and add (us), and a step's total add."""
     rows, spans = {}, []
     for step in steps:
-        spans.append(step[-1][2] - step[0][1] if len(step) == 1 else max(k[2] for k in step) - step[0][1])
+        spans.append(max(k[2] for k in step) - step[0][1])
         frontier = step[0][1]
         names = [short(k[0]) for k in step]
         for i, (_, start, end) in enumerate(step):
@@ -66,18 +68,9 @@ def step_table(steps: list) -> dict:
             "kernels": dict(sorted(table.items(), key=lambda item: -item[1]["step_add_us"]))}
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engine", type=Path, required=True)
-    parser.add_argument("--model-config", type=Path, required=True)
-    parser.add_argument("--weight-dir", type=Path, required=True)
-    parser.add_argument("--case", default="decode_1x128x64")
-    parser.add_argument("--gap-us", type=float, default=20.0, help="idle GPU time that separates two calls")
-    args = parser.parse_args(argv)
-    config = json.loads(args.model_config.read_text())
-    module = load_engine_module(args.engine)
-    events = select_cases("large")[args.case]
-    engine = module.create_engine(dict(config), str(args.weight_dir), "cuda")
+def timeline(module, config: dict, weight_dir: Path, events: list, gap_us: float) -> dict:
+    """step_table of a case's decode steps, on a fresh engine after one warm pass of the case."""
+    engine = module.create_engine(dict(config), str(weight_dir), "cuda")
     with torch.no_grad():
         for call in materialize(events, config["vocab_size"], CASE_SEED, "cuda"):  # warm: graphs, compiles
             replay(engine, call)
@@ -88,11 +81,22 @@ def main(argv=None) -> int:
                 torch.cuda.synchronize()
     kernels = [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
                if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith(NOT_KERNELS)]
-    found = clusters(kernels, args.gap_us)
+    found = clusters(kernels, gap_us)
     size = Counter(len(c) for c in found).most_common(1)[0][0]
-    steps = [c for c in found if len(c) == size]
-    print(json.dumps({"engine": str(args.engine), "case": args.case, "kernels_a_step": size, **step_table(steps)},
-                     indent=1))
+    return {"kernels_a_step": size, **step_table([c for c in found if len(c) == size])}
+
+
+def main(argv=None) -> int:
+    parser = case_arguments(__doc__.splitlines()[0])
+    parser.set_defaults(cases="large")
+    parser.add_argument("--gap-us", type=float, default=20.0, help="idle GPU time that separates two calls")
+    args = parser.parse_args(argv)
+    config = json.loads(args.model_config.read_text())
+    module = load_engine_module(args.engine)
+    cases = select_cases(args.cases)
+    for name in args.case or ["decode_1x128x64"]:
+        table = timeline(module, config, args.weight_dir, cases[name], args.gap_us)
+        print(json.dumps({"engine": str(args.engine), "case": name, **table}, indent=1), flush=True)
     return 0
 
 
