@@ -256,12 +256,14 @@ def check_ready_attention(head_dim, norms, dtype=torch.float32, table_dtype=None
 
 
 def check_prefill(head_dim, lengths=(3, 7, 1), num_heads=4, num_kv_heads=2, strided_v=False, rounding=False,
-                  dtype=torch.float32, tol=1e-4, most_differing=1.0):
+                  dtype=torch.float32, tol=1e-4, most_differing=1.0, blocks=None):
     """`strided_v`: v a view of a fused projection's rows, k its own tensor (rotated apart),
     as a graph engine passes them: each read with its own strides, no copy. `rounding`: the
-    cache's reference_rounding."""
+    cache's reference_rounding. `blocks`: (queries, keys) a block, else the allele's."""
     torch.manual_seed(2)
     module = load("attend_prefill", "triton_varlen")
+    if blocks:
+        module.PREFILL_BLOCK_M, module.PREFILL_BLOCK_N = blocks
     n = sum(lengths)
     q, k, v = (torch.randn(n, h, head_dim).to(dtype) for h in (num_heads, num_kv_heads, num_kv_heads))
     if strided_v:
@@ -282,12 +284,15 @@ def check_prefill(head_dim, lengths=(3, 7, 1), num_heads=4, num_kv_heads=2, stri
 
 
 def check_prefill_static(head_dim=24, lengths=(3, 7, 1), prompt_slots=5, rows=16, num_heads=4, num_kv_heads=2,
-                         rounding=False, dtype=torch.float32):
+                         rounding=False, dtype=torch.float32, blocks=None):
     """The captured layout: starts and lengths in padded device buffers (length-0 prompts),
     rows after the prompts that belong to none; those stay zero. `rounding`: the cache's
-    reference_rounding (the contract's bf16 prefill is captured too)."""
+    reference_rounding (the contract's bf16 prefill is captured too). `blocks` as in
+    check_prefill: blocks of fewer queries than `rows` put some past their prompt's end."""
     torch.manual_seed(3)
     module = load("attend_prefill", "triton_varlen")
+    if blocks:
+        module.PREFILL_BLOCK_M, module.PREFILL_BLOCK_N = blocks
     cache = SimpleNamespace(reference_rounding=rounding)
     n = sum(lengths)
     q, k, v = (torch.randn(rows, h, head_dim).to(dtype) for h in (num_heads, num_kv_heads, num_kv_heads))
@@ -483,7 +488,10 @@ if __name__ == "__main__":
     check_prefill(head_dim=32, lengths=(37, 5, 70), rounding=True, **ROUNDED)
     check_prefill(head_dim=256, lengths=(5, 2), num_heads=2, num_kv_heads=1)
     check_prefill(head_dim=24, strided_v=True)
+    check_prefill(head_dim=32, lengths=(37, 5, 70), blocks=(16, 16))  # unmasked key blocks before the diagonal
+    check_prefill(head_dim=64, lengths=(130, 5))
     check_prefill_static()
+    check_prefill_static(lengths=(20, 7, 1), rows=32, blocks=(16, 16))
     check_prefill_static(rounding=True, dtype=torch.float16)
     check_rope(head_dim=24)
     check_rope(head_dim=256, num_heads=1)

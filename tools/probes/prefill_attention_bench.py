@@ -72,7 +72,7 @@ def launch(module, q, k, v, step, block_m, block_n, stages, warps):
     module.varlen_prefill_kernel[grid](
         q, k, v, out, step.prompt_starts, step.prompt_lengths, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
         v.stride(0), v.stride(1), out.stride(0), out.stride(1), 1.0 / math.sqrt(head_dim), GROUPS=num_heads // k.shape[1], HEAD_DIM=head_dim,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(16, triton.next_power_of_2(head_dim)), NORMALIZE_FIRST=False,
         num_stages=stages, num_warps=warps)
     return out
 

@@ -11,6 +11,10 @@ up to 256 (padded to a power of two, masked), GQA by query head h reading K/V he
 A call captured in a CUDA graph passes the starts and lengths as device buffers on the step
 (`prompt_starts`, `prompt_lengths`: the cuda_graphs_prefill engine); the grid then covers
 the whole call for every prompt slot, and blocks past a prompt's end do nothing.
+Only key blocks that reach a block's diagonal or the prompt's end are masked; the ones
+before it load and score unmasked: one layer of a 16 x 1024 prefill took 390 -> 328 us on
+Llama-3.2-1B's heads and 368 -> 340 on Qwen3-0.6B's (H100, `prefill_attention_bench`,
+docs/PERF.md, thirty-fourth session).
 Blocks of 64 queries over 32 keys, two pipeline stages: on an H100 they took a layer of the
 public prefill (4 x 128 tokens, head_dim 192) from 27.9 us with 16 x 16 blocks to 17.4, and a
 1B-class group of 4 x 1024 prompts from 180 us to 97 (`python -m tools.probes.prefill_attention_bench`,
@@ -32,18 +36,33 @@ PREFILL_STAGES = 2  # range: 1..4; software-pipelining stages of its key loop
 
 
 @triton.jit
-def causal_scores(q, k_ptr, start, n0, rows, length, kv_head, stride_kt, stride_kh, d, d_ok, sm_scale,
-                  BLOCK_N: tl.constexpr):
-    """(fp32 scores of the block's queries against keys n0.., -inf past the causal limit and
-    the prompt; the keys' token offsets; which keys are in the prompt)."""
+def key_block(q, k_ptr, v_ptr, start, n0, rows, length, kv_head, stride_kt, stride_kh, stride_vt, stride_vh, d, d_ok,
+              sm_scale, BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
+    """(fp32 scores of the block's queries against keys n0.. [BLOCK_M, BLOCK_N], those keys'
+    values). MASKED: keys past the causal limit or the prompt score -inf and load as 0;
+    without it every key is below every row's limit and in the prompt, and nothing is masked."""
     cols = n0 + tl.arange(0, BLOCK_N)
-    col_ok = cols < length
     token = (start + cols)[:, None].to(tl.int64)
-    k = tl.load(k_ptr + token * stride_kt + kv_head * stride_kh + d[None, :], mask=col_ok[:, None] & d_ok[None, :],
-                other=0.0)
-    scores = tl.dot(q, tl.trans(k)).to(tl.float32) * sm_scale  # [BLOCK_M, BLOCK_N]
-    # Key 0 is in the first block and visible to every row, so no row is all -inf.
-    return tl.where((cols[None, :] <= rows[:, None]) & col_ok[None, :], scores, float("-inf")), token, col_ok
+    if MASKED:
+        col_ok = cols < length
+        kv_ok = col_ok[:, None] & d_ok[None, :]
+    else:
+        kv_ok = d_ok[None, :]
+    k = tl.load(k_ptr + token * stride_kt + kv_head * stride_kh + d[None, :], mask=kv_ok, other=0.0)
+    scores = tl.dot(q, tl.trans(k)).to(tl.float32) * sm_scale
+    if MASKED:  # key 0 is in every block's first step and visible to every row: no row is all -inf
+        scores = tl.where((cols[None, :] <= rows[:, None]) & col_ok[None, :], scores, float("-inf"))
+    v = tl.load(v_ptr + token * stride_vt + kv_head * stride_vh + d[None, :], mask=kv_ok, other=0.0)
+    return scores, v
+
+
+@triton.jit
+def online_softmax(scores, v, m_i, l_i, acc):
+    """One key block into the running row max, row sum and output."""
+    m_new = tl.maximum(m_i, tl.max(scores, axis=1))
+    alpha = tl.exp(m_i - m_new)
+    p = tl.exp(scores - m_new[:, None])
+    return m_new, l_i * alpha + tl.sum(p, axis=1), acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)  # p in the compute dtype
 
 
 @triton.jit
@@ -66,38 +85,35 @@ def varlen_prefill_kernel(q_ptr, k_ptr, v_ptr, out_ptr, starts_ptr, lengths_ptr,
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    # Keys up to the block's last query (causal); none at all for a block past the prompt.
-    end = tl.minimum(first_row + BLOCK_M, length)
+    # Keys up to the block's last query (causal); none for a block past the prompt (a captured
+    # call's grid covers its whole bucket). Keys below `full` are seen by every row: unmasked.
+    end = tl.where(first_row < length, tl.minimum(first_row + BLOCK_M, length), 0)
+    full = (tl.minimum(first_row, end) // BLOCK_N) * BLOCK_N
     if NORMALIZE_FIRST:
         # The reference's rounding: softmax(scores).to(dtype) @ v, each probability rounded
         # after it is divided by its row's sum. So one pass for each row's max and sum, and a
         # second for the probabilities (the keys read twice).
         for n0 in range(0, end, BLOCK_N):
-            scores, token, col_ok = causal_scores(q, k_ptr, start, n0, rows, length, kv_head, stride_kt, stride_kh,
-                                                  d, d_ok, sm_scale, BLOCK_N)
+            scores, v = key_block(q, k_ptr, v_ptr, start, n0, rows, length, kv_head, stride_kt, stride_kh,
+                                  stride_vt, stride_vh, d, d_ok, sm_scale, BLOCK_N, True)
             m_new = tl.maximum(m_i, tl.max(scores, axis=1))
             l_i = l_i * tl.exp(m_i - m_new) + tl.sum(tl.exp(scores - m_new[:, None]), axis=1)
             m_i = m_new
         for n0 in range(0, end, BLOCK_N):
-            scores, token, col_ok = causal_scores(q, k_ptr, start, n0, rows, length, kv_head, stride_kt, stride_kh,
-                                                  d, d_ok, sm_scale, BLOCK_N)
+            scores, v = key_block(q, k_ptr, v_ptr, start, n0, rows, length, kv_head, stride_kt, stride_kh,
+                                  stride_vt, stride_vh, d, d_ok, sm_scale, BLOCK_N, True)
             p = tl.math.div_rn(tl.exp(scores - m_i[:, None]), l_i[:, None])  # IEEE-rounded, as torch divides
-            v = tl.load(v_ptr + token * stride_vt + kv_head * stride_vh + d[None, :],
-                        mask=col_ok[:, None] & d_ok[None, :], other=0.0)
             acc += tl.dot(p.to(v.dtype), v)
         out = acc
     else:
-        for n0 in range(0, end, BLOCK_N):
-            scores, token, col_ok = causal_scores(q, k_ptr, start, n0, rows, length, kv_head, stride_kt, stride_kh,
-                                                  d, d_ok, sm_scale, BLOCK_N)
-            m_new = tl.maximum(m_i, tl.max(scores, axis=1))
-            alpha = tl.exp(m_i - m_new)
-            p = tl.exp(scores - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, axis=1)
-            v = tl.load(v_ptr + token * stride_vt + kv_head * stride_vh + d[None, :],
-                        mask=col_ok[:, None] & d_ok[None, :], other=0.0)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)  # probabilities in the compute dtype
-            m_i = m_new
+        for n0 in range(0, full, BLOCK_N):
+            scores, v = key_block(q, k_ptr, v_ptr, start, n0, rows, length, kv_head, stride_kt, stride_kh,
+                                  stride_vt, stride_vh, d, d_ok, sm_scale, BLOCK_N, False)
+            m_i, l_i, acc = online_softmax(scores, v, m_i, l_i, acc)
+        for n0 in range(full, end, BLOCK_N):
+            scores, v = key_block(q, k_ptr, v_ptr, start, n0, rows, length, kv_head, stride_kt, stride_kh,
+                                  stride_vt, stride_vh, d, d_ok, sm_scale, BLOCK_N, True)
+            m_i, l_i, acc = online_softmax(scores, v, m_i, l_i, acc)
         out = acc / l_i[:, None]
     tl.store(out_ptr + (start + rows)[:, None].to(tl.int64) * stride_ot + h * stride_oh + d[None, :],
              out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
