@@ -24,7 +24,7 @@ def test_steps_are_the_kernels_between_markers_and_a_kernel_adds_only_past_the_l
     assert sum(row["step_add_us"] for row in rows.values()) == table["span_us"]
 
 
-def test_only_the_first_run_of_decode_calls_is_profiled():
+def test_the_steps_are_the_cases_first_run_of_decode_calls():
     calls = [SimpleNamespace(event=SimpleNamespace(kind=kind))
              for kind in ("prefill", "decode", "decode", "remove", "decode")]
     assert step_timeline.decode_run(calls) == (1, 3)
