@@ -7,13 +7,13 @@ Each shape is a call's packed prompts as the prefill-graphs engine passes them: 
 strided views of one fused projection, and (captured calls) the prompts' starts and lengths
 in buffers of MAX_PREFILL_PROMPTS slots, the grid covering the whole bucket; the 1B-class
 prefill runs eagerly, its grid sized by the longest prompt. Each tiling (rows and keys a
-block, pipeline stages, warps) is checked against SDPA in fp32 over each prompt, then
+block, pipeline stages, warps; run through the allele's own launch, its constants set, so
+only tilings it can run) is checked against SDPA in fp32 over each prompt, then
 captured in a CUDA graph and replayed 50 times; the allele's own tiling is timed first.
 """
 import argparse
 import itertools
 import json
-import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -25,6 +25,7 @@ from tools.probes.alleles import load_allele
 from tools.probes.graph_timing import time_graph
 
 SLOTS = 16  # MAX_PREFILL_PROMPTS of the prefill-graphs engine
+NO_ROUNDING = SimpleNamespace(reference_rounding=False)  # all varlen prefill reads of a cache
 # (name, prompt lengths, query heads, K/V heads, head_dim, bucket: None when run eagerly)
 SHAPES = [("public prefill 4x128", [128] * 4, 4, 4, 192, 512), ("public mixed 4x64", [64] * 4, 4, 4, 192, 256),
           ("public mixed 4x32", [32] * 4, 4, 4, 192, 128), ("head_dim 256, 4x128", [128] * 4, 4, 4, 256, 512),
@@ -64,17 +65,16 @@ def reference(q, k, v, lengths):
 
 
 def launch(module, q, k, v, step, block_m, block_n, stages, warps):
-    """The allele's kernel over the call, with this tiling; out [N, heads, D]."""
-    size, num_heads, head_dim = q.shape
-    out = torch.zeros_like(q)
-    longest = step.longest_prompt or size
-    grid = (step.prompt_starts.shape[0], num_heads, triton.cdiv(longest, block_m))
-    module.varlen_prefill_kernel[grid](
-        q, k, v, out, step.prompt_starts, step.prompt_lengths, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
-        v.stride(0), v.stride(1), out.stride(0), out.stride(1), 1.0 / math.sqrt(head_dim), GROUPS=num_heads // k.shape[1], HEAD_DIM=head_dim,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(16, triton.next_power_of_2(head_dim)), NORMALIZE_FIRST=False,
-        num_stages=stages, num_warps=warps)
-    return out
+    """The allele's own attend_prefill over the call with this tiling (its constants set for
+    the call, then restored); out [N, heads, D]."""
+    tiling = {"PREFILL_BLOCK_M": block_m, "PREFILL_BLOCK_N": block_n, "PREFILL_STAGES": stages,
+              "PREFILL_WARPS": warps // 2 if block_m > 64 else warps}  # it doubles the warps past 64 queries
+    saved = {name: getattr(module, name) for name in tiling}
+    vars(module).update(tiling)
+    try:
+        return module.attend_prefill(q, k, v, NO_ROUNDING, 0, step).view_as(q)
+    finally:
+        vars(module).update(saved)
 
 
 def main(argv=None) -> int:
@@ -94,11 +94,12 @@ def main(argv=None) -> int:
         q, k, v, step = make_call(lengths, heads, kv_heads, head_dim, bucket)
         total = sum(lengths)
         want = reference(q[:total], k[:total], v[:total], lengths)
-        cache = SimpleNamespace(reference_rounding=False)  # all varlen prefill reads of a cache
-        allele_us = time_graph([lambda: module.attend_prefill(q, k, v, cache, 0, step)])
+        allele_us = time_graph([lambda: module.attend_prefill(q, k, v, NO_ROUNDING, 0, step)])
         row = {"shape": name, "allele_us": round(allele_us, 2)}
         timings = {}
         for block_m, block_n, stages, warps in itertools.product(args.blocks_m, args.blocks_n, args.stages, args.warps):
+            if block_m > 64 and warps % 2:
+                continue  # not a tiling the allele can run
             fn = lambda: launch(module, q, k, v, step, block_m, block_n, stages, warps)  # noqa: E731
             try:
                 got = fn()[:total].float()
