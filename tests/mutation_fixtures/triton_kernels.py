@@ -255,15 +255,21 @@ def check_ready_attention(head_dim, norms, dtype=torch.float32, table_dtype=None
           torch.cat([t.flatten() for t in outputs[0]]).float(), tol=1e-12)
 
 
+def varlen_allele(blocks=None):
+    """attend_prefill.triton_varlen, with (queries, keys) a block when given."""
+    module = load("attend_prefill", "triton_varlen")
+    if blocks:
+        module.PREFILL_BLOCK_M, module.PREFILL_BLOCK_N = blocks
+    return module
+
+
 def check_prefill(head_dim, lengths=(3, 7, 1), num_heads=4, num_kv_heads=2, strided_v=False, rounding=False,
                   dtype=torch.float32, tol=1e-4, most_differing=1.0, blocks=None):
     """`strided_v`: v a view of a fused projection's rows, k its own tensor (rotated apart),
     as a graph engine passes them: each read with its own strides, no copy. `rounding`: the
     cache's reference_rounding. `blocks`: (queries, keys) a block, else the allele's."""
     torch.manual_seed(2)
-    module = load("attend_prefill", "triton_varlen")
-    if blocks:
-        module.PREFILL_BLOCK_M, module.PREFILL_BLOCK_N = blocks
+    module = varlen_allele(blocks)
     n = sum(lengths)
     q, k, v = (torch.randn(n, h, head_dim).to(dtype) for h in (num_heads, num_kv_heads, num_kv_heads))
     if strided_v:
@@ -290,9 +296,7 @@ def check_prefill_static(head_dim=24, lengths=(3, 7, 1), prompt_slots=5, rows=16
     reference_rounding (the contract's bf16 prefill is captured too). `blocks` as in
     check_prefill: blocks of fewer queries than `rows` put some past their prompt's end."""
     torch.manual_seed(3)
-    module = load("attend_prefill", "triton_varlen")
-    if blocks:
-        module.PREFILL_BLOCK_M, module.PREFILL_BLOCK_N = blocks
+    module = varlen_allele(blocks)
     cache = SimpleNamespace(reference_rounding=rounding)
     n = sum(lengths)
     q, k, v = (torch.randn(rows, h, head_dim).to(dtype) for h in (num_heads, num_kv_heads, num_kv_heads))
