@@ -77,11 +77,15 @@ PREFETCH_SHARE = 1024  # range: 256..2048; inner-dimension elements a program ho
 PREFETCH_ONE_ROW_SHARE = 8192  # range: 256..16384; inner-dimension elements a one-row program sums
 # 8 were slower on both Llama-3.2-1B and Qwen3-0.6B (H100, docs/PERF.md, thirty-second session).
 PREFETCH_ONE_ROW_WARPS = 4  # range: 1..16; warps a one-row program runs with (Triton's default: 4)
+# Several rows: x's share is reloaded by every program, so at 64 rows wider column blocks
+# (fewer programs) and more warps (x's share in more registers) may pay.
+PREFETCH_ROWS_BLOCK_N = 16  # range: 16..128; output columns a program of several rows owns
+PREFETCH_ROWS_WARPS = 4  # range: 1..16; warps a program of several rows runs with
 
 
 def prefetched_linear(x, weight):
     """x [M, K] @ weight [N, K].T: few rows by a small fp16 or bf16 weight in the prefetching
-    kernel, 16 output columns a program (fewer for one row's longer shares) and the inner
+    kernel, PREFETCH_ROWS_BLOCK_N output columns a program (fewer for one row's longer shares) and the inner
     dimension in shares (summed in fp32 by a second kernel); anything else (fp32 among it) by
     torch."""
     if (x.dtype not in (torch.float16, torch.bfloat16) or weight.dtype != x.dtype or x.dim() != 2 or weight.dim() != 2
@@ -94,14 +98,14 @@ def prefetched_linear(x, weight):
     splits = triton.cdiv(num_in, PREFETCH_ONE_ROW_SHARE if num_rows == 1 else PREFETCH_SHARE)
     share = triton.cdiv(num_in, splits)
     block_share = max(16, triton.next_power_of_2(share))
-    block_n = 16 if num_rows > 1 else max(1, min(16, 16 * PREFETCH_SHARE // block_share))  # the same registers
+    block_n = PREFETCH_ROWS_BLOCK_N if num_rows > 1 else max(1, min(16, 16 * PREFETCH_SHARE // block_share))  # the same registers
     out = torch.empty(num_rows, num_out, device=x.device, dtype=x.dtype)
     part = out if splits == 1 else torch.empty(splits, num_rows, num_out, device=x.device, dtype=torch.float32)
     prefetched_linear_kernel[(triton.cdiv(num_out, block_n), splits)](
         x, weight, part, num_rows, num_out, num_in, x.stride(0), weight.stride(0), part.stride(-2),
         part.stride(0) if splits > 1 else 0, share, BLOCK_M=max(16, triton.next_power_of_2(num_rows)),
         BLOCK_N=block_n, SHARE=block_share, PDL=PDL_LAUNCH, ONE_ROW=num_rows == 1, launch_pdl=PDL_LAUNCH,
-        num_warps=PREFETCH_ONE_ROW_WARPS if num_rows == 1 else 4)
+        num_warps=PREFETCH_ONE_ROW_WARPS if num_rows == 1 else PREFETCH_ROWS_WARPS)
     if splits > 1:
         sum_shares_kernel[(num_rows, triton.cdiv(num_out, 1024))](
             part, out, num_out, part.stride(0), part.stride(1), out.stride(0), SPLITS=splits, BLOCK=1024,
