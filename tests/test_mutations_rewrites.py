@@ -138,6 +138,32 @@ def test_tune_constant():
     assert result.args == {"constant": "PAGE_SIZE", "old": 16, "new": 32}
 
 
+def test_tune_constant_steps_a_count_by_one_where_its_range_says_so():
+    """Pipeline stages: 3 lies between a halving and a doubling of 2; from 1 only up."""
+    moves = set()
+    for seed in range(8):
+        result = tune_constant("""
+            STAGES = 2  # range: 1..4, step 1; pipeline stages
+            """, seed)
+        moves.add(result.args["new"])
+        assert f"STAGES = {result.args['new']}  # range: 1..4, step 1; pipeline stages" in result.source
+    assert moves == {1, 3}
+    assert tune_constant("STAGES = 1  # range: 1..4, step 1\n", 0).args["new"] == 2
+    up = mutations.get_operator("tune_constant").extend("STAGES = 3  # range: 1..4, step 1\n",
+                                                        {"constant": "STAGES", "old": 2, "new": 3})
+    assert up.args == {"constant": "STAGES", "old": 3, "new": 4}
+
+
+def test_tune_constant_moves_zero_to_one():
+    assert tune_constant("READY = 0  # range: 0..256\n", 0).args == {"constant": "READY", "old": 0, "new": 1}
+
+
+def tune_constant(source: str, seed: int):
+    result = apply("tune_constant", source, seed)
+    assert isinstance(result, mutations.Applied), result
+    return result
+
+
 def test_tune_constant_declines_undeclared_or_stuck_constants():
     assert assert_declines("tune_constant", '''
         PAGE_SIZE = 16

@@ -1,9 +1,10 @@
-"""Move a module constant within its declared range: halve or double it.
+"""Move a module constant within its declared range: halve or double it, or step it by one.
 
 A tunable constant is a module-level integer assignment with a trailing range comment,
 `SLAB_SLOTS = 16  # range: 4..256`; the comment (and anything after the range) is kept.
-Declines when the program declares no such constant, or none can halve or double inside
-its range. The seed declares none; alleles bring them: sizes (slots, pages, pool chunks, graph
+A count whose every value is worth a try (pipeline stages: 3 lies between 2 and 4) says
+so, `# range: 1..4, step 1`, and moves by one instead; zero doubles to one.
+Declines when the program declares no such constant, or none can move inside its range. The seed declares none; alleles bring them: sizes (slots, pages, pool chunks, graph
 batches and buckets, prefetch limits) and every kernel's launch parameters (blocks, warps,
 stages, split counts), so the search tunes each per target.
 Replayed from a recipe (`{"constant": NAME, "new": VALUE}`), it sets NAME to any VALUE in
@@ -22,8 +23,9 @@ from mutations import program
 from mutations.base import Applied, Declined
 from mutations.rewrites import StructuralRewrite
 
-DESCRIPTION = "halve or double a module constant within its declared '# range: lo..hi'"
+DESCRIPTION = "halve or double (or step by one) a module constant within its declared '# range: lo..hi'"
 RANGE = re.compile(r"#\s*range:\s*(\d+)\s*\.\.\s*(\d+)")
+STEP_ONE = re.compile(r"#\s*range:\s*\d+\s*\.\.\s*\d+\s*,\s*step 1\b")
 FITS = re.compile(r"#\s*range:[^;]*fits:\s*(\w+)")
 CONSTANT = m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Integer())])
 
@@ -60,12 +62,21 @@ def declared_values(module: cst.Module) -> dict:
     return {name: module.body[i].body[0].value.evaluated_value for name, (i, _) in declared(module).items()}
 
 
+def steps_by_one(module: cst.Module, index: int) -> bool:
+    return bool(STEP_ONE.search(module.body[index].trailing_whitespace.comment.value))
+
+
+def neighbours(value: int, by_one: bool) -> tuple:
+    """(the move down, the move up) from value."""
+    return (value - 1, value + 1) if by_one else (value // 2, value * 2 if value else 1)
+
+
 def tunable(module: cst.Module) -> list:
     """(index in module body, name, value, moves) of every constant that can move."""
     found = []
     for name, (i, (lo, hi)) in declared(module).items():
         value = module.body[i].body[0].value.evaluated_value
-        moves = [v for v in (value // 2, value * 2) if lo <= v <= hi and v != value]
+        moves = [v for v in neighbours(value, steps_by_one(module, i)) if lo <= v <= hi and v != value]
         if moves:
             found.append((i, name, value, moves))
     return found
@@ -74,7 +85,7 @@ def tunable(module: cst.Module) -> list:
 class TuneConstantOperator(StructuralRewrite):
     name = "tune_constant"
     order = 3
-    draws = True  # which constant, halved or doubled
+    draws = True  # which constant, and which way
     # One draw is one of ~30 constants in the recipe's program: one a sweep tried 7 in three
     # 10-minute GPU runs, and 2 of those screened at 1.10x (docs/PERF.md, 2026-11-26).
     sweep_places = 3
@@ -107,8 +118,13 @@ class TuneConstantOperator(StructuralRewrite):
         old, new = args.get("old"), args.get("new")
         if not isinstance(old, int) or not isinstance(new, int) or old == new:
             return Declined(self.name, f"no move to go on with in {args}")
-        return self.guarded(source, lambda: self.rewrite_as(
-            source, {"constant": args.get("constant"), "new": new * 2 if new > old else new // 2}))
+
+        def further():
+            module = program.parse(source)
+            found = declared(module).get(args.get("constant"))
+            down, up = neighbours(new, found is not None and steps_by_one(module, found[0]))
+            return self.rewrite_as(source, {"constant": args.get("constant"), "new": up if new > old else down})
+        return self.guarded(source, further)
 
     def set_constant(self, module: cst.Module, index: int, new_value: int) -> Applied:
         stmt = module.body[index]

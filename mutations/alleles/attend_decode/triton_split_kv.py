@@ -63,14 +63,14 @@ DECODE_PROGRAMS = 1024  # range: 64..8192; programs a decode aims for: splits = 
 DECODE_TILE = 16  # range: 16..64; tokens a K/V tile holds (tl.dot needs 16 or more)
 MAX_SPLITS = 64  # range: 8..256; the most shares one request's tokens are cut into
 DECODE_WARPS = 4  # range: 1..16; warps a split runs with (Triton's default: 4)
-DECODE_STAGES = 2  # range: 1..5; software-pipeline stages of a split's tile loop (Triton's default: 3)
+DECODE_STAGES = 2  # range: 1..5, step 1; software-pipeline stages of a split's tile loop (Triton's default: 3)
 # On an H100 the first tile before the wait took a batch-1 step from 0.95 to 0.875 ms
 # (Qwen3-0.6B) and from 1.13 to 1.08 (Llama-3.2-1B), but Llama's batch-64 step from 2.03 to
 # 2.28 ms (docs/PERF.md, twenty-eighth session): larger batches wait first.
 DECODE_PREFETCH_BATCH = 1  # range: 1..256; the largest batch whose splits load a tile before their PDL wait
 # Those splits hold a tile or two, which a pipeline's prologue only delays (Qwen3-0.6B, batch 1:
 # 6.6 us a call at 1 stage, 7.2 at 3; at batch 64 2 stages read K/V fastest).
-PREFETCH_STAGES = 1  # range: 1..5; DECODE_STAGES for the batches up to DECODE_PREFETCH_BATCH
+PREFETCH_STAGES = 1  # range: 1..5, step 1; DECODE_STAGES for the batches up to DECODE_PREFETCH_BATCH
 # A short request holds a tile a split whatever the programs; past those, more splits only
 # add programs that exit at once, and at batch 1 they cost (an H100, one call in a graph,
 # 192 tokens: Qwen3-0.6B 6.76 us at 1,024 programs, 5.98 at 128; Llama-3.2-1B 5.99 and 5.61).

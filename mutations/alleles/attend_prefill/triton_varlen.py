@@ -32,7 +32,7 @@ DEVICES = "cuda"
 PREFILL_BLOCK_M = 64  # range: 16..128; queries a program takes
 PREFILL_BLOCK_N = 32  # range: 16..64; keys a step of its loop reads
 PREFILL_WARPS = 4  # range: 1..16; warps a program runs with, twice as many for blocks over 64 queries
-PREFILL_STAGES = 2  # range: 1..4; software-pipelining stages of its key loop
+PREFILL_STAGES = 2  # range: 1..4, step 1; software-pipelining stages of its key loop
 
 
 @triton.jit
