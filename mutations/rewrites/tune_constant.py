@@ -4,7 +4,8 @@ A tunable constant is a module-level integer assignment with a trailing range co
 `SLAB_SLOTS = 16  # range: 4..256`; the comment (and anything after the range) is kept.
 A count whose every value is worth a try (pipeline stages: 3 lies between 2 and 4) says
 so, `# range: 1..4, step 1`, and moves by one instead; zero doubles to one.
-Declines when the program declares no such constant, or none can move inside its range. The seed declares none; alleles bring them: sizes (slots, pages, pool chunks, graph
+Declines when the program declares no such constant, or none can move inside its range.
+The seed declares none; alleles bring them: sizes (slots, pages, pool chunks, graph
 batches and buckets, prefetch limits) and every kernel's launch parameters (blocks, warps,
 stages, split counts), so the search tunes each per target.
 Replayed from a recipe (`{"constant": NAME, "new": VALUE}`), it sets NAME to any VALUE in

@@ -77,17 +77,18 @@ PREFETCH_SHARE = 1024  # range: 256..2048; inner-dimension elements a program ho
 PREFETCH_ONE_ROW_SHARE = 8192  # range: 256..16384; inner-dimension elements a one-row program sums
 # 8 were slower on both Llama-3.2-1B and Qwen3-0.6B (H100, docs/PERF.md, thirty-second session).
 PREFETCH_ONE_ROW_WARPS = 4  # range: 1..16; warps a one-row program runs with (Triton's default: 4)
-# Several rows: x's share is reloaded by every program, so at 64 rows wider column blocks
-# (fewer programs) and more warps (x's share in more registers) may pay.
+# Several rows: every program reloads x's share, which wider column blocks (fewer programs)
+# and more warps (more registers) offset. At 64 rows on an H100 no tiling beat cuBLAS
+# (docs/PERF.md, thirty-fifth session): tunables, at their old fixed values.
 PREFETCH_ROWS_BLOCK_N = 16  # range: 16..128; output columns a program of several rows owns
 PREFETCH_ROWS_WARPS = 4  # range: 1..16; warps a program of several rows runs with
 
 
 def prefetched_linear(x, weight):
     """x [M, K] @ weight [N, K].T: few rows by a small fp16 or bf16 weight in the prefetching
-    kernel, PREFETCH_ROWS_BLOCK_N output columns a program (fewer for one row's longer shares) and the inner
-    dimension in shares (summed in fp32 by a second kernel); anything else (fp32 among it) by
-    torch."""
+    kernel, PREFETCH_ROWS_BLOCK_N output columns a program (fewer for one row's longer
+    shares) and the inner dimension in shares (summed in fp32 by a second kernel); anything
+    else (fp32 among it) by torch."""
     if (x.dtype not in (torch.float16, torch.bfloat16) or weight.dtype != x.dtype or x.dim() != 2 or weight.dim() != 2
             or not 0 < x.shape[0] <= PREFETCH_ROWS
             or weight.numel() > (PREFETCH_ONE_ROW_WEIGHT if x.shape[0] == 1 else PREFETCH_WEIGHT)
@@ -98,7 +99,8 @@ def prefetched_linear(x, weight):
     splits = triton.cdiv(num_in, PREFETCH_ONE_ROW_SHARE if num_rows == 1 else PREFETCH_SHARE)
     share = triton.cdiv(num_in, splits)
     block_share = max(16, triton.next_power_of_2(share))
-    block_n = PREFETCH_ROWS_BLOCK_N if num_rows > 1 else max(1, min(16, 16 * PREFETCH_SHARE // block_share))  # the same registers
+    # One row: as many registers as 16 columns of PREFETCH_SHARE, in fewer columns of a longer share.
+    block_n = PREFETCH_ROWS_BLOCK_N if num_rows > 1 else max(1, min(16, 16 * PREFETCH_SHARE // block_share))
     out = torch.empty(num_rows, num_out, device=x.device, dtype=x.dtype)
     part = out if splits == 1 else torch.empty(splits, num_rows, num_out, device=x.device, dtype=torch.float32)
     prefetched_linear_kernel[(triton.cdiv(num_out, block_n), splits)](
