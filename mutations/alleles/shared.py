@@ -336,6 +336,7 @@ SWIGLU_BLOCK = 1024  # range: 256..4096; activations a program handles
 SWIGLU_WARPS = 4  # range: 1..16; warps a program runs with (Triton's default: 4)
 FOLD_WIDTH = 4096  # range: 512..16384; the widest intermediate a one-row product folds into the down projection
 FOLD_ELEMENTS = 16384  # range: 4096..65536; down-weight elements a folding program holds (its columns x the width)
+FOLD_WARPS = 4  # range: 1..16; warps a program folding a product into the down projection runs with
 
 
 @triton.jit
@@ -375,7 +376,8 @@ def swiglu_down(gate_up, down, width):
     block_k = triton.next_power_of_2(width)
     block_n = max(1, min(16, FOLD_ELEMENTS // block_k))
     swiglu_down_kernel[(triton.cdiv(down.shape[0], block_n),)](gate_up, down, out, down.shape[0], width,
-                                                               down.stride(0), BLOCK_N=block_n, BLOCK_K=block_k)
+                                                               down.stride(0), BLOCK_N=block_n, BLOCK_K=block_k,
+                                                               num_warps=FOLD_WARPS)
     return out
 
 

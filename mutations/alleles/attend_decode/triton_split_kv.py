@@ -63,6 +63,7 @@ DECODE_PROGRAMS = 1024  # range: 64..8192; programs a decode aims for: splits = 
 DECODE_TILE = 16  # range: 16..64; tokens a K/V tile holds (tl.dot needs 16 or more)
 MAX_SPLITS = 64  # range: 8..256; the most shares one request's tokens are cut into
 DECODE_WARPS = 4  # range: 1..16; warps a split runs with (Triton's default: 4)
+COMBINE_WARPS = 4  # range: 1..16; warps a program summing a head's splits runs with (Triton's default: 4)
 DECODE_STAGES = 2  # range: 1..5, step 1; software-pipeline stages of a split's tile loop (Triton's default: 3)
 # On an H100 the first tile before the wait took a batch-1 step from 0.95 to 0.875 ms
 # (Qwen3-0.6B) and from 1.13 to 1.08 (Llama-3.2-1B), but Llama's batch-64 step from 2.03 to
@@ -318,7 +319,7 @@ def split_kv_attention(q, cache, layer, step, ready=None):
     split_kv_combine_kernel[(batch, num_heads)](
         part_acc, part_max, part_sum, step.positions, out, out.stride(0), out.stride(1), num_heads, SPLITS=splits,
         HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=DECODE_TILE, NORMALIZED=rounded,
-        PREFETCH=prefetch)
+        PREFETCH=prefetch, num_warps=COMBINE_WARPS)
     return out.flatten(1)
 
 
