@@ -369,11 +369,12 @@ def check_prefetched_linear():
             check(f"prefetched_linear {dtype} strided rows={rows}", linear.prefetched_linear(strided, weight),
                   (strided.float() @ weight.float().T).to(dtype), tol=tol)
     # Many rows in wider column blocks (the last one partly past the weight's 40 rows).
+    rows_limit, block_n = linear.PREFETCH_ROWS, linear.PREFETCH_ROWS_BLOCK_N
     linear.PREFETCH_ROWS, linear.PREFETCH_ROWS_BLOCK_N, linear.PREFETCH_SHARE = 32, 32, 16
     x, weight = torch.randn(20, 48).half(), torch.randn(40, 48).half()
     check("prefetched_linear float16 rows=20 in 32 columns a program", linear.prefetched_linear(x, weight),
           (x.float() @ weight.float().T).half(), tol=2e-2)
-    linear.PREFETCH_ROWS, linear.PREFETCH_ROWS_BLOCK_N = 16, 16
+    linear.PREFETCH_ROWS, linear.PREFETCH_ROWS_BLOCK_N = rows_limit, block_n
     # One row in one long share (no second kernel), fewer columns a program: 4, 2 and 1 of
     # them for inner dimensions of 48, 100 and 200 in the registers of 16 x 16 elements.
     linear.PREFETCH_SHARE, linear.PREFETCH_ONE_ROW_SHARE = 16, 16384
