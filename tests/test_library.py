@@ -93,6 +93,23 @@ def test_a_cpu_run_takes_what_replays_there_and_declines_the_rest_with_the_reaso
     assert library.seed_programs(small_config(small_target, tmp_path, library=False), SEED) == ([], [])
 
 
+def test_the_hand_kept_recipe_is_taken_wherever_it_ranks(small_target, tmp_path):
+    """A bf16 run on the toy shape ranks the bf16 recipes first; past --library-top the
+    others are declined, but never fastest.txt: the best program known must be judged."""
+    shape = json.loads((REPO / "target" / "model_config.json").read_text())
+    config_path = tmp_path / "bf16.json"
+    config_path.write_text(json.dumps({**shape, "torch_dtype": "bfloat16"}))
+    config = RunConfig.build("cuda", model_config=config_path, weight_dir=small_target[1], workers=1,
+                             history=tmp_path / "history.csv", runs_dir=tmp_path / "runs", library_top=1)
+    taken, declined = library.seed_programs(config, SEED)
+    assert [args["recipe"] for _, args in taken] == [str(library.SHIPPED / name) for name in
+                                                     ("h100_20261126_729bb0cd.txt", "fastest.txt")]
+    reasons = dict(declined)
+    assert "fastest.txt" not in reasons
+    assert len(reasons) == len(library.read_all([library.SHIPPED])) - 2
+    assert all("(--library-top)" in why or why.startswith("makes the same program") for why in reasons.values())
+
+
 def test_from_seed_only_turns_the_library_off():
     args = build_parser().parse_args(["run", "--from-seed-only", "--library", "lib", "--library-top", "2"])
     settings = given_settings(args)
