@@ -100,6 +100,7 @@ def run_case(module, config_dict, weight_dir, device, events, seed=CASE_SEED, wa
         "tokens_per_second": (prefill_tokens + decode_tokens) / seconds,
         "decode_tokens_per_second": decode_tokens / seconds,
         "peak_memory_mb": peak_bytes / 2**20,
+        "run_ms": [t * 1e3 for t in times],  # each fresh engine's run, in order: the median's spread
     }
 
 

@@ -1,6 +1,7 @@
 import argparse
 import itertools
 import json
+import statistics
 import time
 import types
 
@@ -19,7 +20,7 @@ TINY = {"model_type": "tiny_llama", "torch_dtype": "float16", "vocab_size": 128,
         "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
         "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 256}
 RESULT_KEYS = {"case_name", "elapsed_ms", "prefill_tokens", "decode_tokens", "total_tokens",
-               "tokens_per_second", "decode_tokens_per_second", "peak_memory_mb"}
+               "tokens_per_second", "decode_tokens_per_second", "peak_memory_mb", "run_ms"}
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -133,6 +134,7 @@ def test_run_case_on_seed_engine(seed_module, weight_dir):
     assert result["tokens_per_second"] == pytest.approx(384 / (result["elapsed_ms"] / 1e3))
     assert result["decode_tokens_per_second"] == pytest.approx(128 / (result["elapsed_ms"] / 1e3))
     assert result["peak_memory_mb"] == 0.0
+    assert len(result["run_ms"]) == 2 and result["elapsed_ms"] == pytest.approx(statistics.median(result["run_ms"]))
 
 
 class SleepingEngine:
@@ -255,3 +257,11 @@ def test_memory_peak_replays_the_allocator_to_its_highest_total_after_the_reset(
     assert found["peak"] == 280
     assert found["by_phase"] == {"warm create": 100, "warm run": 50, "fresh create": 100, "fresh run": 30}
     assert found["by_line"][("warm create", "load")] == 100
+
+
+def test_a_bench_line_shows_the_spread_of_the_runs_behind_the_median():
+    from tools.bench_line import line
+    result = {"case_name": "decode", "tokens_per_second": 1000.0, "peak_memory_mb": 12.0, "run_ms": [9.5, 12.25, 10.0]}
+    assert line("seed", [result]) == "seed decode=1000 runs 9.5-12.2ms 12MB"
+    del result["run_ms"]  # an older result file
+    assert line("seed", [result]) == "seed decode=1000 12MB"
