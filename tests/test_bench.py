@@ -20,7 +20,8 @@ TINY = {"model_type": "tiny_llama", "torch_dtype": "float16", "vocab_size": 128,
         "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
         "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 256}
 RESULT_KEYS = {"case_name", "elapsed_ms", "prefill_tokens", "decode_tokens", "total_tokens",
-               "tokens_per_second", "decode_tokens_per_second", "peak_memory_mb", "run_ms"}
+               "tokens_per_second", "decode_tokens_per_second", "peak_memory_mb", "engine_peak_mb",
+               "run_ms"}
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -133,7 +134,7 @@ def test_run_case_on_seed_engine(seed_module, weight_dir):
     assert result["tokens_per_second"] > 0 and result["elapsed_ms"] > 0
     assert result["tokens_per_second"] == pytest.approx(384 / (result["elapsed_ms"] / 1e3))
     assert result["decode_tokens_per_second"] == pytest.approx(128 / (result["elapsed_ms"] / 1e3))
-    assert result["peak_memory_mb"] == 0.0
+    assert result["peak_memory_mb"] == result["engine_peak_mb"] == 0.0
     assert len(result["run_ms"]) == 2 and result["elapsed_ms"] == pytest.approx(statistics.median(result["run_ms"]))
 
 
@@ -263,5 +264,6 @@ def test_a_bench_line_shows_the_spread_of_the_runs_behind_the_median():
     from tools.bench_line import line
     result = {"case_name": "decode", "tokens_per_second": 1000.0, "peak_memory_mb": 12.0, "run_ms": [9.5, 12.25, 10.0]}
     assert line("seed", [result]) == "seed decode=1000 runs 9.5-12.2ms 12MB"
+    assert line("seed", [{**result, "engine_peak_mb": 7.0}]) == "seed decode=1000 runs 9.5-12.2ms 12MB (one engine 7MB)"
     del result["run_ms"]  # an older result file
     assert line("seed", [result]) == "seed decode=1000 12MB"
