@@ -267,3 +267,10 @@ def test_a_bench_line_shows_the_spread_of_the_runs_behind_the_median():
     assert line("seed", [{**result, "engine_peak_mb": 7.0}]) == "seed decode=1000 runs 9.5-12.2ms 12MB (one engine 7MB)"
     del result["run_ms"]  # an older result file
     assert line("seed", [result]) == "seed decode=1000 12MB"
+
+
+def test_the_fresh_runs_probe_keeps_every_run_apart(seed_module, weight_dir):
+    from tools.probes.fresh_runs import case_runs
+    runs = case_runs(seed_module, TINY, weight_dir, "cpu", bench.public_cases()["decode"], repeat=3)
+    assert len(runs["ms"]) == 3 and all(ms > 0 for ms in runs["ms"])
+    assert runs["new_segments"] == [0, 0, 0] and runs["peak_mb"] == 0  # a CPU allocates no CUDA segments

@@ -1,0 +1,62 @@
+"""Each fresh engine's run of a case apart, under the contract's protocol: its ms and the CUDA
+segments (cudaMalloc calls) it added, where `fitness bench` reports the median alone.
+
+    python -m tools.probes.fresh_runs --engine E --model-config C --weight-dir W [--cases long]
+        [--case NAME ...] [--repeat 5]
+
+One JSON line per case. Written when the long_prompts cases' medians moved up to 1.6x
+between fresh processes of one program (docs/PERF.md): it shows whether the runs spread or
+fall on levels, and whether a run allocates device memory inside its timed region.
+"""
+import argparse
+import json
+
+import torch
+
+from fitness.bench import CASE_SEED, fresh_engine_runs, timed_run
+from fitness.cases import CASE_SETS, select_cases
+from fitness.devices import is_cuda
+from fitness.loader import load_engine_module
+from fitness.traces import materialize
+
+
+def segments() -> int:
+    """cudaMalloc calls the caching allocator has made in this process so far."""
+    return torch.cuda.memory_stats().get("segment.all.allocated", 0)
+
+
+def case_runs(module, config: dict, weight_dir: str, device: str, events, repeat: int) -> dict:
+    """{"ms": [each fresh run], "new_segments": [each run's], "peak_mb": the contract's peak}."""
+    added = []
+
+    def timed(engine, calls, device):
+        before = segments() if is_cuda(device) else 0
+        seconds = timed_run(engine, calls, device)
+        added.append(segments() - before if is_cuda(device) else 0)
+        return seconds
+
+    calls = materialize(events, config["vocab_size"], CASE_SEED, device)
+    times, peak_bytes, _ = fresh_engine_runs(module, config, weight_dir, device, calls, 1, repeat, timed=timed)
+    return {"ms": [round(t * 1e3, 2) for t in times], "new_segments": added, "peak_mb": round(peak_bytes / 2**20)}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tools.probes.fresh_runs", description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", required=True)
+    parser.add_argument("--model-config", required=True)
+    parser.add_argument("--weight-dir", required=True)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--cases", choices=CASE_SETS, default="long")
+    parser.add_argument("--case", action="append", help="only this case of the set (repeatable)")
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args(argv)
+    config = json.loads(open(args.model_config).read())
+    module = load_engine_module(args.engine)
+    for name, events in select_cases(args.cases).items():
+        if not args.case or name in args.case:
+            runs = case_runs(module, config, args.weight_dir, args.device, events, args.repeat)
+            print(json.dumps({"engine": args.engine, "case": name, **runs}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
