@@ -274,3 +274,4 @@ def test_the_fresh_runs_probe_keeps_every_run_apart(seed_module, weight_dir):
     runs = case_runs(seed_module, TINY, weight_dir, "cpu", bench.public_cases()["decode"], repeat=3)
     assert len(runs["ms"]) == 3 and all(ms > 0 for ms in runs["ms"])
     assert runs["new_segments"] == [0, 0, 0] and runs["peak_mb"] == 0  # a CPU allocates no CUDA segments
+    assert runs["sm_mhz"] == [None, None, None]

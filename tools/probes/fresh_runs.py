@@ -1,12 +1,15 @@
-"""Each fresh engine's run of a case apart, under the contract's protocol: its ms and the CUDA
-segments (cudaMalloc calls) it added, where `fitness bench` reports the median alone.
+"""Each fresh engine's run of a case apart, under the contract's protocol: its ms, the CUDA
+segments (cudaMalloc calls) it added and the SM clock just before it, where `fitness bench`
+reports the median alone.
 
     python -m tools.probes.fresh_runs --engine E --model-config C --weight-dir W [--cases long]
         [--case NAME ...] [--repeat 5]
 
 One JSON line per case. Written when the long_prompts cases' medians moved up to 1.6x
 between fresh processes of one program (docs/PERF.md): it shows whether the runs spread or
-fall on levels, and whether a run allocates device memory inside its timed region.
+fall on levels, whether a run allocates device memory inside its timed region, and whether a
+slow run started on a GPU whose clocks had dropped while the engine was built (an idle H100
+sits at 345 MHz; the judge bursts before each run, the benchmark once a case set).
 """
 import argparse
 import json
@@ -15,7 +18,7 @@ import torch
 
 from fitness.bench import CASE_SEED, fresh_engine_runs, timed_run
 from fitness.cases import CASE_SETS, select_cases
-from fitness.devices import is_cuda
+from fitness.devices import is_cuda, ramp_gpu_clocks
 from fitness.loader import load_engine_module
 from fitness.traces import materialize
 
@@ -25,11 +28,23 @@ def segments() -> int:
     return torch.cuda.memory_stats().get("segment.all.allocated", 0)
 
 
+def sm_clock(device: str):
+    """The SM clock in MHz as NVML last sampled it; None off CUDA or without pynvml."""
+    if not is_cuda(device):
+        return None
+    try:
+        return torch.cuda.clock_rate()
+    except Exception:  # pynvml missing or NVML unreadable: the figure is optional
+        return None
+
+
 def case_runs(module, config: dict, weight_dir: str, device: str, events, repeat: int) -> dict:
-    """{"ms": [each fresh run], "new_segments": [each run's], "peak_mb": the contract's peak}."""
-    added = []
+    """{"ms": [each fresh run], "new_segments": [each run's], "sm_mhz": [the clock before each],
+    "peak_mb": the contract's peak}."""
+    added, clocks = [], []
 
     def timed(engine, calls, device):
+        clocks.append(sm_clock(device))
         before = segments() if is_cuda(device) else 0
         seconds = timed_run(engine, calls, device)
         added.append(segments() - before if is_cuda(device) else 0)
@@ -37,7 +52,8 @@ def case_runs(module, config: dict, weight_dir: str, device: str, events, repeat
 
     calls = materialize(events, config["vocab_size"], CASE_SEED, device)
     times, peak_bytes, _ = fresh_engine_runs(module, config, weight_dir, device, calls, 1, repeat, timed=timed)
-    return {"ms": [round(t * 1e3, 2) for t in times], "new_segments": added, "peak_mb": round(peak_bytes / 2**20)}
+    return {"ms": [round(t * 1e3, 2) for t in times], "new_segments": added, "sm_mhz": clocks,
+            "peak_mb": round(peak_bytes / 2**20)}
 
 
 def main(argv=None) -> None:
@@ -52,6 +68,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     config = json.loads(open(args.model_config).read())
     module = load_engine_module(args.engine)
+    ramp_gpu_clocks(args.device)  # as the benchmark does before its cases
     for name, events in select_cases(args.cases).items():
         if not args.case or name in args.case:
             runs = case_runs(module, config, args.weight_dir, args.device, events, args.repeat)
