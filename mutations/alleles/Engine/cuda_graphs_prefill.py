@@ -45,6 +45,8 @@ MAX_PREFILL_PROMPTS = 16  # range: 4..64; the most prompts a captured prefill ta
 # token on a 1B-class model) are what a large prefill's peak memory is made of.
 EAGER_PREFILL_TOKENS = 4096  # range: 512..65536
 PREFILL_ROWS_BLOCK = 256  # range: 64..1024; packed tokens a program of the positions/slots kernel fills
+PREFILL_ROWS_WARPS = 4  # range: 1..16; warps a program of the positions/slots kernel runs with (Triton's default: 4)
+STEP_INPUTS_WARPS = 4  # range: 1..16; warps a program gathering a token's embedding and RoPE rows runs with
 
 
 @triton.jit
@@ -95,7 +97,7 @@ def step_inputs(embed, tokens, cos_table, sin_table, positions):
     sin = torch.empty_like(cos)
     step_inputs_kernel[(n,)](tokens, positions, embed, cos_table, sin_table, x, cos, sin, embed.shape[0], hidden, half,
                              embed.stride(0), cos_table.stride(0), BLOCK_H=triton.next_power_of_2(hidden),
-                             BLOCK_P=triton.next_power_of_2(half))
+                             BLOCK_P=triton.next_power_of_2(half), num_warps=STEP_INPUTS_WARPS)
     return x, cos, sin
 
 
@@ -312,7 +314,7 @@ class Engine:
             positions, slots = (torch.empty(size, dtype=torch.long, device=self.device) for _ in range(2))
             prefill_rows_kernel[(triton.cdiv(size, PREFILL_ROWS_BLOCK),)](
                 starts, lengths, page_starts, pages, positions, slots, size, self.cache.page_size,
-                PROMPTS=MAX_PREFILL_PROMPTS, BLOCK=PREFILL_ROWS_BLOCK)
+                PROMPTS=MAX_PREFILL_PROMPTS, BLOCK=PREFILL_ROWS_BLOCK, num_warps=PREFILL_ROWS_WARPS)
             step = Step([], [], [], positions, False, slots)
             # Read by the varlen attention instead of the host's num_new (see its allele).
             step.prompt_starts, step.prompt_lengths = starts, lengths

@@ -29,6 +29,7 @@ PAGE_SIZE = 16  # range: 8..256; tokens per page
 # on a 1B-class model; 128 pages left 44 MB idle in each engine).
 CHUNK_PAGES = 32  # range: 16..4096
 MOVING_POOL_PAGES = 128  # range: 16..4096; a bf16 pool's first size: each growth captures graphs again
+WRITE_ROWS_WARPS = 4  # range: 1..16; warps a program writing a token's K/V row runs with (Triton's default: 4)
 MAX_CHUNKS = 4096  # the chunk table's length: its address is fixed once graphs are captured
 
 
@@ -125,7 +126,8 @@ class KVCache:
         row = self.row_shape[0] * self.row_shape[1]
         write_rows_kernel[(k.shape[0],)](k, v, k_pool, v_pool, step.slots, self.chunk_offsets, k.stride(0),
                                          v.stride(0), k_pool.stride(0), k_pool.stride(1), self.chunk_shift,
-                                         PAGE_SIZE=self.page_size, ROW=row, BLOCK=triton.next_power_of_2(row))
+                                         PAGE_SIZE=self.page_size, ROW=row, BLOCK=triton.next_power_of_2(row),
+                                         num_warps=WRITE_ROWS_WARPS)
 
     def read(self, layer, request_id):
         n = self.lengths[request_id]

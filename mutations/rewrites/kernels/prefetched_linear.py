@@ -82,6 +82,9 @@ PREFETCH_ONE_ROW_WARPS = 4  # range: 1..16; warps a one-row program runs with (T
 # (docs/PERF.md, thirty-fifth session): tunables, at their old fixed values.
 PREFETCH_ROWS_BLOCK_N = 16  # range: 16..128; output columns a program of several rows owns
 PREFETCH_ROWS_WARPS = 4  # range: 1..16; warps a program of several rows runs with
+# The second kernel, where the inner dimension was cut into shares: at its old fixed launch.
+SUM_SHARES_BLOCK = 1024  # range: 256..4096; output columns a program sums the shares of
+SUM_SHARES_WARPS = 4  # range: 1..16; warps a program summing the shares runs with (Triton's default: 4)
 
 
 def prefetched_linear(x, weight):
@@ -109,7 +112,7 @@ def prefetched_linear(x, weight):
         BLOCK_N=block_n, SHARE=block_share, PDL=PDL_LAUNCH, ONE_ROW=num_rows == 1, launch_pdl=PDL_LAUNCH,
         num_warps=PREFETCH_ONE_ROW_WARPS if num_rows == 1 else PREFETCH_ROWS_WARPS)
     if splits > 1:
-        sum_shares_kernel[(num_rows, triton.cdiv(num_out, 1024))](
-            part, out, num_out, part.stride(0), part.stride(1), out.stride(0), SPLITS=splits, BLOCK=1024,
-            PDL=PDL_LAUNCH, launch_pdl=PDL_LAUNCH)
+        sum_shares_kernel[(num_rows, triton.cdiv(num_out, SUM_SHARES_BLOCK))](
+            part, out, num_out, part.stride(0), part.stride(1), out.stride(0), SPLITS=splits, BLOCK=SUM_SHARES_BLOCK,
+            PDL=PDL_LAUNCH, launch_pdl=PDL_LAUNCH, num_warps=SUM_SHARES_WARPS)
     return out
