@@ -145,9 +145,9 @@ def ranked(recipes: list, target: RunTarget) -> list:
 def seed_programs(config, seed_source: str) -> tuple[list, list]:
     """([(source, operator args)], [(recipe name, why not)]): the programs of the library's
     best `library_top` recipes for this run's target and of the hand-kept recipe wherever
-    it ranks (a bf16 run ranks bf16 recipes of other shapes above it: one on Llama-3.2-1B's
-    shape that took four such returned a winner 3.5% slower at batch 1 than this one), the
-    best once more fitted to the run's calls where that changes it (`fitted_program`), and
+    it ranks (a bf16 run ranks bf16 recipes of other shapes above it, and the program a run
+    is held to must be judged in it), the best once more fitted to the run's calls where
+    that changes it (`fitted_program`), and
     every other recipe with the reason it was not taken (it needs a GPU, does not replay,
     repeats a program, or the best were taken)."""
     if not config.library:
