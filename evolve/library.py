@@ -147,9 +147,8 @@ def seed_programs(config, seed_source: str) -> tuple[list, list]:
     best `library_top` recipes for this run's target and of the hand-kept recipe wherever
     it ranks (a bf16 run ranks bf16 recipes of other shapes above it, and the program a run
     is held to must be judged in it), the best once more fitted to the run's calls where
-    that changes it (`fitted_program`), and
-    every other recipe with the reason it was not taken (it needs a GPU, does not replay,
-    repeats a program, or the best were taken)."""
+    that changes it (`fitted_program`), and every other recipe with the reason it was not
+    taken (it needs a GPU, does not replay, repeats a program, or the best were taken)."""
     if not config.library:
         return [], []
     taken, declined, made = [], [], {seed_source: "the seed"}
