@@ -28,6 +28,14 @@ FAILED_FITNESS = 0.0  # below every correct program: tokens/s are positive
 FAILED_MEMORY_MB = 1e9  # the second objective's worst, finite so crowding distances stay numbers
 ABSOLUTE_SD = 0.15  # log-spread of one judgement's own tokens/s between judgements (GPU, eager engines)
 MIN_PAIRED_SD = 0.01  # a paired ratio is never trusted to better than 1%
+# A ratio far from 1 also drifts between judgements, which its own rounds cannot show: two
+# programs that lean on the host unlike each other (a graph engine, an eager seed 14x slower)
+# move apart with the host's state. On an H100 one pair read 15.2x and then 14.1x, each
+# outside the other's interval, and a program level with the first (1.001x, paired) read
+# 12.4x: about 2-3% of the log ratio a judgement (docs/PERF.md, thirty-sixth session).
+# Near 1 this adds nothing; far from it, comparisons with the seed stop outweighing the
+# paired comparisons of near-equal programs when the fit ranks them.
+DRIFT_PER_LOG_RATIO = 0.02
 
 
 def geometric_mean_tps(verdict: dict) -> float:
@@ -79,8 +87,8 @@ def finite_or_zero(value) -> float:
 
 @dataclass(frozen=True)
 class Comparison:
-    """log(speed of a / speed of b) from one paired judgement, its standard error, and the
-    interval's ends as the judge reported them."""
+    """log(speed of a / speed of b) from one paired judgement, its standard error (its rounds'
+    and the drift between judgements), and the interval's ends as the judge reported them."""
     a: str
     b: str
     log_ratio: float
@@ -94,7 +102,8 @@ class Comparison:
         values = (ratio, low, high, rounds)
         if not all(isinstance(v, (int, float)) and v > 0 and math.isfinite(v) for v in values) or rounds < 2:
             return None
-        return cls(a, b, math.log(ratio), max(MIN_PAIRED_SD, math.log(high / low) / (2 * t95(int(rounds) - 1))),
+        within = max(MIN_PAIRED_SD, math.log(high / low) / (2 * t95(int(rounds) - 1)))
+        return cls(a, b, math.log(ratio), math.hypot(within, DRIFT_PER_LOG_RATIO * math.log(ratio)),
                    math.log(low), math.log(high))
 
 

@@ -457,6 +457,28 @@ def test_the_final_choice_weighs_the_contenders_paired_comparison_not_their_rati
     assert judged == [child.id, closing.id] and winner is closing and ratio == 19.0
 
 
+def test_near_equal_programs_are_ranked_by_their_paired_comparisons_not_their_ratios_to_a_slow_seed():
+    """An H100 search on Llama-3.2-1B's shape (docs/PERF.md, thirty-sixth session): the Qwen3
+    library program L read 15.2x, then 14.1x the eager seed; A, L plus one constant, level
+    with L twice (1.004x, 1.001x, paired) but 12.4x the seed in the final (interval
+    11.6-13.2x); B, L's merge, 0.995x L once and 14.0x the seed (9.9-19.9x). With each
+    ratio to the seed trusted to its own rounds, the fit put B above A and the final chose
+    B; the ratios' drift between judgements puts A, whose paired evidence is the stronger,
+    level with L and above B."""
+    seed, lib, a, b = (Program(f"p = {i}\n") for i in range(4))
+    scores = Scores()
+    for program, fitness in ((seed, 3_024.3), (lib, 44_569.6), (lib, 44_679.7), (a, 44_768.4), (a, 45_329.7),
+                             (a, 45_228.8), (b, 44_401.9), (b, 44_653.0)):
+        scores.add(program.id, "ok", fitness, 1.0, 1.0, level="full")
+    for x, y, ratio, low, high, rounds in ((lib, seed, 15.226, 13.062, 17.748, 3), (lib, seed, 14.133, 13.223, 15.105, 3),
+                                           (a, lib, 1.004, 0.970, 1.040, 3), (a, lib, 1.001, 0.977, 1.026, 5),
+                                           (b, lib, 0.995, 0.962, 1.029, 3), (a, seed, 12.391, 11.612, 13.223, 3),
+                                           (b, seed, 14.024, 9.885, 19.897, 3)):
+        scores.compare(x.id, y.id, ratio, low, high, rounds)
+    assert scores.speed(a.id) > scores.speed(b.id)
+    assert scores.gain(a.id, lib.id) == pytest.approx(1.0, abs=0.005)
+
+
 def test_the_final_is_reckoned_longer_only_for_a_close_call():
     """As long as a confirmation, a quarter more for each further contender; up to
     final_rounds' worth more only when the best is within CLEAR_GAIN of the seed (an
