@@ -24,6 +24,8 @@
 #                             with a TARGET of target.targets (bf16, one_b, ...), the same on it alone, with
 #                             its run.sh flags (margin, cases) -> STATE/try_NAME_TARGET.txt, STATE/try_NAME/TARGET
 #   probe:NAME                python -m tools.probes.NAME -> STATE/probe_NAME.txt
+#   fresh_runs:TARGET         each fresh engine's run apart (tools.probes.fresh_runs), fastest.txt's program
+#                             on TARGET of target.targets, its run.sh cases -> STATE/fresh_runs_TARGET.jsonl
 #   create:TARGET             what making the seed's and the recipe's engines costs on TARGET
 #                             against running a case (tools.create_probe) -> STATE/create_TARGET.json
 #   wait:FILE                 until STATE/FILE exists, so that comparisons run once the searches beside
@@ -71,6 +73,12 @@ run_job() {
            --weight-dir "/tmp/hf/$model" --device cuda --cases large --roofline --step-time
        done ;;
   probe) python3 -m "tools.probes.$target" 2>&1 | tee "$state/probe_$target.txt" | tail -20 ;;
+  fresh_runs) local config cases=all
+              config=$(python3 -m target.targets targets --only "$target") || return 1
+              python3 -m target.targets --run-flags "$target" | grep -qx long && cases=long
+              python3 -m mutations recipe mutations/recipes/fastest.txt -o "$state/recipe.py" > /dev/null || return 1
+              python3 -m tools.probes.fresh_runs --engine "$state/recipe.py" --model-config "$config" \
+                --weight-dir "$(dirname "$config")/weights" --cases "$cases" | tee -a "$state/fresh_runs_$target.jsonl" ;;
   create) local config=target/model_config.json
           [ "$target" = public ] || config=$(python3 -m target.targets targets --only "$target") || return 1
           python3 -m mutations recipe mutations/recipes/fastest.txt -o /tmp/fastest.py > /dev/null || return 1
