@@ -30,11 +30,9 @@ ABSOLUTE_SD = 0.15  # log-spread of one judgement's own tokens/s between judgeme
 MIN_PAIRED_SD = 0.01  # a paired ratio is never trusted to better than 1%
 # A ratio far from 1 also drifts between judgements, which its own rounds cannot show: two
 # programs that lean on the host unlike each other (a graph engine, an eager seed 14x slower)
-# move apart with the host's state. On an H100 one pair read 15.2x and then 14.1x, each
-# outside the other's interval, and a program level with the first (1.001x, paired) read
-# 12.4x: about 2-3% of the log ratio a judgement (docs/PERF.md, thirty-sixth session).
-# Near 1 this adds nothing; far from it, comparisons with the seed stop outweighing the
-# paired comparisons of near-equal programs when the fit ranks them.
+# move apart with the host's state. Near 1 this adds nothing; far from it, ratios to the seed
+# stop outweighing the paired comparisons of near-equal programs when the fit ranks them.
+# Measured: one H100 run's ratios to the seed drifted 2-3% of their log (docs/PERF.md).
 DRIFT_PER_LOG_RATIO = 0.02
 
 
