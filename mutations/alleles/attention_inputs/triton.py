@@ -13,7 +13,8 @@ dtype.
 The cache row is found as paged_chunks' own write kernel finds it (shared.slot_row: the
 step's slot, its page, the page's chunk); another cache writes its rows itself after the
 launch. bf16 with bf16 RoPE tables (the contract's bf16) keeps the genes apart: there RoPE
-takes the reference's own ops (see apply_rope.triton).
+takes the reference's own ops (see apply_rope.triton), on q and k in one call as the seed's
+gene does (`rotate_heads`).
 """
 import torch
 import triton
@@ -76,8 +77,7 @@ def attention_inputs(q, k, v, layer, cos, sin, cache, step, index, eps):
     has the norms, then rotated), once k and v [N, kv_heads, D] are in the cache's layer
     `index`."""
     if q.dtype == torch.bfloat16 and cos.dtype == torch.bfloat16:  # the reference's own RoPE ops
-        q, k = norm_heads(q, k, layer, eps)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k = rotate_heads(*norm_heads(q, k, layer, eps), cos, sin)
         cache.write(index, step, k, v)
         return q, k
     if q.shape[0] == 0:
