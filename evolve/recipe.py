@@ -32,7 +32,8 @@ def lineage_recipe(frame: pd.DataFrame, candidate_id: str, history_path) -> str:
         raise LineageError(f"{candidate_id} has no judged row in the history")
     source = program.SEED_PATH.read_text()
     lines = [f"# candidate {candidate_id}, made in {len(steps) - 1} steps from {steps[0]['operator']} ({Path(history_path).name})",
-             f"#   python -m mutations recipe <this file> -o engine.py --check-hash {candidate_id}"]
+             f"#   python -m mutations recipe <this file> -o engine.py --check-hash {candidate_id}",
+             "#   (the hash holds on the tree that judged it: an allele edited since makes another program)"]
     start = first_lines(steps[0], candidate_id)
     if start:  # the library's recipe the lineage starts from
         source = replayed(recipe.parse("\n".join(start)), source, 0, steps[0])
