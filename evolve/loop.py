@@ -1,8 +1,9 @@
 """The generation loop: breed, screen, merge, confirm, learn, score, select, remember,
 report, checkpoint.
 
-Generation 0 judges the seed in full and screens the rest of the first population beside it
-(--seed-from and library programs); the fastest is confirmed, the next while those fail.
+Generation 0 judges the seed in full, screens the first of the rest of the first population
+(--seed-from and library programs) beside it, and the others beside that one (the anchor: the
+next, while those fail); the fastest is confirmed, the next while those fail.
 Generation 1 sweeps: one child of the best program by each operator that applies to it (on a
 GPU, each GPU-only one, and others up to a population's worth). Every later one merges gains
 made apart (up to a third of its children), sweeps on from the best program with all but one
@@ -16,7 +17,7 @@ evolve/README.md ("How the search chooses") says why.
 """
 import time
 
-from evolve.judging import confirm
+from evolve.judging import confirm, unjudged
 from evolve.memo import Known
 from evolve.operators import sweep_size
 from evolve.toolbox import Program
@@ -41,18 +42,15 @@ def evolve(search) -> None:
             parents = search.population
             brood = breed(search, parents, config.population)
         offspring = brood.children
-        # Judge each new source once, beside its parent. Generation 0: the seed in full, then
-        # the library's programs screened beside it and the fastest confirmed: judged in full
-        # one by one, four library programs took 5-8 minutes of a 10-minute GPU search.
+        # Judge each new source once, beside its parent; generation 0's beside its anchor.
         num_cached = brood.num_known + sum(p.id in search.scores for p in offspring)
-        new = search.screen(gen, [search.seed]) if gen == 0 else []
-        new += search.screen(gen, offspring, beside=search.seed.id if gen == 0 else None)
+        new, anchor = first_judgements(search, offspring) if gen == 0 else (search.screen(gen, offspring), None)
         # Merge the gains just screened into the best at once, not a generation later: a
         # short search's last generation has no later one (docs/PERF.md).
         if gen > 0 and brood.add_if_new(toolbox.merge_every_gain(best_of(search), search.scores)):
             new += search.screen(gen, offspring[-1:])
         # Confirm the ones that could be kept (in generation 0, until one passes).
-        confirm(search.judging, search.hall_of_fame, gen, offspring, until_one_passes=gen == 0)
+        confirm(search.judging, search.hall_of_fame, gen, offspring, until_one_passes=gen == 0, beside=anchor)
         # Learn: each mutant's outcome against its parent is credited to its operator.
         toolbox.learn(offspring, search.scores)
         # Score: a program's fitness is its fitted speed (scores.py: every judgement and paired ratio).
@@ -63,6 +61,25 @@ def evolve(search) -> None:
         search.population = toolbox.select(parents + offspring, config.population)
         # Report and checkpoint: one record for the console, results.log and the logbook.
         search.finish_generation(new, num_cached, brood.num_declined, time.monotonic() - started)
+
+
+def first_judgements(search, programs: list) -> tuple[list, str]:
+    """Generation 0: the seed in full; the other first programs (--seed-from, the library's)
+    one by one beside it until one passes (the anchor; one judged in an earlier run serves at
+    once), the rest beside the anchor. Returns (the new results, the anchor's id). Judged in
+    full one by one, four library programs took 5-8 minutes of a 10-minute GPU search; beside
+    the eager seed, five took 531 s of a 20-minute one on Qwen3-0.6B against ~60 s a screen
+    beside a program of like speed, and their 20-27x ratios (+-15%) could not rank them."""
+    new = search.screen(0, [search.seed])
+    others = [p for p in {p.id: p for p in programs}.values() if p.id != search.seed.id]
+    anchor = next((p.id for p in others if search.scores.is_ok(p.id)), search.seed.id)
+    todo = unjudged(others, search.scores)
+    while todo and anchor == search.seed.id:
+        first, todo = todo[0], todo[1:]
+        new += search.screen(0, [first], beside=anchor)
+        if search.scores.is_ok(first.id):
+            anchor = first.id
+    return new + search.screen(0, todo, beside=anchor), anchor
 
 
 class Brood:
