@@ -23,3 +23,15 @@ bench_rounds() {
     done
   done
 }
+
+# The folder (model_config.json, weights/) and the case set a target of target.targets is
+# benched on, in $target_dir and $target_cases: "public" is the toy model on every case.
+#   target_of TARGET
+target_of() {
+  target_dir=target target_cases=all
+  [ "$1" = public ] && return 0
+  local config
+  config=$(python3 -m target.targets targets --only "$1") || return 1
+  target_dir=$(dirname "$config")
+  if python3 -m target.targets --run-flags "$1" | grep -qx long; then target_cases=long; fi
+}

@@ -24,8 +24,9 @@
 #                             with a TARGET of target.targets (bf16, one_b, ...), the same on it alone, with
 #                             its run.sh flags (margin, cases) -> STATE/try_NAME_TARGET.txt, STATE/try_NAME/TARGET
 #   probe:NAME                python -m tools.probes.NAME -> STATE/probe_NAME.txt
-#   fresh_runs:TARGET         each fresh engine's run apart (tools.probes.fresh_runs), fastest.txt's program
-#                             on TARGET of target.targets, its run.sh cases -> STATE/fresh_runs_TARGET.jsonl
+#   fresh_runs:TARGET[:keep_caches]  each fresh engine's run apart (tools.probes.fresh_runs), fastest.txt's
+#                             program on TARGET of target.targets, its run.sh cases (keep_caches: captures
+#                             leave the allocator's caches) -> STATE/fresh_runs_TARGET.jsonl
 #   create:TARGET             what making the seed's and the recipe's engines costs on TARGET
 #                             against running a case (tools.create_probe) -> STATE/create_TARGET.json
 #   wait:FILE                 until STATE/FILE exists, so that comparisons run once the searches beside
@@ -73,12 +74,11 @@ run_job() {
            --weight-dir "/tmp/hf/$model" --device cuda --cases large --roofline --step-time
        done ;;
   probe) python3 -m "tools.probes.$target" 2>&1 | tee "$state/probe_$target.txt" | tail -20 ;;
-  fresh_runs) local config cases=all
-              config=$(python3 -m target.targets targets --only "$target") || return 1
-              python3 -m target.targets --run-flags "$target" | grep -qx long && cases=long
+  fresh_runs) target_of "$target" || return 1  # fresh_runs:TARGET:keep_caches -> --keep-caches
               python3 -m mutations recipe mutations/recipes/fastest.txt -o "$state/recipe.py" > /dev/null || return 1
-              python3 -m tools.probes.fresh_runs --engine "$state/recipe.py" --model-config "$config" \
-                --weight-dir "$(dirname "$config")/weights" --cases "$cases" | tee -a "$state/fresh_runs_$target.jsonl" ;;
+              python3 -m tools.probes.fresh_runs --engine "$state/recipe.py" --model-config "$target_dir/model_config.json" \
+                --weight-dir "$target_dir/weights" --cases "$target_cases" ${budget:+--${budget//_/-}} \
+                | tee -a "$state/fresh_runs_$target.jsonl" ;;
   create) local config=target/model_config.json
           [ "$target" = public ] || config=$(python3 -m target.targets targets --only "$target") || return 1
           python3 -m mutations recipe mutations/recipes/fastest.txt -o /tmp/fastest.py > /dev/null || return 1
@@ -124,7 +124,7 @@ queue() {
   done
   touch "$state/queue$gpu.done"
 }
-export -f run_job try_rounds try_target bench_rounds queue
+export -f run_job try_rounds try_target bench_rounds target_of queue
 export state gpu
 CUDA_VISIBLE_DEVICES=$gpu setsid bash -c 'queue "$@"' queue "$@" > "$state/queue$gpu.log" 2>&1 < /dev/null &
 echo "queue $gpu started: $* (log $state/queue$gpu.log)"

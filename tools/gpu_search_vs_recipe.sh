@@ -42,11 +42,8 @@ search() {
 }
 
 compare() {
-  local dir=target cases=all
-  if [ "$target" != public ]; then
-    dir=$(dirname "$(python3 -m target.targets targets --only "$target")") || exit 1
-    python3 -m target.targets --run-flags "$target" | grep -qx long && cases=long
-  fi
+  target_of "$target" || exit 1
+  local dir=$target_dir cases=$target_cases
   # OUT's own copy: two queues' comparisons on one host would write one /tmp file at once.
   python3 -m mutations recipe mutations/recipes/fastest.txt -o "$out/recipe.py" > /dev/null || exit 1
   BENCH_MAX_ROUNDS=${COMPARE_MAX_ROUNDS:-6} bench_rounds "$out" "${1:-3}" "" winner "$out/winner.py" recipe "$out/recipe.py" \

@@ -3,13 +3,18 @@ segments (cudaMalloc calls) it added and the SM clock just before it, where `fit
 reports the median alone.
 
     python -m tools.probes.fresh_runs --engine E --model-config C --weight-dir W [--cases long]
-        [--case NAME ...] [--repeat 5]
+        [--case NAME ...] [--repeat 5] [--keep-caches]
 
 One JSON line per case. Written when the long_prompts cases' medians moved up to 1.6x
 between fresh processes of one program (docs/PERF.md): it shows whether the runs spread or
 fall on levels, whether a run allocates device memory inside its timed region, and whether a
 slow run started on a GPU whose clocks had dropped while the engine was built (an idle H100
 sits at 345 MHz; the judge bursts before each run, the benchmark once a case set).
+
+`--keep-caches` tests one explanation of the new segments: `torch.cuda.graph` empties the
+allocator's device and pinned-host caches before every capture, so a graph engine's creation
+hands its predecessor's freed blocks back to the driver. With the emptying made a no-op in
+this process, a run that still allocates (or still falls on two levels) is explained otherwise.
 """
 import argparse
 import json
@@ -36,6 +41,12 @@ def sm_clock(device: str):
         return torch.cuda.clock_rate()
     except Exception:  # pynvml missing or NVML unreadable: the figure is optional
         return None
+
+
+def keep_allocator_caches() -> None:
+    """What `torch.cuda.graph.__enter__` calls before a capture, made to do nothing here."""
+    torch.cuda.empty_cache = lambda: None
+    torch._C._host_emptyCache = lambda: None
 
 
 def case_runs(module, config: dict, weight_dir: str, device: str, events, repeat: int) -> dict:
@@ -65,14 +76,19 @@ def main(argv=None) -> None:
     parser.add_argument("--cases", choices=CASE_SETS, default="long")
     parser.add_argument("--case", action="append", help="only this case of the set (repeatable)")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--keep-caches", action="store_true",
+                        help="captures leave the allocator's caches as they are (no empty_cache)")
     args = parser.parse_args(argv)
+    if args.keep_caches:
+        keep_allocator_caches()
     config = json.loads(open(args.model_config).read())
     module = load_engine_module(args.engine)
     ramp_gpu_clocks(args.device)  # as the benchmark does before its cases
     for name, events in select_cases(args.cases).items():
         if not args.case or name in args.case:
             runs = case_runs(module, config, args.weight_dir, args.device, events, args.repeat)
-            print(json.dumps({"engine": args.engine, "case": name, **runs}), flush=True)
+            print(json.dumps({"engine": args.engine, "case": name, "keep_caches": args.keep_caches, **runs}),
+                  flush=True)
 
 
 if __name__ == "__main__":
