@@ -62,15 +62,20 @@ class AlleleSwapOperator(Operator):
         return None
 
     def unports(self, source: str) -> bool:
-        """Whether the swap puts a portable allele where the program runs a GPU-only one:
-        on a GPU that undoes a kernel (seen on an H100: decode graphs over prefill graphs
-        0.41x, SDPA prefills over the Triton one 0.2x)."""
-        try:
-            carried = program.gene_alleles(program.parse(source)).get(self.allele.gene)
-        except program.ProgramError:
+        """Whether the swap puts a portable allele where the program runs a GPU-only one, in
+        its own gene or in one it repairs: on a GPU that undoes a kernel (seen on an H100:
+        decode graphs over prefill graphs 0.41x, SDPA prefills over the Triton one 0.2x; the
+        recipe's fused q/k/v alone, which sends the SwiGLU kernel back to the seed's, 0.83x)."""
+        planned = self.plan(source)
+        if isinstance(planned, str):
             return False
-        now = alleles.get(self.allele.gene, carried) if carried else None
-        return bool(now and now.devices == "cuda" and self.allele.devices != "cuda")
+        module, closed, _ = planned
+        carried = program.gene_alleles(module)
+        for gene, name in closed.items():
+            now, then = alleles.get(gene, carried.get(gene)), alleles.get(gene, name)
+            if name != carried.get(gene) and now and then and now.devices == "cuda" and then.devices != "cuda":
+                return True
+        return False
 
     def applies(self, source: str) -> str | None:
         planned = self.plan(source)
