@@ -23,8 +23,8 @@ from evolve.scores import Scores
 from evolve.search import run
 from evolve.toolbox import (MERGE_EVERY_GAIN, Program, Vocabulary, make_toolbox, merge, merge_every_gain,
                             open_operators, sweep)
-from mutations import program, recipe, requirements
-from tests.conftest import REPO, SEED_ENGINE
+from mutations import program, requirements
+from tests.conftest import SEED_ENGINE
 from tests.test_evolve_loop import make_config, only_run_dir
 from tests.test_evolve_stand_in import fake_judge
 
@@ -453,7 +453,7 @@ def test_the_closing_merge_is_the_last_generations_merge_when_that_was_bred_but_
     assert final.closing_merge(toolbox, scores, best) is None
 
 
-def test_a_swap_that_puts_portable_code_where_a_gpu_kernel_runs_unports():
+def test_a_swap_that_puts_portable_code_where_a_gpu_kernel_runs_unports(fastest_source):
     graphs = swapped(SEED, "allele.Engine.cuda_graphs_prefill")  # brings Triton attention and pages
     assert mutations.unports("allele.Engine.cuda_graphs", graphs)
     assert mutations.unports("allele.attend_prefill.padded_sdpa", graphs)
@@ -463,14 +463,13 @@ def test_a_swap_that_puts_portable_code_where_a_gpu_kernel_runs_unports():
     assert not mutations.unports("torch_compile", graphs)
     # Through a repair too: on the recipe's program, q/k/v fused alone takes the SwiGLU kernel
     # back to the seed's MLP (0.83x and 0.85x on Qwen3-0.6B, 8-14% lost on Llama-3.2-1B).
-    fastest = recipe.apply(recipe.parse((REPO / "mutations" / "recipes" / "fastest.txt").read_text()))
     for name in ("allele.load_weights.fused_qkv", "allele.load_weights.fused_gate_up", "allele.qkv_proj.seed"):
-        assert mutations.unports(name, fastest), name
-    assert not mutations.unports("allele.rope_tables.seed", fastest)
+        assert mutations.unports(name, fastest_source), name
+    assert not mutations.unports("allele.rope_tables.seed", fastest_source)
     vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover)
-    on_gpu = open_operators(Program(fastest), vocabulary, Memo(), "cuda")
+    on_gpu = open_operators(Program(fastest_source), vocabulary, Memo(), "cuda")
     assert "allele.load_weights.fused_qkv" not in on_gpu and "tune_constant" in on_gpu
-    assert "allele.load_weights.fused_qkv" in open_operators(Program(fastest), vocabulary, Memo(), "cpu")
+    assert "allele.load_weights.fused_qkv" in open_operators(Program(fastest_source), vocabulary, Memo(), "cpu")
 
 
 # --- duplicates ----------------------------------------------------------------------------
