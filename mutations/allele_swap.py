@@ -64,8 +64,9 @@ class AlleleSwapOperator(Operator):
     def unports(self, source: str) -> bool:
         """Whether the swap puts a portable allele where the program runs a GPU-only one, in
         its own gene or in one it repairs: on a GPU that undoes a kernel (seen on an H100:
-        decode graphs over prefill graphs 0.41x, SDPA prefills over the Triton one 0.2x; the
-        recipe's fused q/k/v alone, which sends the SwiGLU kernel back to the seed's, 0.83x)."""
+        decode graphs over prefill graphs 0.41x, SDPA prefills over the Triton one 0.2x; on
+        Qwen3-0.6B, q/k/v fused alone where gate/up were too, which sends the SwiGLU kernel
+        back to the seed's MLP, 0.83x)."""
         planned = self.plan(source)
         if isinstance(planned, str):
             return False
