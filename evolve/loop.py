@@ -71,7 +71,7 @@ def first_judgements(search, programs: list) -> tuple[list, str]:
     the eager seed, five took 531 s of a 20-minute one on Qwen3-0.6B against ~60 s a screen
     beside a program of like speed, and their 20-27x ratios (+-15%) could not rank them."""
     new = search.screen(0, [search.seed])
-    others = [p for p in {p.id: p for p in programs}.values() if p.id != search.seed.id]
+    others = [p for p in programs if p.id != search.seed.id]
     anchor = next((p.id for p in others if search.scores.is_ok(p.id)), search.seed.id)
     todo = unjudged(others, search.scores)
     while todo and anchor == search.seed.id:
