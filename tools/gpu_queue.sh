@@ -79,11 +79,11 @@ run_job() {
               python3 -m tools.probes.fresh_runs --engine "$state/recipe.py" --model-config "$target_dir/model_config.json" \
                 --weight-dir "$target_dir/weights" --cases "$target_cases" ${budget:+--${budget//_/-}} \
                 | tee -a "$state/fresh_runs_$target.jsonl" ;;
-  create) local config=target/model_config.json
-          [ "$target" = public ] || config=$(python3 -m target.targets targets --only "$target") || return 1
+  create) target_of "$target" || return 1
           python3 -m mutations recipe mutations/recipes/fastest.txt -o /tmp/fastest.py > /dev/null || return 1
-          python3 -m tools.create_probe --engines seed_engine/engine.py /tmp/fastest.py --model-config "$config" \
-            --weight-dir "$(dirname "$config")/weights" | tee "$state/create_$target.json" ;;
+          python3 -m tools.create_probe --engines seed_engine/engine.py /tmp/fastest.py \
+            --model-config "$target_dir/model_config.json" --weight-dir "$target_dir/weights" \
+            | tee "$state/create_$target.json" ;;
   wait) until [ -e "$state/$target" ]; do sleep 10; done ;;
   *) echo "unknown job $1"; return 2 ;;
   esac
