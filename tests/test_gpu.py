@@ -11,6 +11,7 @@ from mutations import recipe
 from fitness.gate import check_module
 from fitness.loader import load_engine_module
 from fitness.model_config import ModelConfig
+from fitness.runner import output_checksum
 from fitness.sandbox import judge
 from serve.llm_engine import LLMEngine
 from serve.model_runner import ModelRunner, load_engine
@@ -57,6 +58,13 @@ def test_device_side_assert_is_a_crash_verdict(small_target, scratch, tmp_path):
     config_path, weight_dir = small_target
     verdict = judge(path, config_path, weight_dir, "cuda", timeout=120, bench="none", scratch=str(scratch))
     assert verdict["status"] == "crash", verdict
+
+
+def test_the_outputs_checksum_on_the_device_is_the_hosts():
+    """The runner sums outputs where they lie, the judge sums the copies it fetched."""
+    outputs = [torch.randn(64, 3001).to(torch.bfloat16), torch.randn(40, 30).T, torch.arange(23, dtype=torch.uint8)[3:],
+               torch.full((5,), -1.0, dtype=torch.float16)]
+    assert output_checksum([t.cuda() for t in outputs]) == output_checksum(outputs) > 0
 
 
 def test_out_of_memory_is_a_crash_verdict(small_target, scratch, tmp_path):

@@ -59,12 +59,21 @@ def test_a_sender_that_stalls_or_leaves_mid_tensor_is_an_error(close):
         os.close(write_fd)
 
 
-def test_the_outputs_checksum_is_the_sum_of_their_bytes():
+def word_sum(tensor) -> int:
+    """An output's bytes as little-endian 64-bit words, the last one padded with zeros."""
+    raw = bytes(tensor.contiguous().reshape(-1).view(torch.uint8).tolist())
+    raw += bytes(-len(raw) % 8)
+    return sum(int.from_bytes(raw[i:i + 8], "little") for i in range(0, len(raw), 8))
+
+
+def test_the_outputs_checksum_sums_their_bytes_as_words():
     """What the runner answers at a run's end and the judge recomputes on what it fetched
     (fitness.runner.output_checksum): every byte of every tensor output, strided ones read as
-    their contiguous copy, other values skipped."""
+    their contiguous copy, a view off a word boundary and a size short of a word included,
+    other values skipped; one byte changed changes it."""
     outputs = [torch.randn(64, 3000).to(torch.bfloat16), None, torch.randn(40, 30).T, torch.empty(0), "text",
-               torch.full((5,), -1.0, dtype=torch.float16)]
-    want = sum(int(t.contiguous().reshape(-1).view(torch.uint8).to(torch.int64).sum())
-               for t in outputs if torch.is_tensor(t))
+               torch.full((5,), -1.0, dtype=torch.float16), torch.arange(23, dtype=torch.uint8)[3:]]
+    want = sum(word_sum(t) for t in outputs if torch.is_tensor(t)) % 2**64
     assert output_checksum(outputs) == want > 0
+    outputs[0].view(torch.uint8)[0, 777] ^= 1
+    assert output_checksum(outputs) != want
