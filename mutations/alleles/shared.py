@@ -125,6 +125,33 @@ def graph_width(cache):
     return min(cache.max_pages, -(-positions // cache.page_size))
 
 
+CAPTURE_STREAMS = {}  # device -> the side stream every capture on it runs on
+
+
+def captured(graph, pool, forward):
+    """forward()'s output, its launches captured into `graph` (its memory from `pool`, a new
+    pool if None) on a side stream, as torch.cuda.graph captures, less its emptying of the
+    allocator's caches: an engine made where another was just dropped gave that one's memory
+    back to the driver, and its runs allocated afresh on the clock (an H100, long prompts:
+    ~10 cudaMalloc a run, 1.1-1.4x slower runs; docs/PERF.md, thirty-eighth session). One
+    stream for every capture, as torch.cuda.graph keeps: the allocator reuses a freed block
+    on the stream that had it, and a pool captured on a stream a graph held 1 GB more."""
+    device = torch.cuda.current_device()
+    if device not in CAPTURE_STREAMS:
+        CAPTURE_STREAMS[device] = torch.cuda.Stream()
+    stream = CAPTURE_STREAMS[device]
+    torch.cuda.synchronize()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        graph.capture_begin(*(() if pool is None else (pool,)))
+        try:
+            out = forward()
+        finally:
+            graph.capture_end()
+    torch.cuda.current_stream().wait_stream(stream)
+    return out
+
+
 def fits_graph(cache, width, positions):
     """Whether requests whose new tokens stand at `positions` fit a table `width` pages wide."""
     return width == cache.max_pages or max(positions) // cache.page_size < width

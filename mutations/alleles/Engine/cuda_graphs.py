@@ -64,8 +64,7 @@ class Engine:
         for size in reversed(self.buckets):
             self.graph_logits[size] = self.forward_static(size)  # warm-up: JIT, lazy state
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.graph_pool):
-                self.graph_logits[size] = self.forward_static(size)
+            self.graph_logits[size] = captured(graph, self.graph_pool, lambda: self.forward_static(size))
             self.graph_pool = graph.pool() if self.graph_pool is None else self.graph_pool
             self.graphs[size] = graph
         for graph in self.graphs.values():  # a graph's first launch costs more than the next

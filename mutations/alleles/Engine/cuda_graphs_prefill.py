@@ -170,8 +170,7 @@ class Engine:
         for key in sorted(keys, key=lambda k: -k[1]):
             self.graph_logits[key] = self.forward_static(*key)  # warm-up: JIT, lazy state
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.graph_pool):
-                self.graph_logits[key] = self.forward_static(*key)
+            self.graph_logits[key] = captured(graph, self.graph_pool, lambda: self.forward_static(*key))
             self.graph_pool = graph.pool() if self.graph_pool is None else self.graph_pool
             self.graphs[key] = graph
         for graph in self.graphs.values():  # a graph's first launch costs more than the next
