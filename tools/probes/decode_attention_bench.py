@@ -1,6 +1,6 @@
 """The split-KV decode attention allele alone, on a GPU: microseconds a call, per shape and setting.
 
-    python -m tools.probes.decode_attention_bench [--programs 256 512 1024] [--tiles 16 32 64]
+    python -m tools.probes.decode_attention_bench [--programs 256 512 1024] [--tile-bytes 2048 4096 8192]
         [--warps 4 8] [--stages 1 3] [--shapes Qwen3 Llama]
 
 Each shape (the public config's decode batches; the 1B-class config's, Llama-3.2-1B's and
@@ -45,7 +45,8 @@ def make_call(batch, heads, kv_heads, head_dim, tokens, max_positions):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--programs", type=int, nargs="+", default=[128, 256, 512, 1024, 2048, 4096])
-    parser.add_argument("--tiles", type=int, nargs="+", default=[0], help="tokens a tile (0: the allele's choice)")
+    parser.add_argument("--tile-bytes", type=int, nargs="+", default=[0],
+                        help="bytes of K a tile holds a head, above the prefetching batches (0: the allele's)")
     parser.add_argument("--warps", type=int, nargs="+", default=[0], help="warps a split (0: the allele's choice)")
     parser.add_argument("--stages", type=int, nargs="+", default=[0], help="pipeline stages (0: the allele's)")
     parser.add_argument("--shapes", nargs="+", default=[""], help="only the shapes whose name holds one of these")
@@ -53,7 +54,7 @@ def main(argv=None) -> int:
     module = load_allele("attend_decode", "triton_split_kv")
     # setting -> (the allele's constants it sets, the values swept); stages and programs at batch 1
     # are PREFETCH_STAGES and PREFETCH_PROGRAMS
-    settings = {"tile": (("DECODE_TILE",), args.tiles), "warps": (("DECODE_WARPS",), args.warps),
+    settings = {"tile_bytes": (("DECODE_TILE_BYTES",), args.tile_bytes), "warps": (("DECODE_WARPS",), args.warps),
                 "stages": (("DECODE_STAGES", "PREFETCH_STAGES"), args.stages),
                 "programs": (("DECODE_PROGRAMS", "PREFETCH_PROGRAMS"), args.programs)}
     defaults = {constant: getattr(module, constant) for constants, _ in settings.values() for constant in constants}

@@ -60,7 +60,12 @@ REQUIRES = {"KVCache": ("paged_chunks", "paged", "slab")}  # in order of prefere
 DEVICES = "cuda"
 
 DECODE_PROGRAMS = 1024  # range: 64..8192; programs a decode aims for: splits = this / (batch x K/V heads)
-DECODE_TILE = 16  # range: 16..64; tokens a K/V tile holds (tl.dot needs 16 or more)
+# A tile of 16 tokens holds 2 KB of K a head at head_dim 64: on an H200 tiles of 32 took the
+# batch-64 call from 21.8 to 17.5 us (Llama-3.2-1B) and 15.0 to 13.3 (the 1B-class config),
+# where at head_dim 128 and 192 (4 and 6 KB in 16 tokens) 32 lost (docs/PERF.md, thirtieth
+# session): a tile's tokens follow from its bytes. Batches up to DECODE_PREFETCH_BATCH hold a
+# tile or two a split and keep 16 tokens.
+DECODE_TILE_BYTES = 4096  # range: 1024..16384; bytes of K a tile holds a head (16 to 64 tokens)
 MAX_SPLITS = 64  # range: 8..256; the most shares one request's tokens are cut into
 DECODE_WARPS = 4  # range: 1..16; warps a split runs with (Triton's default: 4)
 COMBINE_WARPS = 4  # range: 1..16; warps a program summing a head's splits runs with (Triton's default: 4)
@@ -293,6 +298,8 @@ def split_kv_attention(q, cache, layer, step, ready=None):
     table = step.block_table  # [B, width] page ids
     block_d = max(16, triton.next_power_of_2(head_dim))  # tl.dot needs 16 or more
     prefetch = batch <= DECODE_PREFETCH_BATCH
+    row_bytes = block_d * k_pages.element_size()
+    tile = 16 if prefetch else min(64, max(16, triton.next_power_of_2(DECODE_TILE_BYTES // row_bytes)))
     programs = PREFETCH_PROGRAMS if prefetch else DECODE_PROGRAMS
     splits = min(MAX_SPLITS, triton.next_power_of_2(triton.cdiv(programs, batch * k_pages.shape[2])))
     part_acc = torch.empty(batch, num_heads, splits, block_d, device=q.device, dtype=torch.float32)
@@ -311,14 +318,14 @@ def split_kv_attention(q, cache, layer, step, ready=None):
             new_k.stride(0), new_k.stride(1), new_v.stride(0), new_v.stride(1), cos.stride(0), chunk_shift,
             1.0 / math.sqrt(head_dim), num_heads, eps, PAGE_SIZE=cache.page_size,
             GROUPS=groups, SPLITS=splits, BLOCK_G=max(16, triton.next_power_of_2(groups)), HEAD_DIM=head_dim,
-            BLOCK_D=block_d, BLOCK_N=DECODE_TILE, PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PHASE=phase,
+            BLOCK_D=block_d, BLOCK_N=tile, PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PHASE=phase,
             PREFETCH=prefetch, READY=ready is not None, NORM=q_norm is not None,
             num_warps=PREFETCH_WARPS if prefetch else DECODE_WARPS,
             num_stages=PREFETCH_STAGES if prefetch else DECODE_STAGES)
     out = torch.empty(batch, num_heads, head_dim, device=q.device, dtype=q.dtype)
     split_kv_combine_kernel[(batch, num_heads)](
         part_acc, part_max, part_sum, step.positions, out, out.stride(0), out.stride(1), num_heads, SPLITS=splits,
-        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=DECODE_TILE, NORMALIZED=rounded,
+        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=tile, NORMALIZED=rounded,
         PREFETCH=prefetch, num_warps=COMBINE_WARPS)
     return out.flatten(1)
 
