@@ -135,7 +135,7 @@ def captured(graph, pool, forward):
     back to the driver, and its runs allocated afresh on the clock (an H100, long prompts:
     ~10 cudaMalloc a run, 1.1-1.4x slower runs; docs/PERF.md, thirty-eighth session). One
     stream for every capture, as torch.cuda.graph keeps: the allocator reuses a freed block
-    on the stream that had it, and a pool captured on a stream a graph held 1 GB more."""
+    on its own stream only, and with a stream per capture the pool grew by 1 GB."""
     device = torch.cuda.current_device()
     if device not in CAPTURE_STREAMS:
         CAPTURE_STREAMS[device] = torch.cuda.Stream()

@@ -60,11 +60,11 @@ REQUIRES = {"KVCache": ("paged_chunks", "paged", "slab")}  # in order of prefere
 DEVICES = "cuda"
 
 DECODE_PROGRAMS = 1024  # range: 64..8192; programs a decode aims for: splits = this / (batch x K/V heads)
-# A tile of 16 tokens holds 2 KB of K a head at head_dim 64: on an H200 tiles of 32 took the
-# batch-64 call from 21.8 to 17.5 us (Llama-3.2-1B) and 15.0 to 13.3 (the 1B-class config),
-# where at head_dim 128 and 192 (4 and 6 KB in 16 tokens) 32 lost (docs/PERF.md, thirtieth
-# session): a tile's tokens follow from its bytes. Batches up to DECODE_PREFETCH_BATCH hold a
-# tile or two a split and keep 16 tokens.
+# A tile's tokens follow from its bytes: 16 tokens hold 2 KB of K a head at head_dim 64, 4 KB
+# at 128. On an H100, 4 KB tiles took the batch-64 call from 24.2 to 18.9 us (Llama-3.2-1B,
+# head_dim 64) and 15.0 to 13.4 (the 1B-class config); 8 KB gained 1% on the 1B-class and
+# lost 13% on Llama's, 11% on Qwen3's (docs/PERF.md, thirty-eighth session). Batches up to
+# DECODE_PREFETCH_BATCH hold a tile or two a split and keep 16 tokens.
 DECODE_TILE_BYTES = 4096  # range: 1024..16384; bytes of K a tile holds a head (16 to 64 tokens)
 MAX_SPLITS = 64  # range: 8..256; the most shares one request's tokens are cut into
 DECODE_WARPS = 4  # range: 1..16; warps a split runs with (Triton's default: 4)
