@@ -288,7 +288,10 @@ def silu_times(gate, up, dtype):
 
 # The norm_qkv and norm_mlp alleles' fold: at one row (a batch-1 decode) the norm before a
 # projection is a launch of its own for a few KB of work, between two that move megabytes.
-NORM_FOLD_WIDTH = 8192  # range: 1024..16384; the widest row whose norm a one-row projection folds in
+# A small batch's decode (the contract's 4-10 rows) is as launch-bound; each folding program
+# norms every row, so more rows cost its programs more work: the search's to try per target.
+NORM_FOLD_ROWS = 1  # range: 1..16; the most rows whose norms a projection folds in
+NORM_FOLD_WIDTH = 8192  # range: 1024..16384; the widest row whose norm a projection folds in
 NORM_FOLD_ELEMENTS = 16384  # range: 4096..65536; weight elements a folding program holds (its columns x the row)
 # 8 warps took an H100's Qwen3-0.6B batch-1 step from 0.699 to 0.691 ms and Llama-3.2-1B's from
 # 0.978 to 0.984 (docs/PERF.md, thirty-second session): one for the search to tune per target.
@@ -296,12 +299,13 @@ NORM_FOLD_WARPS = 4  # range: 1..16; warps a folding program runs with (Triton's
 
 
 @triton.jit
-def norm_linear_kernel(x_ptr, r_ptr, norm_ptr, w_ptr, out_ptr, sum_ptr, num_out, num_in, stride_w, eps,
+def norm_linear_kernel(x_ptr, r_ptr, norm_ptr, w_ptr, out_ptr, sum_ptr, num_rows, num_out, num_in, stride_w, eps,
                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, RESIDUAL: tl.constexpr,
                        GLU: tl.constexpr = False, PDL: tl.constexpr = False):
-    """One row: out[cols] = rms_norm(x + r) @ w[cols].T, rounded op for op as add_rms_norm.triton
-    and then the prefetched one-row linear round; program 0 writes x + r to sum. Every program
-    norms the whole row itself (a few KB, from L2). RESIDUAL false: rms_norm(x), no sum.
+    """Each of num_rows contiguous rows: out[row, cols] = rms_norm(x + r)[row] @ w[cols].T,
+    rounded op for op as add_rms_norm.triton and then the prefetched one-row linear round;
+    program 0 writes x + r to sum. Every program norms every row itself (a few KB a row, from
+    L2) with its columns of w held throughout. RESIDUAL false: rms_norm(x), no sum.
     GLU: w is a fused gate/up weight (gate rows, then num_out up rows) and out[cols] is
     silu(gate) * up, rounded as swiglu_kernel rounds it: a program holds both halves' rows."""
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -319,40 +323,42 @@ def norm_linear_kernel(x_ptr, r_ptr, norm_ptr, w_ptr, out_ptr, sum_ptr, num_out,
         gdc_launch_dependents()
         gdc_wait()
     dtype = out_ptr.dtype.element_ty
-    total = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
-    if RESIDUAL:  # the sum rounded to the compute dtype first, as `x + residual` in torch is
-        total = (total + tl.load(r_ptr + k, mask=k_ok, other=0.0).to(tl.float32)).to(dtype)
-        if tl.program_id(0) == 0:
-            tl.store(sum_ptr + k, total, mask=k_ok)
-        total = total.to(tl.float32)
-    scale = tl.rsqrt(tl.sum(total * total, axis=0) / num_in + eps)
-    normed = ((total * scale).to(dtype).to(tl.float32) * norm_w).to(dtype).to(tl.float32)  # cast back, then the weight
-    out = tl.sum(w.to(tl.float32) * normed[None, :], axis=1).to(dtype)
-    if GLU:
-        up = tl.sum(w_up.to(tl.float32) * normed[None, :], axis=1).to(dtype).to(tl.float32)
-        out = silu_times(out.to(tl.float32), up, dtype)
-    tl.store(out_ptr + cols, out, mask=col_ok)
+    for row in range(num_rows):
+        at = row * num_in + k
+        total = tl.load(x_ptr + at, mask=k_ok, other=0.0).to(tl.float32)
+        if RESIDUAL:  # the sum rounded to the compute dtype first, as `x + residual` in torch is
+            total = (total + tl.load(r_ptr + at, mask=k_ok, other=0.0).to(tl.float32)).to(dtype)
+            if tl.program_id(0) == 0:
+                tl.store(sum_ptr + at, total, mask=k_ok)
+            total = total.to(tl.float32)
+        scale = tl.rsqrt(tl.sum(total * total, axis=0) / num_in + eps)
+        normed = ((total * scale).to(dtype).to(tl.float32) * norm_w).to(dtype).to(tl.float32)  # cast, then the weight
+        out = tl.sum(w.to(tl.float32) * normed[None, :], axis=1).to(dtype)
+        if GLU:
+            up = tl.sum(w_up.to(tl.float32) * normed[None, :], axis=1).to(dtype).to(tl.float32)
+            out = silu_times(out.to(tl.float32), up, dtype)
+        tl.store(out_ptr + row * num_out + cols, out, mask=col_ok)
 
 
 def folds_norm(x, residual, weight):
-    """Whether norm_linear takes x: one contiguous row of fp16 or bf16 (residual, weight alike)
-    at most NORM_FOLD_WIDTH wide."""
-    return (x.dim() == 2 and x.shape[0] == 1 and x.dtype in (torch.float16, torch.bfloat16)
+    """Whether norm_linear takes x: 1 to NORM_FOLD_ROWS contiguous rows of fp16 or bf16
+    (residual, weight alike) at most NORM_FOLD_WIDTH wide."""
+    return (x.dim() == 2 and 1 <= x.shape[0] <= NORM_FOLD_ROWS and x.dtype in (torch.float16, torch.bfloat16)
             and weight.dtype == x.dtype and x.shape[1] <= NORM_FOLD_WIDTH and x.is_contiguous()
             and weight.stride(-1) == 1 and (residual is None or residual.is_contiguous()))
 
 
 def norm_linear(x, residual, norm_weight, weight, eps, glu=False):
-    """(rms_norm(x + residual) @ weight.T, x + residual) for one row (folds_norm) in one
+    """(rms_norm(x + residual) @ weight.T, x + residual) for a few rows (folds_norm) in one
     launch; residual None: (rms_norm(x) @ weight.T, x). glu: weight is a fused gate/up and
-    the first is silu(gate) * up, [1, intermediate]."""
+    the first is silu(gate) * up, [rows, intermediate]."""
     num_out = weight.shape[0] // 2 if glu else weight.shape[0]
-    out = torch.empty(1, num_out, device=x.device, dtype=x.dtype)
+    out = torch.empty(x.shape[0], num_out, device=x.device, dtype=x.dtype)
     total = x if residual is None else torch.empty_like(x)
     block_k = triton.next_power_of_2(x.shape[1])
     block_n = max(1, min(16, NORM_FOLD_ELEMENTS // block_k) // (2 if glu else 1))  # glu: two halves' rows
     norm_linear_kernel[(triton.cdiv(num_out, block_n),)](
-        x, x if residual is None else residual, norm_weight, weight, out, total, num_out, x.shape[1],
+        x, x if residual is None else residual, norm_weight, weight, out, total, x.shape[0], num_out, x.shape[1],
         weight.stride(0), eps, BLOCK_N=block_n, BLOCK_K=block_k,
         RESIDUAL=residual is not None, GLU=glu, num_warps=NORM_FOLD_WARPS)
     return out, total

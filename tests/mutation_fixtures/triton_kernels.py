@@ -409,7 +409,8 @@ def check_norm_linear():
     norm_qkv.folded and norm_mlp.folded): bit for bit the kernels apart (add_rms_norm.triton or
     rms_norm.triton, then the one-row prefetched linear, and for the MLP swiglu_kernel), in
     fp16 and bf16, over a row of 48 (padded to 64) and 40 output columns, 4 a program (2 of
-    gate and 2 of up for the MLP's); more rows take the genes apart."""
+    gate and 2 of up for the MLP's); more rows than NORM_FOLD_ROWS take the genes apart, and up
+    to it each row folds as one row alone does."""
     torch.manual_seed(8)
     add_norm, norm = load("add_rms_norm", "triton").add_rms_norm, load("rms_norm", "triton").rms_norm
     qkv = load("norm_qkv", "folded")
@@ -455,11 +456,31 @@ def check_norm_linear():
     *got, _ = qkv.norm_qkv(x, residual, norm_weight, layer, 1e-5)
     check("norm_qkv folded, three rows", torch.cat(got, -1),
           add_norm(x, residual, norm_weight, 1e-5)[0] @ layer["qkv"].T, tol=1e-12)
-    shared["NORM_FOLD_WIDTH"] = 32
+    width, shared["NORM_FOLD_WIDTH"] = shared["NORM_FOLD_WIDTH"], 32
     *got, _ = qkv.norm_qkv(x[:1], residual[:1], norm_weight, layer, 1e-5)
     check("norm_qkv folded, a row over NORM_FOLD_WIDTH", torch.cat(got, -1),
           add_norm(x[:1], residual[:1], norm_weight, 1e-5)[0] @ layer["qkv"].T, tol=1e-12)
-    shared["norm_linear_kernel"] = kernel
+    shared["norm_linear_kernel"], shared["NORM_FOLD_WIDTH"] = kernel, width
+    # Up to NORM_FOLD_ROWS rows fold too, each row bit for bit as the one-row fold makes it.
+    for module in (qkv, mlp):
+        module.norm_linear.__globals__["NORM_FOLD_ROWS"] = 4
+    for dtype in (torch.float16, torch.bfloat16):
+        x, residual = torch.randn(3, 48).to(dtype), torch.randn(3, 48).to(dtype)
+        norm_weight = (1 + 0.1 * torch.randn(48)).to(dtype)
+        layer = {"qkv": torch.randn(40, 48).to(dtype), "qkv_sizes": (24, 8, 8),
+                 "gate_up": torch.randn(40, 48).to(dtype), "down": torch.randn(48, 20).to(dtype)}
+        rows = [qkv.norm_qkv(x[i:i + 1], residual[i:i + 1], norm_weight, layer, 1e-5) for i in range(3)]
+        *got, got_total = qkv.norm_qkv(x, residual, norm_weight, layer, 1e-5)
+        check(f"norm_qkv folded, three rows {dtype}", torch.cat(got, -1),
+              torch.cat([torch.cat(row[:3], -1) for row in rows]), tol=1e-12)
+        check(f"norm_qkv folded, three rows {dtype}: the residual stream", got_total,
+              torch.cat([row[3] for row in rows]), tol=1e-12)
+        rows = [mlp.norm_linear(x[i:i + 1], residual[i:i + 1], norm_weight, layer["gate_up"], 1e-5, glu=True)[0]
+                for i in range(3)]
+        got, _ = mlp.norm_linear(x, residual, norm_weight, layer["gate_up"], 1e-5, glu=True)
+        check(f"norm_linear glu, three rows {dtype}", got, torch.cat(rows), tol=1e-12)
+    for module in (qkv, mlp):
+        module.norm_linear.__globals__["NORM_FOLD_ROWS"] = 1
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
-"""The norm before attention folded into the fused q/k/v projection at one row: one launch, not two.
+"""The norm before attention folded into the fused q/k/v projection at few rows: one launch, not two.
 
 At one row (a batch-1 decode) the residual add and RMSNorm before a projection are a launch
 of their own for a few KB of work, between two launches that move megabytes. Here each
 program of the projection loads its columns of the weight and the norm's weight (no kernel
 before it writes either), waits for the kernel before it under programmatic dependent launch
 (PDL), then adds the residual, norms the whole row and multiplies (shared.norm_linear):
-rounded as add_rms_norm.triton and the one-row prefetched linear round. More rows, fp32, or
-a row wider than NORM_FOLD_WIDTH take the genes apart.
+rounded as add_rms_norm.triton and the one-row prefetched linear round. More rows than
+NORM_FOLD_ROWS (1 unless the search moves it), fp32, or a row wider than NORM_FOLD_WIDTH take
+the genes apart.
 """
 REQUIRES = {"qkv_proj": ("fused",)}
 DEVICES = "cuda"
