@@ -299,13 +299,14 @@ NORM_FOLD_WARPS = 4  # range: 1..16; warps a folding program runs with (Triton's
 
 
 @triton.jit
-def norm_linear_kernel(x_ptr, r_ptr, norm_ptr, w_ptr, out_ptr, sum_ptr, num_rows, num_out, num_in, stride_w, eps,
-                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, RESIDUAL: tl.constexpr,
+def norm_linear_kernel(x_ptr, r_ptr, norm_ptr, w_ptr, out_ptr, sum_ptr, num_out, num_in, stride_w, eps,
+                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, RESIDUAL: tl.constexpr, ROWS: tl.constexpr = 1,
                        GLU: tl.constexpr = False, PDL: tl.constexpr = False):
-    """Each of num_rows contiguous rows: out[row, cols] = rms_norm(x + r)[row] @ w[cols].T,
+    """Each of ROWS contiguous rows: out[row, cols] = rms_norm(x + r)[row] @ w[cols].T,
     rounded op for op as add_rms_norm.triton and then the prefetched one-row linear round;
     program 0 writes x + r to sum. Every program norms every row itself (a few KB a row, from
-    L2) with its columns of w held throughout. RESIDUAL false: rms_norm(x), no sum.
+    L2) with its columns of w held throughout; the rows unrolled, so one row compiles as
+    before rows were taken. RESIDUAL false: rms_norm(x), no sum.
     GLU: w is a fused gate/up weight (gate rows, then num_out up rows) and out[cols] is
     silu(gate) * up, rounded as swiglu_kernel rounds it: a program holds both halves' rows."""
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -323,7 +324,7 @@ def norm_linear_kernel(x_ptr, r_ptr, norm_ptr, w_ptr, out_ptr, sum_ptr, num_rows
         gdc_launch_dependents()
         gdc_wait()
     dtype = out_ptr.dtype.element_ty
-    for row in range(num_rows):
+    for row in tl.static_range(ROWS):
         at = row * num_in + k
         total = tl.load(x_ptr + at, mask=k_ok, other=0.0).to(tl.float32)
         if RESIDUAL:  # the sum rounded to the compute dtype first, as `x + residual` in torch is
@@ -358,8 +359,8 @@ def norm_linear(x, residual, norm_weight, weight, eps, glu=False):
     block_k = triton.next_power_of_2(x.shape[1])
     block_n = max(1, min(16, NORM_FOLD_ELEMENTS // block_k) // (2 if glu else 1))  # glu: two halves' rows
     norm_linear_kernel[(triton.cdiv(num_out, block_n),)](
-        x, x if residual is None else residual, norm_weight, weight, out, total, x.shape[0], num_out, x.shape[1],
-        weight.stride(0), eps, BLOCK_N=block_n, BLOCK_K=block_k,
+        x, x if residual is None else residual, norm_weight, weight, out, total, num_out, x.shape[1],
+        weight.stride(0), eps, BLOCK_N=block_n, BLOCK_K=block_k, ROWS=x.shape[0],
         RESIDUAL=residual is not None, GLU=glu, num_warps=NORM_FOLD_WARPS)
     return out, total
 
