@@ -132,18 +132,19 @@ def test_the_split_kv_decode_reads_before_its_wait_only_what_the_step_does_not_w
     assert re.search(r"\bk_ptr\b", before) and re.search(r"\btable_ptr\b", before)  # the tile is read there
 
 
-@pytest.mark.parametrize("glu", [False, True])
-def test_the_one_row_norm_fold_reads_its_weights_16_bytes_at_a_time_on_sm_90(glu):
+@pytest.mark.parametrize("glu,rows", [(False, 1), (True, 1), (True, 4)])
+def test_the_norm_fold_reads_its_weights_16_bytes_at_a_time_on_sm_90(glu, rows):
     """shared.norm_linear_kernel (norm_qkv.folded, norm_mlp.folded) over a row of 1,024, as a
     real checkpoint's rows are specialised (16-divisible): the weight rows load 16 bytes a
-    thread, GLU's second half (the up rows) as the first; the SwiGLU product compiles."""
+    thread, GLU's second half (the up rows) as the first, once for all the rows; the SwiGLU
+    product compiles."""
     kernel = load_allele("norm_mlp", "folded").norm_linear_kernel
-    ptx = sm90_ptx(kernel, dict(BLOCK_N=8 if glu else 16, BLOCK_K=1024, RESIDUAL=True, GLU=glu, PDL=True),
+    ptx = sm90_ptx(kernel, dict(BLOCK_N=8 if glu else 16, BLOCK_K=1024, RESIDUAL=True, GLU=glu, PDL=True, ROWS=rows),
                    num_stages=1, divisible=("num_out", "num_in"), eps="fp32")
     loads = re.findall(r"ld\.global[\w.]*", ptx)
     # 16 x 1,024 fp16 weights (GLU: 8 rows of each half) over 128 threads, 8 a load: 16 loads
-    # a thread; one each for x, the residual and the norm's weight
-    assert loads.count("ld.global.v4.b32") == 16 + 3 and len(loads) == 19, loads
+    # a thread; one for the norm's weight, and for each row one each for x and the residual
+    assert loads.count("ld.global.v4.b32") == 16 + 1 + 2 * rows and len(loads) == 17 + 2 * rows, loads
     assert ("div.rn.f32" in ptx) == glu
 
 
