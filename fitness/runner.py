@@ -73,8 +73,9 @@ def output_checksum(outputs) -> int:
             data = data.clone()  # a word view needs its first byte on a word boundary
         full = data.numel() // WORD_BYTES * WORD_BYTES
         if data.device.type == "cpu":
-            total += int(data.numpy()[:full].view(np.uint64).sum(dtype=np.uint64))
-            total += int.from_bytes(data.numpy()[full:].tobytes(), "little")
+            raw = data.numpy()
+            total += int(raw[:full].view(np.uint64).sum(dtype=np.uint64))
+            total += int.from_bytes(raw[full:].tobytes(), "little")
         else:
             sums.append(data[:full].view(torch.int64).sum())
             if full < data.numel():

@@ -12,9 +12,12 @@ slow run started on a GPU whose clocks had dropped while the engine was built (a
 sits at 345 MHz; the judge bursts before each run, the benchmark once a case set).
 
 `--keep-caches` tests one explanation of the new segments: `torch.cuda.graph` empties the
-allocator's device and pinned-host caches before every capture, so a graph engine's creation
-hands its predecessor's freed blocks back to the driver. With the emptying made a no-op in
-this process, a run that still allocates (or still falls on two levels) is explained otherwise.
+allocator's device and pinned-host caches before every capture, so an engine that captures
+through it hands its predecessor's freed blocks back to the driver. With the emptying made a
+no-op in this process, a run that still allocates (or still falls on two levels) is explained
+otherwise. The graph alleles no longer empty them (`shared.captured`, since the thirty-eighth
+session's H100 runs confirmed it), so the flag now changes what `torch.cuda.graph` itself
+captures (torch.compile's graphs, a program of another source).
 """
 import argparse
 import json
