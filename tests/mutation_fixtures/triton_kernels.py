@@ -505,6 +505,8 @@ if __name__ == "__main__":
                  lengths=(5, 40), dtype=torch.float16, tol=2e-3)  # groups of 8 query heads a K/V head, fp16 tensor-core dots
     check_decode(page_size=4, max_positions=64, head_dim=32, splits=4, lengths=(5, 40, 17), rounding=True, **ROUNDED)
     check_decode(page_size=4, max_positions=64, head_dim=32, lengths=(5, 40, 17), rounding=True, **ROUNDED)
+    check_decode(page_size=4, max_positions=64, head_dim=32, splits=1, lengths=(5, 40, 17), rounding=True,
+                 **ROUNDED)  # one split: phase one writes the answer, no combine
     check_chunked_cache()
     check_attention_inputs(head_dim=24, norms=True)
     check_attention_inputs(head_dim=32, norms=False, dtype=torch.float16)

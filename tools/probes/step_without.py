@@ -23,7 +23,8 @@ from pathlib import Path
 PARTS = {
     "attention": (re.compile(r"attention\(q, k, v, layer, cos, sin, self\.cache, step, i, self\.eps\)"),
                   "q.reshape(n, -1)"),
-    "combine": (re.compile(r"    split_kv_combine_kernel\[\(batch, num_heads\)\]\(.*?\)\n", re.S), ""),
+    "combine": (re.compile(r"    if splits > 1:[^\n]*\n +split_kv_combine_kernel\[\(batch, num_heads\)\]\(.*?\)\n",
+                           re.S), ""),
     "mlp": (re.compile(r"out, x = norm_mlp\(x, (.+?), layer\[\"post_norm\"\], layer, self\.eps\)"), r"out = \1"),
 }
 

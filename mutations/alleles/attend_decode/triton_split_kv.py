@@ -16,7 +16,7 @@ offset read from memory, declared 16-element aligned (shared.chunk_row) so that 
 bytes at a time and the tile loop pipelines: unaligned, they went 2 bytes at a time (with
 a 64-bit division since gone, Qwen3-0.6B's batch-64 step took 3.52 ms, now 2.21 on an H100;
 docs/PERF.md). Phase two: a program per (request, head) combines the splits that held
-tokens. In the contract's bf16 (`cache.reference_rounding`), where the reference rounds
+tokens; with one split a request, phase one writes the answer and phase two is not launched. In the contract's bf16 (`cache.reference_rounding`), where the reference rounds
 each probability after dividing it by the whole sum, phase one runs twice: each split's max
 and sum, then its probabilities divided by the sum over every split, and phase two adds
 them up.
@@ -132,8 +132,9 @@ def attend_tile(q, k, v, n_ok, m_i, l_i, acc, sm_scale, PHASE: tl.constexpr, PRE
 @triton.jit
 def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positions_ptr, part_acc_ptr,
                             part_max_ptr, part_sum_ptr, new_k_ptr, new_v_ptr, q_norm_ptr, k_norm_ptr, cos_ptr,
-                            sin_ptr, stride_qb, stride_qh, stride_kp, stride_kr, stride_kh, stride_tb, stride_nkb,
-                            stride_nkh, stride_nvb, stride_nvh, stride_ct, chunk_shift, sm_scale, num_heads, eps,
+                            sin_ptr, out_ptr, stride_qb, stride_qh, stride_kp, stride_kr, stride_kh, stride_tb,
+                            stride_nkb, stride_nkh, stride_nvb, stride_nvh, stride_ct, stride_ob, stride_oh,
+                            chunk_shift, sm_scale, num_heads, eps,
                             PAGE_SIZE: tl.constexpr, GROUPS: tl.constexpr, SPLITS: tl.constexpr,
                             BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                             BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, PHASE: tl.constexpr,
@@ -146,7 +147,8 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
     before (see the module's docstring). READY (PHASE 0): q and the newest token's k and v
     as projected (new_k, new_v [B, kv_heads, D]); each program readies its q heads as
     attention_inputs.triton does (the head norms where NORM, then RoPE, rounded alike), and
-    the split holding the newest token readies its k and stores k and v in the cache."""
+    the split holding the newest token readies its k and stores k and v in the cache. One
+    split (SPLITS 1) holds the whole row: it writes the answer to out [B, heads, D] itself."""
     if PDL:
         gdc_launch_dependents()
         if not PREFETCH:
@@ -240,9 +242,13 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
             if READY:
                 k, v = newest_readied(k, v, n, length, k_new, v_new)
             m_i, l_i, acc = attend_tile(q, k, v, n_ok, m_i, l_i, acc, sm_scale, PHASE, PRECISION)
-        if PHASE != 1:
+        if SPLITS == 1 and PHASE != 1:  # the combine's sum over one split, divided as it divides
+            out = acc if PHASE == 2 else acc / l_i[:, None]
+            tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :],
+                     out.to(out_ptr.dtype.element_ty), mask=g_ok[:, None] & d_ok[None, :])
+        elif PHASE != 1:
             tl.store(part_acc_ptr + part[:, None] * BLOCK_D + d[None, :], acc, mask=g_ok[:, None])
-        if PHASE != 2:
+        if PHASE != 2 and not (SPLITS == 1 and PHASE == 0):
             tl.store(part_max_ptr + part, m_i, mask=g_ok)
             tl.store(part_sum_ptr + part, l_i, mask=g_ok)
 
@@ -310,23 +316,24 @@ def split_kv_attention(q, cache, layer, step, ready=None):
     assert not (ready and rounded), "readying q and k takes the one-pass softmax"
     new_k, new_v, q_norm, k_norm, cos, sin, eps = ready or (q, q, None, None, q, q, 0.0)
     new_k, new_v = (x if x.stride(-1) == 1 else x.contiguous() for x in (new_k, new_v))
+    out = torch.empty(batch, num_heads, head_dim, device=q.device, dtype=q.dtype)
     for phase in (1, 2) if rounded else (0,):
         split_kv_partial_kernel[(batch, k_pages.shape[2], splits)](
             q, k_pages, v_pages, table, offsets, step.positions, part_acc, part_max, part_sum, new_k, new_v,
-            q if q_norm is None else q_norm, q if k_norm is None else k_norm, cos, sin,
+            q if q_norm is None else q_norm, q if k_norm is None else k_norm, cos, sin, out,
             q.stride(0), q.stride(1), k_pages.stride(0), k_pages.stride(1), k_pages.stride(2), table.stride(0),
-            new_k.stride(0), new_k.stride(1), new_v.stride(0), new_v.stride(1), cos.stride(0), chunk_shift,
-            1.0 / math.sqrt(head_dim), num_heads, eps, PAGE_SIZE=cache.page_size,
+            new_k.stride(0), new_k.stride(1), new_v.stride(0), new_v.stride(1), cos.stride(0), out.stride(0),
+            out.stride(1), chunk_shift, 1.0 / math.sqrt(head_dim), num_heads, eps, PAGE_SIZE=cache.page_size,
             GROUPS=groups, SPLITS=splits, BLOCK_G=max(16, triton.next_power_of_2(groups)), HEAD_DIM=head_dim,
             BLOCK_D=block_d, BLOCK_N=tile, PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PHASE=phase,
             PREFETCH=prefetch, READY=ready is not None, NORM=q_norm is not None,
             num_warps=PREFETCH_WARPS if prefetch else DECODE_WARPS,
             num_stages=PREFETCH_STAGES if prefetch else DECODE_STAGES)
-    out = torch.empty(batch, num_heads, head_dim, device=q.device, dtype=q.dtype)
-    split_kv_combine_kernel[(batch, num_heads)](
-        part_acc, part_max, part_sum, step.positions, out, out.stride(0), out.stride(1), num_heads, SPLITS=splits,
-        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=tile, NORMALIZED=rounded,
-        PREFETCH=prefetch, num_warps=COMBINE_WARPS)
+    if splits > 1:  # one split wrote the answer itself
+        split_kv_combine_kernel[(batch, num_heads)](
+            part_acc, part_max, part_sum, step.positions, out, out.stride(0), out.stride(1), num_heads,
+            SPLITS=splits, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=tile, NORMALIZED=rounded,
+            PREFETCH=prefetch, num_warps=COMBINE_WARPS)
     return out.flatten(1)
 
 
