@@ -1,18 +1,21 @@
 """The split-KV decode attention allele alone, on a GPU: microseconds a call, per shape and setting.
 
     python -m tools.probes.decode_attention_bench [--programs 256 512 1024] [--tile-bytes 2048 4096 8192]
-        [--warps 4 8] [--stages 1 3] [--shapes Qwen3 Llama]
+        [--warps 4 8] [--stages 1 3] [--shapes Qwen3 Llama] [--rounds 3]
 
 Each shape (the public config's decode batches; the 1B-class config's, Llama-3.2-1B's and
 Qwen3-0.6B's batch of 1 and of 64; the long_prompts target's 4 requests of 2,048 tokens) is
 a paged cache of random K/V with scattered pages; each call is captured in a CUDA graph, as
 the graph engines run it, and replayed 200 times between CUDA events. The same call through
 the reference's math (`table_attention`, SDPA over each request's pages) is timed beside it
-for scale, and every setting's output is checked against it first.
+for scale, and every setting's output is checked against it first. With --rounds R every
+setting is timed R times, the settings taking turns, and the median is printed (the spread
+beside it), so that a GPU's drift over the sweep falls on every setting alike.
 """
 import argparse
 import itertools
 import json
+import statistics
 from types import SimpleNamespace
 
 import torch
@@ -50,6 +53,7 @@ def main(argv=None) -> int:
     parser.add_argument("--warps", type=int, nargs="+", default=[0], help="warps a split (0: the allele's choice)")
     parser.add_argument("--stages", type=int, nargs="+", default=[0], help="pipeline stages (0: the allele's)")
     parser.add_argument("--shapes", nargs="+", default=[""], help="only the shapes whose name holds one of these")
+    parser.add_argument("--rounds", type=int, default=1, help="times each setting is timed, settings in turn")
     args = parser.parse_args(argv)
     module = load_allele("attend_decode", "triton_split_kv")
     # setting -> (the allele's constants it sets, the values swept); stages and programs at batch 1
@@ -65,20 +69,30 @@ def main(argv=None) -> int:
         want = module.table_attention(q, cache, 0, step)
         reference_us = time_graph([lambda: module.table_attention(q, cache, 0, step)], 200)
         row = {"shape": shape_name, "reference_us": round(reference_us, 2)}
-        for values in itertools.product(*(choices for _, choices in settings.values())):
-            key = " ".join(f"{name}={value}" for name, value in zip(settings, values)
-                           if value or name == "programs")
-            for (constants, _), value in zip(settings.values(), values):
-                for constant in constants:
-                    setattr(module, constant, value or defaults[constant])
-            try:
-                got = module.attend_decode(q, None, None, cache, 0, step)
-            except Exception as error:  # a tile too large for the SM's memory, say
-                row[key] = type(error).__name__
-                continue
-            error = (got.float() - want.float()).abs().max().item()
-            assert error < 1e-2, (shape_name, key, error)
-            row[key] = round(time_graph([lambda: module.attend_decode(q, None, None, cache, 0, step)], 200), 2)
+        times = {}  # setting -> us of each round
+        for _ in range(args.rounds):
+            for values in itertools.product(*(choices for _, choices in settings.values())):
+                key = " ".join(f"{name}={value}" for name, value in zip(settings, values)
+                               if value or name == "programs")
+                for (constants, _), value in zip(settings.values(), values):
+                    for constant in constants:
+                        setattr(module, constant, value or defaults[constant])
+                if key in row:  # failed in round one
+                    continue
+                if key not in times:
+                    try:
+                        got = module.attend_decode(q, None, None, cache, 0, step)
+                    except Exception as error:  # a tile too large for the SM's memory, say
+                        row[key] = type(error).__name__
+                        continue
+                    error = (got.float() - want.float()).abs().max().item()
+                    assert error < 1e-2, (shape_name, key, error)
+                us = time_graph([lambda: module.attend_decode(q, None, None, cache, 0, step)], 200)
+                times.setdefault(key, []).append(us)
+        for key, runs in times.items():
+            row[key] = round(statistics.median(runs), 2)
+            if len(runs) > 1:
+                row[key + " spread"] = [round(min(runs), 2), round(max(runs), 2)]
         print(json.dumps(row), flush=True)
     return 0
 

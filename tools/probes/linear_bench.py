@@ -1,22 +1,27 @@
 """Skinny matmuls on a GPU: cuBLAS against tools.probes.skinny_matmul's kernels, microseconds a projection.
 
     python -m tools.probes.linear_bench [--rows 1 8 64] [--configs public one_b] [--dtype bfloat16]
-        [--sweep] [--json OUT]
+        [--projs lm_head down] [--rounds 3] [--sweep] [--json OUT]
 
 For each projection of the public, 12-layer and 1B-class configs and of the Llama-3.2-1B
 and Qwen3-0.6B shapes (q/k/v stacked, o, gate/up stacked, down, lm_head) and each row count:
-cuBLAS on `x @ w.T` and on a weight stored transposed (`x @ wt`); `skinny_matmul` with its
+cuBLAS on `x @ w.T` and on a weight stored transposed (`x @ wt`); cuBLASLt, through `addmm`
+with a zero bias (its epilogue path, `lt_bias`) and as torch's preferred library (`lt`), whose
+heuristics may pick other tiles for a skinny product; `skinny_matmul` with its
 plan (`--sweep`: every setting, the best named); `prefetched_matmul` without and with
 programmatic dependent launch, and at one row also through a tensor-core tile and in one
 share of the whole inner dimension (fewer columns a program, no second kernel). Each way is
 captured in a CUDA graph over enough copies of the weight to overflow the L2 cache (a decode
 step reads every layer's weights from memory once), one call after another as a step's
 kernels run, and replayed; microseconds a call and the weight's bytes over them (GB/s).
-Every way's output is checked against fp32 first.
+Every way's output is checked against fp32 first. With --rounds R each way is timed R times,
+the ways taking turns, and the median printed: the first way timed after a large weight is
+made can read slow (the thirty-ninth session's lm_head), and turns put that on every way.
 """
 import argparse
 import itertools
 import json
+import statistics
 from pathlib import Path
 
 import torch
@@ -58,6 +63,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 4, 8, 16, 32, 64])
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--dtype", default="float16", choices=list(DTYPES))
+    parser.add_argument("--projs", nargs="+", default=["qkv", "o", "gate_up", "down", "lm_head"])
+    parser.add_argument("--rounds", type=int, default=1, help="times each way is timed, the ways in turn")
     parser.add_argument("--sweep", action="store_true", help="time every kernel setting too")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
@@ -65,6 +72,8 @@ def main(argv=None) -> int:
     dtype = DTYPES[args.dtype]
     for config in args.configs:
         for name, (out, inner) in projections(*CONFIGS[config]).items():
+            if name not in args.projs:
+                continue
             copies = max(1, -(-L2_BYTES // (out * inner * 2)))
             weights = [torch.randn(out, inner, device="cuda", dtype=dtype) * 0.02 for _ in range(copies)]
             transposed = [w.T.contiguous() for w in weights]
@@ -72,8 +81,9 @@ def main(argv=None) -> int:
                 x = torch.randn(num_rows, inner, device="cuda", dtype=dtype)
                 want = x.float() @ weights[0].float().T
                 plan = kernels.skinny_plan(num_rows, out, inner)
-                ways = {"cublas": lambda w: x @ w.T,
-                        "plan": lambda w, p=plan: kernels.skinny_matmul(x, w, *p)}
+                bias = torch.zeros(out, device="cuda", dtype=dtype)
+                ways = {"cublas": lambda w: x @ w.T, "lt_bias": lambda w: torch.addmm(bias, x, w.T),
+                        "lt": lambda w: x @ w.T, "plan": lambda w, p=plan: kernels.skinny_matmul(x, w, *p)}
                 for share in (512, 1024):
                     block_n, split_k = kernels.prefetch_plan(num_rows, out, inner, share)
                     for pdl in (False, True):
@@ -87,10 +97,18 @@ def main(argv=None) -> int:
                     ways["one_share_pdl"] = lambda w, b=whole: kernels.prefetched_matmul(x, w, b, 1, True)
                 row = {"config": config, "dtype": args.dtype, "proj": name, "rows": num_rows, "out": out, "in": inner,
                        "plan": list(plan)}
-                for way, fn in ways.items():
-                    checked(fn, weights[0], want)
-                    row[way + "_us"] = round(time_calls(fn, weights), 2)
-                row["cublas_nn_us"] = round(time_calls(lambda wt: x @ wt, transposed), 2)
+                ways["cublas_nn"] = lambda wt: x @ wt  # over the transposed copies
+                times = {}
+                for _ in range(args.rounds):
+                    for way, fn in ways.items():
+                        torch.backends.cuda.preferred_blas_library("cublaslt" if way == "lt" else "cublas")
+                        over = transposed if way == "cublas_nn" else weights
+                        if way not in times:
+                            checked(fn, over[0], want)
+                        times.setdefault(way, []).append(time_calls(fn, over))
+                torch.backends.cuda.preferred_blas_library("cublas")
+                for way, runs in times.items():
+                    row[way + "_us"] = round(statistics.median(runs), 2)
                 if args.sweep:
                     best = None
                     for block_n, block_k, split_k, stages in itertools.product((16, 32, 64), (64, 128, 256),
