@@ -67,7 +67,11 @@ DECODE_PROGRAMS = 1024  # range: 64..8192; programs a decode aims for: splits = 
 # DECODE_PREFETCH_BATCH hold a tile or two a split and keep 16 tokens.
 DECODE_TILE_BYTES = 4096  # range: 1024..16384; bytes of K a tile holds a head (16 to 64 tokens)
 MAX_SPLITS = 64  # range: 8..256; the most shares one request's tokens are cut into
-DECODE_WARPS = 4  # range: 1..16; warps a split runs with (Triton's default: 4)
+# On an H100 two warps read the batch-64 K/V faster than four at head_dim 64 and 128 (Llama-3.2-1B
+# 18.4 -> 18.0 us, the 1B-class config 13.4 -> 12.4, Qwen3-0.6B 36.1 -> 35.4, long_prompts' 4 x
+# 2,048 13.9 -> 12.0) and slower at the public 192 (padded to 256: 7.4 -> 7.8; docs/PERF.md,
+# thirty-ninth session): wider heads take twice as many.
+DECODE_WARPS = 2  # range: 1..16; warps a split runs with up to head_dim 128 (BLOCK_D / 128 times that above)
 COMBINE_WARPS = 4  # range: 1..16; warps a program summing a head's splits runs with (Triton's default: 4)
 DECODE_STAGES = 2  # range: 1..5, step 1; software-pipeline stages of a split's tile loop (Triton's default: 3)
 # On an H100 the first tile before the wait took a batch-1 step from 0.95 to 0.875 ms
@@ -327,7 +331,7 @@ def split_kv_attention(q, cache, layer, step, ready=None):
             GROUPS=groups, SPLITS=splits, BLOCK_G=max(16, triton.next_power_of_2(groups)), HEAD_DIM=head_dim,
             BLOCK_D=block_d, BLOCK_N=tile, PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PHASE=phase,
             PREFETCH=prefetch, READY=ready is not None, NORM=q_norm is not None,
-            num_warps=PREFETCH_WARPS if prefetch else DECODE_WARPS,
+            num_warps=PREFETCH_WARPS if prefetch else DECODE_WARPS * max(1, block_d // 128),
             num_stages=PREFETCH_STAGES if prefetch else DECODE_STAGES)
     if splits > 1:  # one split wrote the answer itself
         split_kv_combine_kernel[(batch, num_heads)](
