@@ -70,7 +70,8 @@ MAX_SPLITS = 64  # range: 8..256; the most shares one request's tokens are cut i
 # On an H100 two warps read the batch-64 K/V faster than four at head_dim 64 and 128 (Llama-3.2-1B
 # 18.4 -> 18.0 us, the 1B-class config 13.4 -> 12.4, Qwen3-0.6B 36.1 -> 35.4, long_prompts' 4 x
 # 2,048 13.9 -> 12.0) and slower at the public 192 (padded to 256: 7.4 -> 7.8; docs/PERF.md,
-# thirty-ninth session): wider heads take twice as many.
+# thirty-ninth session): wider heads take twice as many. Whole 64-row steps came out level;
+# with two warps, 8 KB tiles took Llama's call to 15.1 us (Qwen3's to 42.2): a target's to tune.
 DECODE_WARPS = 2  # range: 1..16; warps a split runs with up to head_dim 128 (BLOCK_D / 128 times that above)
 COMBINE_WARPS = 4  # range: 1..16; warps a program summing a head's splits runs with (Triton's default: 4)
 DECODE_STAGES = 2  # range: 1..5, step 1; software-pipeline stages of a split's tile loop (Triton's default: 3)
