@@ -50,7 +50,8 @@ def main(argv=None) -> int:
     parser.add_argument("--programs", type=int, nargs="+", default=[128, 256, 512, 1024, 2048, 4096])
     parser.add_argument("--tile-bytes", type=int, nargs="+", default=[0],
                         help="bytes of K a tile holds a head, above the prefetching batches (0: the allele's)")
-    parser.add_argument("--warps", type=int, nargs="+", default=[0], help="DECODE_WARPS: warps a split up to head_dim 128, twice that at 256 (0: the allele's)")
+    parser.add_argument("--warps", type=int, nargs="+", default=[0],
+                        help="DECODE_WARPS: warps a split up to head_dim 128, twice that at 256 (0: the allele's)")
     parser.add_argument("--stages", type=int, nargs="+", default=[0], help="pipeline stages (0: the allele's)")
     parser.add_argument("--shapes", nargs="+", default=[""], help="only the shapes whose name holds one of these")
     parser.add_argument("--rounds", type=int, default=1, help="times each setting is timed, settings in turn")

@@ -16,7 +16,7 @@ step reads every layer's weights from memory once), one call after another as a 
 kernels run, and replayed; microseconds a call and the weight's bytes over them (GB/s).
 Every way's output is checked against fp32 first. With --rounds R each way is timed R times,
 the ways taking turns, and the median printed: the first way timed after a large weight is
-made can read slow (the thirty-ninth session's lm_head), and turns put that on every way.
+made read ~10% slow on an H100 (Llama's lm_head), and turns spread that over every way.
 """
 import argparse
 import itertools

@@ -16,7 +16,8 @@ offset read from memory, declared 16-element aligned (shared.chunk_row) so that 
 bytes at a time and the tile loop pipelines: unaligned, they went 2 bytes at a time (with
 a 64-bit division since gone, Qwen3-0.6B's batch-64 step took 3.52 ms, now 2.21 on an H100;
 docs/PERF.md). Phase two: a program per (request, head) combines the splits that held
-tokens; with one split a request, phase one writes the answer and phase two is not launched. In the contract's bf16 (`cache.reference_rounding`), where the reference rounds
+tokens; with one split a request, phase one writes the answer and phase two is not
+launched. In the contract's bf16 (`cache.reference_rounding`), where the reference rounds
 each probability after dividing it by the whole sum, phase one runs twice: each split's max
 and sum, then its probabilities divided by the sum over every split, and phase two adds
 them up.
