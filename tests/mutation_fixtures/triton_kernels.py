@@ -1,6 +1,7 @@
-"""The Triton alleles' kernels against torch references, on CPU tensors through Triton's
-interpreter. Run in a fresh process with TRITON_INTERPRET=1 (the test does); exits non-zero
-on the first mismatch. Sizes are tiny: the interpreter runs each program in numpy."""
+"""The Triton alleles' kernels (and a probe's candidate kernel) against torch references, on
+CPU tensors through Triton's interpreter. Run in a fresh process with TRITON_INTERPRET=1 (the
+test does); exits non-zero on the first mismatch. Sizes are tiny: the interpreter runs each
+program in numpy."""
 import math
 import os
 import sys
@@ -349,6 +350,19 @@ def check_swiglu(tokens=3, width=40, dtype=torch.float32, tol=1e-4):
     check(f"swiglu one row, not folded, {dtype}", module.mlp(one, layer), want, tol=tol * want.abs().max().item())
 
 
+def check_skinny_glu(rows=3, width=40, inner=48, dtype=torch.float32, tol=1e-4):
+    """tools.probes.skinny_matmul's gate/up product with SwiGLU in its programs (a candidate
+    kernel, timed by tools.probes.glu_matmul_bench): 16 columns a program over a width of 40,
+    the last program's columns and the rows past 3 masked, the inner dimension in 16-wide tiles."""
+    from tools.probes.skinny_matmul import skinny_glu
+    torch.manual_seed(7)
+    x, weight = torch.randn(rows, inner).to(dtype), torch.randn(2 * width, inner).to(dtype)
+    gate, up = (x @ weight.T).chunk(2, dim=-1)
+    want = torch.nn.functional.silu(gate) * up
+    got = skinny_glu(x, weight, block_n=16, block_k=16)
+    check(f"skinny_glu {dtype}", got, want, tol=tol * want.abs().max().item())
+
+
 def check_prefetched_linear():
     """The prefetched_linears rewrite's helper: few fp16 rows (one bf16 row) in the kernel, in
     one share and in three (summed by the second kernel), a strided x; what it leaves to
@@ -533,6 +547,7 @@ if __name__ == "__main__":
     check_rope(head_dim=24, num_heads=5, dtype=torch.float16, allele="triton_rows")
     check_swiglu()
     check_swiglu(dtype=torch.bfloat16, tol=3e-2)
+    check_skinny_glu()
     check_prefetched_linear()
     check_norm_linear()
     sys.exit(0)
