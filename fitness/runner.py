@@ -64,7 +64,7 @@ def output_checksum(outputs) -> int:
     what `fetch` sends: an answer to `go` that came before the outputs existed cannot match
     it. Words, not bytes: a device sums them as they lie, where a byte sum widened each byte
     to 8 first (a 10 GB copy for a 64-row decode of a 152k vocabulary, inside the timed run)."""
-    total, sums, tails = 0, [], []
+    total, by_device = 0, {}  # device -> its outputs' word sums, read back once a device
     for out in outputs:
         if not (torch.is_tensor(out) and out.numel()):
             continue
@@ -77,13 +77,14 @@ def output_checksum(outputs) -> int:
             total += int(raw[:full].view(np.uint64).sum(dtype=np.uint64))
             total += int.from_bytes(raw[full:].tobytes(), "little")
         else:
-            sums.append(data[:full].view(torch.int64).sum())
+            words = by_device.setdefault(data.device, [])
+            words.append(data[:full].view(torch.int64).sum())
             if full < data.numel():
                 tail = torch.zeros(WORD_BYTES, dtype=torch.uint8, device=data.device)
                 tail[:data.numel() - full] = data[full:]
-                tails.append(tail.view(torch.int64))
-    if sums:  # one read-back: it waits for the device
-        total += int(torch.stack(sums + [t.reshape(()) for t in tails]).sum().item())
+                words.append(tail.view(torch.int64).reshape(()))
+    for words in by_device.values():  # the .item() waits for the device
+        total += int(torch.stack(words).sum().item())
     return total % 2**64
 
 
