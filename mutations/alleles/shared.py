@@ -140,8 +140,7 @@ def captured(graph, pool, forward):
     if device not in CAPTURE_STREAMS:
         CAPTURE_STREAMS[device] = torch.cuda.Stream()
     stream = CAPTURE_STREAMS[device]
-    torch.cuda.synchronize()
-    stream.wait_stream(torch.cuda.current_stream())
+    torch.cuda.synchronize()  # the side stream starts after all that came before, as torch.cuda.graph's does
     with torch.cuda.stream(stream):
         graph.capture_begin(*(() if pool is None else (pool,)))
         try:
