@@ -248,13 +248,14 @@ def split_kv_partial_kernel(q_ptr, k_ptr, v_ptr, table_ptr, offsets_ptr, positio
             if READY:
                 k, v = newest_readied(k, v, n, length, k_new, v_new)
             m_i, l_i, acc = attend_tile(q, k, v, n_ok, m_i, l_i, acc, sm_scale, PHASE, PRECISION)
-        if SPLITS == 1 and PHASE != 1:  # the combine's sum over one split, divided as it divides
-            out = acc if PHASE == 2 else acc / l_i[:, None]
-            tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :],
-                     out.to(out_ptr.dtype.element_ty), mask=g_ok[:, None] & d_ok[None, :])
-        elif PHASE != 1:
-            tl.store(part_acc_ptr + part[:, None] * BLOCK_D + d[None, :], acc, mask=g_ok[:, None])
-        if PHASE != 2 and not (SPLITS == 1 and PHASE == 0):
+        if PHASE != 1:
+            if SPLITS == 1:  # the combine's sum over one split, divided as it divides
+                out = acc if PHASE == 2 else acc / l_i[:, None]
+                tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :],
+                         out.to(out_ptr.dtype.element_ty), mask=g_ok[:, None] & d_ok[None, :])
+            else:
+                tl.store(part_acc_ptr + part[:, None] * BLOCK_D + d[None, :], acc, mask=g_ok[:, None])
+        if PHASE == 1 or (PHASE == 0 and SPLITS > 1):  # for phase 2, or for the combine
             tl.store(part_max_ptr + part, m_i, mask=g_ok)
             tl.store(part_sum_ptr + part, l_i, mask=g_ok)
 
