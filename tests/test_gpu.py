@@ -168,6 +168,26 @@ def test_the_swiglu_folded_into_down_matches_fp32_on_the_real_shapes(width):
     assert error < 8e-3, error  # bf16 rounds to 8 bits
 
 
+@pytest.mark.parametrize("rows", [2, 8, 64])
+@pytest.mark.parametrize("width", [3072, 8192])
+def test_the_glu_matmul_matches_fp32_on_the_real_shapes(width, rows):
+    """mlp.glu_matmul compiled for a GPU: a few bf16 rows' gate/up product with SwiGLU in its
+    epilogue (the SwiGLU kernel unlaunchable) against fp32."""
+    from tools.probes.alleles import load_allele
+    module = load_allele("mlp", "glu_matmul")
+    module.swiglu.__globals__["swiglu_kernel"] = None
+    torch.manual_seed(0)
+    hidden = 2048
+    gate_up = torch.randn(2 * width, hidden, device="cuda", dtype=torch.bfloat16) * 0.02
+    down = torch.randn(hidden, width, device="cuda", dtype=torch.bfloat16) * 0.02
+    x = torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16)
+    gate, up = (x.float() @ gate_up.float().T).chunk(2, dim=-1)
+    want = (torch.nn.functional.silu(gate) * up) @ down.float().T
+    got = module.mlp(x, {"gate_up": gate_up, "down": down}).float()
+    error = ((got - want).norm() / want.norm()).item()
+    assert error < 8e-3, error  # bf16 rounds to 8 bits
+
+
 @pytest.mark.parametrize("engine", ["seed", "recipe"])
 def test_the_servers_steps_launched_ahead_give_the_engines_own_greedy_tokens(engine, small_target, tmp_path):
     """The serving loop feeds each decode the last step's tokens on the device (pinned

@@ -59,7 +59,7 @@ def test_a_knob_declared_twice_is_declared_alike():
                 assert lines.setdefault(match.group(1), line) == line, f"{match.group(1)} differs in {path.name}"
 
 
-@pytest.mark.parametrize("swap", ["allele.Engine.cuda_graphs_prefill", "allele.mlp.swiglu_triton",
+@pytest.mark.parametrize("swap", ["allele.Engine.cuda_graphs_prefill", "allele.mlp.swiglu_triton", "allele.mlp.glu_matmul",
                                   "allele.rms_norm.triton", "allele.add_rms_norm.triton",
                                   "allele.apply_rope.triton_rows", "allele.Engine.cuda_graphs",
                                   "allele.norm_heads.triton"])

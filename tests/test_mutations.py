@@ -172,7 +172,7 @@ def test_cuda_operators_stay_off_cpu_walks():
     cuda_only = {op.name for op in mutations.all_operators() if op.devices == "cuda"}
     assert cuda_only == {"allele.rms_norm.triton", "allele.add_rms_norm.triton", "allele.attend_prefill.triton_varlen",
                          "allele.attend_decode.triton_split_kv", "allele.apply_rope.triton",
-                         "allele.apply_rope.triton_rows", "allele.mlp.swiglu_triton", "allele.norm_heads.triton",
+                         "allele.apply_rope.triton_rows", "allele.mlp.swiglu_triton", "allele.mlp.glu_matmul", "allele.norm_heads.triton",
                          "allele.attention_inputs.triton", "allele.norm_qkv.folded", "allele.norm_mlp.folded",
                          "allele.Engine.cuda_graphs_prefill", "allele.KVCache.paged_chunks", "allele.attention.split_kv",
                          "torch_compile",

@@ -274,7 +274,7 @@ def ready_rows(x, w, c, s, width, eps, dtype, BLOCK_H: tl.constexpr, BLOCK_P: tl
     return rotate_by(x, c, s, dtype, BLOCK_H, BLOCK_P).to(dtype)
 
 
-# SwiGLU's arithmetic, which mlp.swiglu_triton's kernels and norm_mlp.folded's projection share.
+# SwiGLU's arithmetic, which the kernels of mlp.swiglu_triton and mlp.glu_matmul and norm_mlp.folded's projection share.
 EXP = tl if os.environ.get("TRITON_INTERPRET") == "1" else libdevice  # whose exp the kernels call
 
 

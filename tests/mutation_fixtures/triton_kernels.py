@@ -350,17 +350,30 @@ def check_swiglu(tokens=3, width=40, dtype=torch.float32, tol=1e-4):
     check(f"swiglu one row, not folded, {dtype}", module.mlp(one, layer), want, tol=tol * want.abs().max().item())
 
 
-def check_skinny_glu(rows=3, width=40, inner=48, dtype=torch.float32, tol=1e-4):
-    """tools.probes.skinny_matmul's gate/up product with SwiGLU in its programs (a candidate
-    kernel, timed by tools.probes.glu_matmul_bench): 16 columns a program over a width of 40,
-    the last program's columns and the rows past 3 masked, the inner dimension in 16-wide tiles."""
-    from tools.probes.skinny_matmul import skinny_glu
+def check_glu_matmul(dtype, tol):
+    """mlp.glu_matmul: three rows' gate/up product with SwiGLU as the kernel's epilogue, 16
+    columns a program over a width of 40 (the last program's columns and the rows past 3
+    masked) and the inner dimension in 16-wide tiles, the SwiGLU kernel not launched; past
+    GLU_ROWS, and in fp32, swiglu_triton's way. (The interpreter's bf16 dot is garbage:
+    tests/test_gpu.py checks bf16 compiled.)"""
     torch.manual_seed(7)
-    x, weight = torch.randn(rows, inner).to(dtype), torch.randn(2 * width, inner).to(dtype)
-    gate, up = (x @ weight.T).chunk(2, dim=-1)
-    want = torch.nn.functional.silu(gate) * up
-    got = skinny_glu(x, weight, block_n=16, block_k=16)
-    check(f"skinny_glu {dtype}", got, want, tol=tol * want.abs().max().item())
+    module = load("mlp", "glu_matmul")
+    shared = module.swiglu.__globals__
+    module.GLU_BLOCK_N, module.GLU_BLOCK_K = 16, 16
+    layer = {"gate_up": torch.randn(80, 48).to(dtype), "down": torch.randn(24, 40).to(dtype)}
+    x = torch.randn(3, 48).to(dtype)
+    gate, up = (x @ layer["gate_up"].T).chunk(2, dim=-1)
+    want = (torch.nn.functional.silu(gate) * up) @ layer["down"].T
+    kernel, shared["swiglu_kernel"] = shared["swiglu_kernel"], None
+    check(f"glu_matmul {dtype}", module.mlp(x, layer), want, tol=tol * want.abs().max().item())
+    shared["swiglu_kernel"], module.GLU_ROWS = kernel, 2
+    module.glu_matmul_kernel = None
+    check(f"glu_matmul past GLU_ROWS {dtype}", module.mlp(x, layer), want, tol=tol * want.abs().max().item())
+    module.GLU_ROWS = 64
+    x, layer = x.float(), {name: w.float() for name, w in layer.items()}
+    gate, up = (x @ layer["gate_up"].T).chunk(2, dim=-1)
+    want = (torch.nn.functional.silu(gate) * up) @ layer["down"].T
+    check("glu_matmul fp32", module.mlp(x, layer), want, tol=1e-4 * want.abs().max().item())
 
 
 def check_prefetched_linear():
@@ -547,7 +560,7 @@ if __name__ == "__main__":
     check_rope(head_dim=24, num_heads=5, dtype=torch.float16, allele="triton_rows")
     check_swiglu()
     check_swiglu(dtype=torch.bfloat16, tol=3e-2)
-    check_skinny_glu()
+    check_glu_matmul(torch.float16, 1e-2)
     check_prefetched_linear()
     check_norm_linear()
     sys.exit(0)

@@ -6,9 +6,10 @@ allele's kernel after it, on a GPU: microseconds a call, per shape, row count an
 
 At a few dozen rows the engines run gate/up through cuBLAS, then `swiglu_kernel` (a launch
 of its own, ~2.6 us a layer at Llama-3.2-1B's 64 rows on an H100: docs/PERF.md). Here
-`tools.probes.skinny_matmul.skinny_glu` computes both halves' columns in one program and
-writes silu(gate) * up: the launch and the [rows, 2 x intermediate] round trip go, if its
-tiles read the weight as fast as cuBLAS's. Each way is captured in a CUDA graph over enough
+mlp.glu_matmul's kernel computes both halves' columns in one program and writes
+silu(gate) * up: the launch and the [rows, 2 x intermediate] round trip go, if its tiles read
+the weight as fast as cuBLAS's; each of TILINGS is timed (the allele's GLU_BLOCK_N,
+GLU_BLOCK_K and GLU_STAGES). Each way is captured in a CUDA graph over enough
 weight copies to overflow the L2 (tools.probes.linear_bench's method), checked against fp32
 first, and timed `--rounds` times with the ways in turn (medians).
 """
@@ -20,11 +21,16 @@ import statistics
 import torch
 import triton
 
-from tools.probes import skinny_matmul as kernels
 from tools.probes.alleles import load_allele
 from tools.probes.linear_bench import CONFIGS, DTYPES, L2_BYTES, checked, time_calls
 
 TILINGS = list(itertools.product((16, 32, 64), (64, 128), (3, 4)))  # BLOCK_N, BLOCK_K, stages
+
+
+def tiled(glu, block_n, block_k, stages):
+    """The allele's module with its launch constants set."""
+    glu.GLU_BLOCK_N, glu.GLU_BLOCK_K, glu.GLU_STAGES = block_n, block_k, stages
+    return glu
 
 
 def main(argv=None) -> int:
@@ -37,6 +43,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     dtype = DTYPES[args.dtype]
     swiglu = load_allele("mlp", "swiglu_triton")
+    glu = load_allele("mlp", "glu_matmul")
     for config in args.configs:
         hidden, intermediate = CONFIGS[config][0], CONFIGS[config][3]
         copies = max(1, -(-L2_BYTES // (2 * intermediate * hidden * 2)))
@@ -56,7 +63,7 @@ def main(argv=None) -> int:
             ways = {"cublas_swiglu": cublas_then_swiglu}
             for block_n, block_k, stages in TILINGS:
                 ways[f"glu_{block_n}x{block_k}_s{stages}"] = \
-                    lambda w, n=block_n, k=block_k, s=stages: kernels.skinny_glu(x, w, n, k, num_stages=s)
+                    lambda w, n=block_n, k=block_k, s=stages: tiled(glu, n, k, s).glu_matmul(x, w)
             times = {}
             for _ in range(args.rounds):
                 for way, fn in ways.items():

@@ -5,11 +5,6 @@ the kernels an allele would carry, measured before one is written.
 inner dimension), reads its weight slab in BLOCK_K-wide tiles and sums in fp32; split shares
 are added by a second kernel before the one rounding to the compute dtype.
 
-`skinny_glu`: a fused gate/up weight's product with SwiGLU in the same programs (for
-tools.probes.glu_matmul_bench): each program owns BLOCK_N columns of the gate and the same of
-the up half, and writes silu(gate) * up rounded as the swiglu allele rounds it, in place of
-cuBLAS's gate/up and the SwiGLU kernel after it.
-
 `prefetched_matmul`: the same product in the prefetched_linears rewrite's kernel, under
 programmatic dependent launch (PDL, Hopper) or not: a program loads its whole weight share
 first, since weights never depend on the kernel before it, then waits for that kernel
@@ -21,9 +16,6 @@ import triton
 import triton.language as tl
 
 from mutations.rewrites.kernels.prefetched_linear import prefetched_linear_kernel, sum_shares_kernel
-from tools.probes.alleles import load_allele
-
-silu_times = load_allele("mlp", "swiglu_triton").silu_times  # the swiglu allele's arithmetic, for skinny_glu
 
 SKINNY_PROGRAMS = 264  # programs a call aims for (two per SM of an H100)
 
@@ -47,42 +39,6 @@ def skinny_matmul_kernel(x_ptr, w_ptr, out_ptr, num_rows, num_out, num_in, strid
         acc += tl.dot(x, tl.trans(w))
     out = out_ptr + split * stride_split + rows[:, None] * stride_out + cols[None, :]
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
-
-
-@triton.jit
-def skinny_glu_kernel(x_ptr, w_ptr, out_ptr, num_rows, width, num_in, stride_x, stride_w, stride_out,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """out[:, cols] = silu(x @ gate[cols].T) * (x @ up[cols].T), w the fused weight (gate rows,
-    then `width` up rows): each product rounded to the output's dtype as a matmul's is, then
-    silu_times as swiglu_kernel computes it."""
-    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    rows = tl.arange(0, BLOCK_M)
-    row_ok, col_ok = rows < num_rows, cols < width
-    gate_rows = w_ptr + cols[:, None].to(tl.int64) * stride_w
-    up_rows = gate_rows + width * stride_w.to(tl.int64)
-    gate = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(0, num_in, BLOCK_K):
-        k = k0 + tl.arange(0, BLOCK_K)
-        k_ok = k < num_in
-        x = tl.load(x_ptr + rows[:, None] * stride_x + k[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-        ok = col_ok[:, None] & k_ok[None, :]
-        gate += tl.dot(x, tl.trans(tl.load(gate_rows + k[None, :], mask=ok, other=0.0)))
-        up += tl.dot(x, tl.trans(tl.load(up_rows + k[None, :], mask=ok, other=0.0)))
-    dtype = out_ptr.dtype.element_ty
-    out = silu_times(gate.to(dtype).to(tl.float32), up.to(dtype).to(tl.float32), dtype)
-    tl.store(out_ptr + rows[:, None] * stride_out + cols[None, :], out, mask=row_ok[:, None] & col_ok[None, :])
-
-
-def skinny_glu(x, weight, block_n, block_k, num_warps=4, num_stages=4):
-    """silu(x @ gate.T) * (x @ up.T) [M, width] of x [M, K] and a fused gate/up weight [2 * width, K]."""
-    width = weight.shape[0] // 2
-    out = torch.empty(x.shape[0], width, device=x.device, dtype=x.dtype)
-    skinny_glu_kernel[(triton.cdiv(width, block_n),)](
-        x, weight, out, x.shape[0], width, x.shape[1], x.stride(0), weight.stride(0), out.stride(0),
-        BLOCK_M=max(16, triton.next_power_of_2(x.shape[0])), BLOCK_N=block_n, BLOCK_K=block_k,
-        num_warps=num_warps, num_stages=num_stages)
-    return out
 
 
 def skinny_plan(num_rows, num_out, num_in, programs=SKINNY_PROGRAMS):

@@ -1,5 +1,5 @@
 """Fused q/k/v and fused gate/up weights: two matmuls per layer where the seed has five."""
-REQUIRES = {"qkv_proj": ("fused",), "mlp": ("fused", "swiglu_triton")}
+REQUIRES = {"qkv_proj": ("fused",), "mlp": ("fused", "swiglu_triton", "glu_matmul")}
 DEVICES = "any"
 
 

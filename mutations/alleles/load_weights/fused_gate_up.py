@@ -1,5 +1,5 @@
 """gate and up weights stored as one [2*intermediate, hidden] matrix per layer, for one matmul."""
-REQUIRES = {"mlp": ("fused", "swiglu_triton")}
+REQUIRES = {"mlp": ("fused", "swiglu_triton", "glu_matmul")}
 DEVICES = "any"
 
 
