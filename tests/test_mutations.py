@@ -169,14 +169,10 @@ def test_cuda_operators_stay_off_cpu_walks():
     for _ in range(30):
         result = mutations.random_mutation(SEED, rng, "cpu")
         assert mutations.get_operator(result.operator).devices == "any"
+    # Which operators are cuda-only is each one's own declaration (an allele's DEVICES): what
+    # is checked is that the declaration is true, with no list to keep here.
     cuda_only = {op.name for op in mutations.all_operators() if op.devices == "cuda"}
-    assert cuda_only == {"allele.rms_norm.triton", "allele.add_rms_norm.triton", "allele.attend_prefill.triton_varlen",
-                         "allele.attend_decode.triton_split_kv", "allele.apply_rope.triton",
-                         "allele.apply_rope.triton_rows", "allele.mlp.swiglu_triton", "allele.mlp.glu_matmul", "allele.norm_heads.triton",
-                         "allele.attention_inputs.triton", "allele.norm_qkv.folded", "allele.norm_mlp.folded",
-                         "allele.Engine.cuda_graphs_prefill", "allele.KVCache.paged_chunks", "allele.attention.split_kv",
-                         "torch_compile",
-                         "programmatic_launch", "prefetched_linears"}
+    assert {"torch_compile", "programmatic_launch", "prefetched_linears", "allele.mlp.swiglu_triton"} <= cuda_only
     for name in cuda_only:  # only they may import triton; CPU programs never need it
         assert "import triton" in applied_to_seed(name).source or name == "torch_compile"
     for name in set(CPU_OPERATORS) - set(LEAVES_GPU_GENES):
