@@ -107,7 +107,7 @@ def sweep(parent: Program, limit: int, make, vocabulary: Vocabulary, selector: O
     tried `last_token_logits`: docs/PERF.md, 2026-11-23). First of all (not among the
     levers), the next step of each move that made `parent` (`next_steps`: a constant
     doubled, doubled again): a search walks a constant that gained without drawing it again
-    from ~30. [] when the vocabulary cannot name its operators."""
+    from ~60. [] when the vocabulary cannot name its operators."""
     if not vocabulary.can_choose:
         return []
     children = []

@@ -10,7 +10,7 @@ batches and buckets, prefetch limits) and every kernel's launch parameters (bloc
 stages, split counts), so the search tunes each per target.
 Replayed from a recipe (`{"constant": NAME, "new": VALUE}`), it sets NAME to any VALUE in
 its range. Extended (`extend`), it moves NAME once more the way it went: a search walks a
-constant that gained, 1024 -> 2048 -> 4096, without drawing it from ~30 again. A constant
+constant that gained, 1024 -> 2048 -> 4096, without drawing it from ~60 again. A constant
 that bounds a call's size says which (`# range: 8..256, fits: decode_batch`), so that a run
 can fit it to the calls it times (`fitted_to`).
 """
@@ -87,7 +87,7 @@ class TuneConstantOperator(StructuralRewrite):
     name = "tune_constant"
     order = 3
     draws = True  # which constant, and which way
-    # One draw is one of ~30 constants in the recipe's program: one a sweep tried 7 in three
+    # One draw is one of ~60 constants in the recipe's program: one a sweep tried 7 in three
     # 10-minute GPU runs, and 2 of those screened at 1.10x (docs/PERF.md, 2026-11-26).
     sweep_places = 3
     needs_swap = "allele.KVCache.paged"  # the seed declares no constant; alleles bring them
