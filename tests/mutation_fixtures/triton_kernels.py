@@ -1,7 +1,6 @@
-"""The Triton alleles' kernels (and a probe's candidate kernel) against torch references, on
-CPU tensors through Triton's interpreter. Run in a fresh process with TRITON_INTERPRET=1 (the
-test does); exits non-zero on the first mismatch. Sizes are tiny: the interpreter runs each
-program in numpy."""
+"""The Triton alleles' kernels against torch references, on CPU tensors through Triton's
+interpreter. Run in a fresh process with TRITON_INTERPRET=1 (the test does); exits non-zero
+on the first mismatch. Sizes are tiny: the interpreter runs each program in numpy."""
 import math
 import os
 import sys
@@ -350,8 +349,8 @@ def check_swiglu(tokens=3, width=40, dtype=torch.float32, tol=1e-4):
     check(f"swiglu one row, not folded, {dtype}", module.mlp(one, layer), want, tol=tol * want.abs().max().item())
 
 
-def check_glu_matmul(dtype, tol):
-    """mlp.glu_matmul: three rows' gate/up product with SwiGLU as the kernel's epilogue, 16
+def check_glu_matmul(tol=1e-2):
+    """mlp.glu_matmul: three fp16 rows' gate/up product with SwiGLU as the kernel's epilogue, 16
     columns a program over a width of 40 (the last program's columns and the rows past 3
     masked) and the inner dimension in 16-wide tiles, the SwiGLU kernel not launched; past
     GLU_ROWS, and in fp32, swiglu_triton's way. (The interpreter's bf16 dot is garbage:
@@ -360,15 +359,15 @@ def check_glu_matmul(dtype, tol):
     module = load("mlp", "glu_matmul")
     shared = module.swiglu.__globals__
     module.GLU_BLOCK_N, module.GLU_BLOCK_K = 16, 16
-    layer = {"gate_up": torch.randn(80, 48).to(dtype), "down": torch.randn(24, 40).to(dtype)}
-    x = torch.randn(3, 48).to(dtype)
+    layer = {"gate_up": torch.randn(80, 48).half(), "down": torch.randn(24, 40).half()}
+    x = torch.randn(3, 48).half()
     gate, up = (x @ layer["gate_up"].T).chunk(2, dim=-1)
     want = (torch.nn.functional.silu(gate) * up) @ layer["down"].T
     kernel, shared["swiglu_kernel"] = shared["swiglu_kernel"], None
-    check(f"glu_matmul {dtype}", module.mlp(x, layer), want, tol=tol * want.abs().max().item())
+    check("glu_matmul fp16", module.mlp(x, layer), want, tol=tol * want.abs().max().item())
     shared["swiglu_kernel"], module.GLU_ROWS = kernel, 2
     module.glu_matmul_kernel = None
-    check(f"glu_matmul past GLU_ROWS {dtype}", module.mlp(x, layer), want, tol=tol * want.abs().max().item())
+    check("glu_matmul past GLU_ROWS fp16", module.mlp(x, layer), want, tol=tol * want.abs().max().item())
     module.GLU_ROWS = 64
     x, layer = x.float(), {name: w.float() for name, w in layer.items()}
     gate, up = (x @ layer["gate_up"].T).chunk(2, dim=-1)
@@ -560,7 +559,7 @@ if __name__ == "__main__":
     check_rope(head_dim=24, num_heads=5, dtype=torch.float16, allele="triton_rows")
     check_swiglu()
     check_swiglu(dtype=torch.bfloat16, tol=3e-2)
-    check_glu_matmul(torch.float16, 1e-2)
+    check_glu_matmul()
     check_prefetched_linear()
     check_norm_linear()
     sys.exit(0)
