@@ -130,9 +130,9 @@ def test_constants_that_bound_a_call_are_fitted_to_the_largest_call_of_the_cases
     bounds = {"prefill_tokens": 5000, "prefill_prompts": 4, "decode_batch": 500}
     assert fitted_to(source, bounds) == [{"constant": "TOKENS", "new": 8192}, {"constant": "BATCH", "new": 128}]
     assert fitted_to(source, {"prefill_tokens": 2048}) == []
-    # The recipe's program fits its decode graphs alone (captured prefills of the large cases'
-    # size ran slower than eager ones on an H100).
+    # The recipe's program fits its captured prefill's tokens (not its prompts) and its decode graphs.
     program = recipe.apply(recipe.parse((MUTATIONS / "recipes" / "fastest.txt").read_text()))
-    assert fitted_to(program, call_bounds(select_cases("large"))) == []
+    assert fitted_to(program, call_bounds(select_cases("public"))) == []
+    assert fitted_to(program, call_bounds(select_cases("long"))) == [{"constant": "MAX_PREFILL_TOKENS", "new": 8192}]
     assert fitted_to(program, {"prefill_tokens": 16384, "prefill_prompts": 64, "decode_batch": 100}) == [
-        {"constant": "MAX_GRAPH_BATCH", "new": 128}]
+        {"constant": "MAX_GRAPH_BATCH", "new": 128}, {"constant": "MAX_PREFILL_TOKENS", "new": 16384}]

@@ -152,25 +152,21 @@ def test_a_lineage_from_the_library_names_its_recipe_in_a_word():
     assert describe_step(step) == "library(fastest.txt)"
 
 
-def test_a_run_whose_calls_outgrow_the_graphs_also_takes_the_best_program_fitted_to_them(small_target, tmp_path,
-                                                                                          monkeypatch):
-    """The best library program once more, its decode graphs raised to hold the largest
-    decode batch the run times; its steps replay to it. The cases shipped today fit the
-    recipes' graphs already (the long ones too: prefill bounds are not fitted): no such program."""
+def test_a_run_on_long_prompts_also_takes_the_best_program_fitted_to_its_calls(small_target, tmp_path):
+    """The best library program once more, its captured prefill raised to hold the 8,192-token
+    prefills the long cases time; its steps replay to it. The public cases fit the recipes'
+    graphs already: no such program."""
     config_path, weight_dir = small_target
     def cuda_config(bench, screen_bench):  # built, not run: no GPU needed
         return RunConfig.build("cuda", model_config=config_path, weight_dir=weight_dir, workers=1, bench=bench,
                                screen_bench=screen_bench, history=tmp_path / "history.csv", runs_dir=tmp_path / "runs",
                                library_top=1)
-    for bench in ("long", "large", "all"):
-        config = cuda_config(bench, bench)
-        taken, _ = library.seed_programs(config, SEED)
-        assert len(taken) == 1 and library.fitted_program(taken[0], config) is None
-    monkeypatch.setattr(library, "call_bounds", lambda cases: {"prefill_tokens": 8192, "decode_batch": 200})
-    taken, _ = library.seed_programs(cuda_config("long", "long"), SEED)
+    taken, _ = library.seed_programs(cuda_config("public", "public"), SEED)
+    assert len(taken) == 1 and library.fitted_program(taken[0], cuda_config("public", "public")) is None
+    taken, _ = library.seed_programs(cuda_config("public", "long"), SEED)
     assert len(taken) == 2
     source, args = taken[-1]
-    assert args["steps"][-1] == 'tune_constant {"constant": "MAX_GRAPH_BATCH", "new": 256}'
+    assert args["steps"][-1] == 'tune_constant {"constant": "MAX_PREFILL_TOKENS", "new": 8192}'
     assert args["steps"][:-1] == taken[0][1]["steps"] and args["recipe"] == taken[0][1]["recipe"]
-    assert "\nMAX_GRAPH_BATCH = 256  #" in source and "\nMAX_PREFILL_TOKENS = 2048  #" in source
+    assert "\nMAX_PREFILL_TOKENS = 8192  #" in source and "\nMAX_GRAPH_BATCH = 64  #" in source
     assert recipe.apply(recipe.parse("\n".join(args["steps"]))) == source

@@ -35,11 +35,13 @@ REQUIRES = {"KVCache": ("paged_chunks", "paged", "slab"), "attend_decode": ("tri
             "attend_prefill": ("triton_varlen",)}
 DEVICES = "cuda"
 
-# Not fitted to a run's largest prefill (no `fits:`): a captured prefill's attention grid
-# covers every prompt slot over the whole bucket, and raised to 16,384 tokens and 64 prompts
-# it ran a Llama-3.2-1B prefill of 16 x 1,024 at 0.29x (docs/PERF.md, twenty-eighth session),
-# where eager calls, compute-bound at that size, lose nothing to their launches.
-MAX_PREFILL_TOKENS = 2048  # range: 256..16384; the most packed tokens a captured prefill takes
+# A run fits the tokens to its largest prefill (`fits:`): on an H100 the long_prompts target's
+# 8,192-token prefills ran 3.0-3.7x faster captured than eager, Llama-3.2-1B's 16 x 1,024 2-3%
+# (docs/PERF.md, forty-first session). The prompts are not fitted: a captured prefill's
+# attention grid covers every prompt slot over the whole bucket: at 64 slots and 16,384 tokens
+# that prefill ran at 0.29x (twenty-eighth session, before blocks past a prompt's end skipped
+# their loop; not measured since).
+MAX_PREFILL_TOKENS = 2048  # range: 256..16384, fits: prefill_tokens; the most packed tokens a captured prefill takes
 MAX_PREFILL_PROMPTS = 16  # range: 4..64; the most prompts a captured prefill takes
 # The most tokens one eager forward takes: above the weights, its activations (about 50 KB a
 # token on a 1B-class model) are what a large prefill's peak memory is made of.
