@@ -9,6 +9,9 @@ fresh engine and reports each pass: a first pass slower than the next pays for s
 lazy (a graph's first launch, an allocation) inside the timed calls. A call whose wall time is far above its GPU
 time is host-bound: launches, Python and copies, not the GPU, bound it. `--top N` adds the N
 kernels that took the most GPU time over the case (name, count, total and mean microseconds).
+A kernel launched under programmatic dependent launch counts its wait for the kernel before
+as its own time (the split-KV combine reads as long as the partial it waits on), so these
+rank kernels rather than time them: `python -m tools.probes.step_timeline` gives what each adds.
 """
 import argparse
 import json
