@@ -161,8 +161,9 @@ def test_a_run_on_long_prompts_also_takes_the_best_program_fitted_to_its_calls(s
         return RunConfig.build("cuda", model_config=config_path, weight_dir=weight_dir, workers=1, bench=bench,
                                screen_bench=screen_bench, history=tmp_path / "history.csv", runs_dir=tmp_path / "runs",
                                library_top=1)
-    taken, _ = library.seed_programs(cuda_config("public", "public"), SEED)
-    assert len(taken) == 1 and library.fitted_program(taken[0], cuda_config("public", "public")) is None
+    public = cuda_config("public", "public")
+    taken, _ = library.seed_programs(public, SEED)
+    assert len(taken) == 1 and library.fitted_program(taken[0], public) is None
     taken, _ = library.seed_programs(cuda_config("public", "long"), SEED)
     assert len(taken) == 2
     source, args = taken[-1]

@@ -365,10 +365,11 @@ def check_glu_matmul(tol=1e-2):
     want = (torch.nn.functional.silu(gate) * up) @ layer["down"].T
     kernel, shared["swiglu_kernel"] = shared["swiglu_kernel"], None
     check("glu_matmul fp16", module.mlp(x, layer), want, tol=tol * want.abs().max().item())
+    rows = module.GLU_ROWS
     shared["swiglu_kernel"], module.GLU_ROWS = kernel, 2
     module.glu_matmul_kernel = None
     check("glu_matmul past GLU_ROWS fp16", module.mlp(x, layer), want, tol=tol * want.abs().max().item())
-    module.GLU_ROWS = 64
+    module.GLU_ROWS = rows
     x, layer = x.float(), {name: w.float() for name, w in layer.items()}
     gate, up = (x @ layer["gate_up"].T).chunk(2, dim=-1)
     want = (torch.nn.functional.silu(gate) * up) @ layer["down"].T
