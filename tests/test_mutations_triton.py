@@ -7,6 +7,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -147,6 +148,24 @@ def test_the_norm_fold_reads_its_weights_16_bytes_at_a_time_on_sm_90(glu, rows):
     assert loads.count("ld.global.v4.b32") == 16 + 1 + 2 * rows and len(loads) == 17 + 2 * rows, loads
     assert ("div.rn.f32" in ptx) == glu
 
+
+
+def test_wide_heads_are_readied_in_the_split_kv_kernel_only_where_its_splits_prefetch():
+    """Above head_dim 128, attention.split_kv's readying kernel without its first tile loaded
+    before the wait failed to compile on the GPU machine's Triton (3.6; this machine's compiles
+    it, so the test above cannot see it): such a batch keeps attention_inputs apart, and a
+    search that raises READY_BATCH alone judges a slower program, not a crash."""
+    fused = load_allele("attention", "split_kv")
+    taken = []
+    fused.attention_inputs = lambda q, k, *rest: taken.append("apart") or (q, k)
+    fused.attend_decode = lambda q, k, v, cache, index, step: q
+    fused.split_kv_attention = lambda q, cache, index, step, ready: taken.append("ready") or q
+    fused.READY_BATCH, fused.DECODE_PREFETCH_BATCH = 8, 2
+    cache, step = SimpleNamespace(reference_rounding=False), SimpleNamespace(is_decode=True)
+    for head_dim, batch in [(192, 2), (192, 3), (128, 3), (256, 8)]:
+        q = torch.zeros(batch, 4, head_dim, dtype=torch.float16)
+        fused.attention(q, q, q, {}, q[:, 0, :head_dim // 2], q[:, 0, :head_dim // 2], cache, step, 0, 1e-6)
+    assert taken == ["ready", "apart", "ready", "apart"]
 
 def test_the_cache_row_writes_run_no_64_bit_division_on_sm_90():
     """attention_inputs.triton and paged_chunks write a token's K/V row where shared.slot_row

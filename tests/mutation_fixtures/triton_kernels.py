@@ -224,6 +224,7 @@ def check_ready_attention(head_dim, norms, dtype=torch.float32, table_dtype=None
     fused = load("attention", "split_kv")
     fused.split_kv_attention, fused.attention_inputs = decode.split_kv_attention, inputs.attention_inputs
     fused.attend_decode, fused.READY_BATCH = decode.attend_decode, len(lengths)
+    fused.DECODE_PREFETCH_BATCH = prefetch_batch
     config, layer, sizes, inv_freq = layer_of_heads(head_dim, num_heads, num_kv_heads, norms, dtype, 64)
     caches = [pools.KVCache(config, "cpu", dtype) for _ in range(2)]
     ids = list(range(len(lengths)))

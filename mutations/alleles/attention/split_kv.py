@@ -8,8 +8,9 @@ Here each split-KV program readies its own q heads after its wait, and the split
 the newest token readies that token's k and stores it and v where attention_inputs would
 (the cache row the block table gives the position), then reads both from its registers.
 The rounding is attention_inputs.triton's, through the same helpers (shared.norm_rows,
-shared.rotate_by). Prefills, larger batches (READY_BATCH) and the contract's bf16 (its
-two-pass softmax, and RoPE in the reference's ops) keep the two genes apart.
+shared.rotate_by). Prefills, larger batches (READY_BATCH; above head_dim 128, any past
+DECODE_PREFETCH_BATCH) and the contract's bf16 (its two-pass softmax, and RoPE in the
+reference's ops) keep the two genes apart.
 """
 import torch
 
@@ -17,6 +18,11 @@ REQUIRES = {"attend_decode": ("triton_split_kv",)}
 DEVICES = "cuda"
 
 READY_BATCH = 1  # range: 0..256; the largest decode batch whose split-KV programs ready q and k themselves
+# Above head_dim 128 the readying kernel compiles only with its first tile loaded before its
+# wait (batches up to DECODE_PREFETCH_BATCH): without it Triton 3.6's layout pass fails on
+# sm_90 (the GPU machine's Triton; 3.9 compiles it), and a search that raised READY_BATCH
+# alone judged a crash (H100, docs/PERF.md, forty-second session).
+READY_WIDE_HEAD = 128
 
 
 # allele: split_kv
@@ -25,7 +31,8 @@ def attention(q, k, v, layer, cos, sin, cache, step, index, eps):
     projected: attention_inputs readies q and k and stores k and v, then the step's attend
     reads the cache."""
     if (not step.is_decode or q.shape[0] > READY_BATCH or cache.reference_rounding
-            or (q.dtype == torch.bfloat16 and cos.dtype == torch.bfloat16)):
+            or (q.dtype == torch.bfloat16 and cos.dtype == torch.bfloat16)
+            or (q.shape[-1] > READY_WIDE_HEAD and q.shape[0] > DECODE_PREFETCH_BATCH)):
         q, k = attention_inputs(q, k, v, layer, cos, sin, cache, step, index, eps)
         attend = attend_decode if step.is_decode else attend_prefill
         return attend(q, k, v, cache, index, step)
