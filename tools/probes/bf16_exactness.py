@@ -5,7 +5,11 @@
 Every program is gated on the contract's bf16 config, where the passing programs match the
 reference exactly; so in bf16 RoPE takes torch's ops (about 8 launches for one) and SwiGLU
 too (2 for 1): a RoPE kernel that rounds each product as torch does still missed by 1.01x
-the tolerance, for a reason never found (docs/PERF.md, 2026-11-22). Here each kernel runs on
+the tolerance (docs/PERF.md, 2026-11-22), because ptxas fuses a product written without a
+rounding mode into the 16-bit add after its cast (forty-second session; branch
+try/rope-mul-rn). This probe hands the kernels the tables' bf16 values as fp32, where
+(likely) no bf16 FMA can be formed, and found them exact; the contract's bf16 passes bf16
+tables. Here each kernel runs on
 random bf16 inputs of the real shapes beside the torch ops it replaces; printed per shape:
 the elements that differ, the largest difference and the largest value. SwiGLU in two
 arithmetics: the allele's (tl.exp and an approximate division) and torch's own (CUDA's

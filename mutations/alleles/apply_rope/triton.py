@@ -6,7 +6,8 @@ difference, a stack); on a decode step each is a launch of almost no work, twice
 QKV projection needs no copy first). Each product is rounded to the compute dtype before
 the sum, as the reference's elementwise ops round. bf16 takes the reference's own ops: the
 kernel missed a bf16 reference by 1.06x the tolerance rounding once, and still by 1.01x
-rounding each product (H100, docs/PERF.md), where the seed's ops match it exactly.
+rounding each product (H100, docs/PERF.md), where the seed's ops match it exactly: ptxas
+fuses the unrounded product into the add (forty-second session; branch try/rope-mul-rn).
 """
 import torch
 import triton
