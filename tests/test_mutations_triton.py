@@ -149,7 +149,6 @@ def test_the_norm_fold_reads_its_weights_16_bytes_at_a_time_on_sm_90(glu, rows):
     assert ("div.rn.f32" in ptx) == glu
 
 
-
 def test_wide_heads_are_readied_in_the_split_kv_kernel_only_where_its_splits_prefetch():
     """Above head_dim 128, attention.split_kv's readying kernel without its first tile loaded
     before the wait failed to compile on the GPU machine's Triton (3.6; this machine's compiles
@@ -166,6 +165,7 @@ def test_wide_heads_are_readied_in_the_split_kv_kernel_only_where_its_splits_pre
         q = torch.zeros(batch, 4, head_dim, dtype=torch.float16)
         fused.attention(q, q, q, {}, q[:, 0, :head_dim // 2], q[:, 0, :head_dim // 2], cache, step, 0, 1e-6)
     assert taken == ["ready", "apart", "ready", "apart"]
+
 
 def test_the_cache_row_writes_run_no_64_bit_division_on_sm_90():
     """attention_inputs.triton and paged_chunks write a token's K/V row where shared.slot_row
