@@ -256,12 +256,26 @@ def rope_angles(cos_ptr, sin_ptr, t, stride_ct, HALF: tl.constexpr, BLOCK_P: tl.
     return c, s
 
 
+class InterpretedProducts:
+    """The interpreter's stand-in for libdevice.mul_rn: numpy rounds each product already."""
+    @staticmethod
+    def mul_rn(a, b):
+        return a * b
+
+
+# A product cast to fp16 / bf16 and then added: Triton writes the multiply and the add with no
+# rounding mode, which lets ptxas fuse them into one FMA of the 16-bit inputs, and the product
+# is never rounded as torch's ops round it. On an H100 1 in 5 bf16 RoPE outputs differed from
+# torch's ops (docs/PERF.md, forty-second session); mul_rn's product (mul.rn.f32) is not fused.
+ROUNDED = InterpretedProducts if os.environ.get("TRITON_INTERPRET") == "1" else libdevice
+
+
 @triton.jit
 def rotate_by(x, c, s, dtype, BLOCK_H: tl.constexpr, BLOCK_P: tl.constexpr):
     """rotate_rows with the angles loaded (rope_angles): a kernel can read them early."""
     x0, x1 = tl.split(tl.reshape(x, [BLOCK_H, BLOCK_P, 2]))  # [BLOCK_H, BLOCK_P] each
-    x0c, x1s = (x0 * c).to(dtype).to(tl.float32), (x1 * s).to(dtype).to(tl.float32)
-    x0s, x1c = (x0 * s).to(dtype).to(tl.float32), (x1 * c).to(dtype).to(tl.float32)
+    x0c, x1s = ROUNDED.mul_rn(x0, c).to(dtype).to(tl.float32), ROUNDED.mul_rn(x1, s).to(dtype).to(tl.float32)
+    x0s, x1c = ROUNDED.mul_rn(x0, s).to(dtype).to(tl.float32), ROUNDED.mul_rn(x1, c).to(dtype).to(tl.float32)
     return tl.reshape(tl.join(x0c - x1s, x0s + x1c), [BLOCK_H, 2 * BLOCK_P])
 
 

@@ -30,8 +30,8 @@ def rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, stride_xt, stride_xh, stride_c
     c = tl.load(cos_ptr + t.to(tl.int64) * stride_ct + pairs, mask=pairs < HALF, other=0.0).to(tl.float32)
     s = tl.load(sin_ptr + t.to(tl.int64) * stride_ct + pairs, mask=pairs < HALF, other=0.0).to(tl.float32)
     dtype = out_ptr.dtype.element_ty
-    x0c, x1s = (x0 * c).to(dtype).to(tl.float32), (x1 * s).to(dtype).to(tl.float32)
-    x0s, x1c = (x0 * s).to(dtype).to(tl.float32), (x1 * c).to(dtype).to(tl.float32)
+    x0c, x1s = ROUNDED.mul_rn(x0, c).to(dtype).to(tl.float32), ROUNDED.mul_rn(x1, s).to(dtype).to(tl.float32)
+    x0s, x1c = ROUNDED.mul_rn(x0, s).to(dtype).to(tl.float32), ROUNDED.mul_rn(x1, c).to(dtype).to(tl.float32)
     dst = out_ptr + t.to(tl.int64) * stride_ot + heads * stride_oh + 2 * pairs
     tl.store(dst, (x0c - x1s).to(dtype), mask=ok)
     tl.store(dst + 1, (x0s + x1c).to(dtype), mask=ok)
