@@ -64,29 +64,3 @@ def test_adjacent_heads_joins_only_views_of_one_projection():
     assert k.data_ptr() == q.data_ptr() + 64
     assert adjacent_heads(q, k) is None
 
-
-def test_the_contract_bf16_rotates_q_and_k_in_one_call_as_the_seed_does(fastest_source, tmp_path):
-    """attention_inputs.triton keeps the reference's RoPE ops for bf16 with bf16 tables; in
-    the recipe's program they rotate the fused projection's q and k in one call (7 torch
-    launches a layer fewer), to the same bits as one call each."""
-    from types import SimpleNamespace
-
-    from fitness.loader import load_engine_module
-    path = tmp_path / "fastest.py"
-    path.write_text(fastest_source)
-    engine = load_engine_module(path)
-    rotated, real = [], engine.apply_rope
-    engine.apply_rope = lambda x, cos, sin: rotated.append(tuple(x.shape)) or real(x, cos, sin)
-    n, heads, kv_heads, d = 3, 4, 2, 8
-    qkv = torch.randn(n, (heads + 2 * kv_heads) * d).to(torch.bfloat16)  # a fused projection's rows
-    q, k, v = (t.view(n, -1, d) for t in qkv.split([heads * d, kv_heads * d, kv_heads * d], dim=-1))
-    cos, sin = (torch.randn(n, d // 2).to(torch.bfloat16) for _ in range(2))
-    written = []
-    cache = SimpleNamespace(write=lambda index, step, k, v: written.append(k))
-    out_q, out_k = engine.attention_inputs(q, k, v, {}, cos, sin, cache, None, 0, 1e-6)
-    assert rotated == [(n, heads + kv_heads, d)]
-    assert torch.equal(out_q, real(q, cos, sin)) and torch.equal(out_k, real(k, cos, sin))
-    assert len(written) == 1 and written[0] is out_k
-    rotated.clear()  # q and k apart (a bias made new tensors): one call each, as before
-    engine.attention_inputs(q.clone(), k.clone(), v, {}, cos, sin, cache, None, 0, 1e-6)
-    assert rotated == [(n, heads, d), (n, kv_heads, d)]

@@ -188,6 +188,34 @@ def test_the_glu_matmul_matches_fp32_on_the_real_shapes(width, rows):
     assert error < 8e-3, error  # bf16 rounds to 8 bits
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [(4, 4, 192), (32, 8, 64), (16, 8, 128)])
+def test_the_rope_kernels_round_as_torch_does_on_the_real_shapes(heads, kv_heads, head_dim, dtype):
+    """The RoPE kernels compiled for a GPU, tables in the compute dtype (the contract's bf16):
+    bit for bit torch's ops, each product rounded before the sum. Unless each product is
+    mul_rn, ptxas fuses it into the 16-bit add and 1 in 5 bf16 outputs differ (the
+    interpreter rounds neither way as the GPU does, so only a GPU can tell)."""
+    from types import SimpleNamespace
+
+    from tools.probes.alleles import load_allele
+    from tools.probes.bf16_exactness import rotate_pairs
+    torch.manual_seed(0)
+    tokens = 300
+    q, k, v = (torch.randn(tokens, n, head_dim, device="cuda").mul(3).to(dtype) for n in (heads, kv_heads, kv_heads))
+    positions = torch.arange(tokens, device="cuda", dtype=torch.float32) + 7
+    angles = torch.outer(positions, 10000.0 ** -(torch.arange(0, head_dim, 2, device="cuda") / head_dim))
+    cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
+    want_q, want_k = rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin)
+    for name, kernel in (("triton", "rope_kernel"), ("triton_rows", "rope_rows_kernel")):
+        module = load_allele("apply_rope", name)
+        assert torch.equal(module.launch_rope(getattr(module, kernel), q, cos, sin), want_q), name
+    inputs = load_allele("attention_inputs", "triton")
+    written = []
+    cache = SimpleNamespace(write=lambda index, step, k, v: written.append(k))
+    got_q, got_k = inputs.attention_inputs(q.clone(), k.clone(), v, {}, cos, sin, cache, None, 0, 1e-6)
+    assert torch.equal(got_q, want_q) and torch.equal(got_k, want_k) and written[0] is got_k
+
+
 @pytest.mark.parametrize("engine", ["seed", "recipe"])
 def test_the_servers_steps_launched_ahead_give_the_engines_own_greedy_tokens(engine, small_target, tmp_path):
     """The serving loop feeds each decode the last step's tokens on the device (pinned

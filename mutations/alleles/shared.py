@@ -56,20 +56,9 @@ def table_attention(q, cache, layer, step):
     return out.flatten(1)
 
 
-def rotate_pairs(x, cos, sin):
-    """The reference's rotation, op for op."""
-    x0, x1 = x[..., 0::2], x[..., 1::2]
-    cos, sin = cos[:, None, :], sin[:, None, :]
-    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
-
-
 def launch_rope(kernel, x, cos, sin):
     """x [N, heads, head_dim] rotated by a Triton RoPE kernel, one program a token (the
-    `apply_rope` alleles' kernels take the same arguments); bf16 with bf16 tables (the
-    contract's) takes the reference's own ops (apply_rope.triton says why), a checkpoint's
-    fp32 tables the kernel."""
-    if x.dtype == torch.bfloat16 and cos.dtype == torch.bfloat16:
-        return rotate_pairs(x, cos, sin)
+    `apply_rope` alleles' kernels take the same arguments)."""
     num_tokens, num_heads, head_dim = x.shape
     out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
     if num_tokens == 0:

@@ -187,7 +187,6 @@ def check_attention_inputs(head_dim, norms, dtype=torch.float32, table_dtype=Non
     chunks.PAGE_SIZE, chunks.CHUNK_PAGES, chunks.POOL_PAGES = 4, 2, 4
     fused = load("attention_inputs", "triton")
     norm, rope = load("norm_heads", "triton"), load("apply_rope", "triton_rows")
-    fused.norm_heads, fused.apply_rope = norm.norm_heads, rope.apply_rope  # as in the recipe (its bf16 path)
     config, layer, sizes, inv_freq = layer_of_heads(head_dim, num_heads, num_kv_heads, norms, dtype, 32)
     caches = [chunks.KVCache(config, "cpu", dtype) for _ in range(2)]
     for new, positions in ((5, torch.arange(5)), (1, torch.tensor([5]))):
@@ -539,13 +538,14 @@ if __name__ == "__main__":
     check_attention_inputs(head_dim=24, norms=True)
     check_attention_inputs(head_dim=32, norms=False, dtype=torch.float16)
     check_attention_inputs(head_dim=64, norms=True, dtype=torch.bfloat16, table_dtype=torch.float32, num_heads=8)
-    check_attention_inputs(head_dim=32, norms=True, dtype=torch.bfloat16)  # the contract's bf16: the genes apart
+    check_attention_inputs(head_dim=32, norms=True, dtype=torch.bfloat16)  # the contract's bf16 (bf16 tables)
     check_attention_inputs(head_dim=24, norms=True, cache="paged")
     check_ready_attention(head_dim=24, norms=True)  # the newest token in the prefetched tile
     check_ready_attention(head_dim=24, norms=False, lengths=(40,), splits=1)  # ... in the loop's last tile
     check_ready_attention(head_dim=64, norms=True, dtype=torch.bfloat16, table_dtype=torch.float32, num_heads=8,
                           lengths=(5, 40, 17), prefetch_batch=3)  # a Hugging Face checkpoint's dtypes
     check_ready_attention(head_dim=32, norms=False, dtype=torch.float16, lengths=(5, 40), cache="paged")
+    check_ready_attention(head_dim=32, norms=True, dtype=torch.bfloat16, lengths=(40,))  # bf16 tables
     check_prefill(head_dim=24)
     check_prefill(head_dim=32, lengths=(37, 5, 70), rounding=True, **ROUNDED)
     check_prefill(head_dim=256, lengths=(5, 2), num_heads=2, num_kv_heads=1)

@@ -3,17 +3,14 @@
     python -m tools.probes.bf16_exactness [--tokens 1 64 4096]
 
 Every program is gated on the contract's bf16 config, where the passing programs match the
-reference exactly; so in bf16 RoPE takes torch's ops (about 8 launches for one) and SwiGLU
-too (2 for 1): a RoPE kernel that rounds each product as torch does still missed by 1.01x
-the tolerance (docs/PERF.md, 2026-11-22), because ptxas fuses a product written without a
-rounding mode into the 16-bit add after its cast (forty-second session; branch
-try/rope-mul-rn). This probe hands the kernels the tables' bf16 values as fp32, where
-(likely) no bf16 FMA can be formed, and found them exact; the contract's bf16 passes bf16
-tables. Here each kernel runs on
-random bf16 inputs of the real shapes beside the torch ops it replaces; printed per shape:
-the elements that differ, the largest difference and the largest value. SwiGLU in two
-arithmetics: the allele's (tl.exp and an approximate division) and torch's own (CUDA's
-expf, through libdevice, and an IEEE-rounded division).
+reference exactly. RoPE's kernels once missed by 1.01x the tolerance although they round
+each product as torch does (docs/PERF.md, 2026-11-22): ptxas fused a product written
+without a rounding mode into the 16-bit add after its cast, until the products went through
+mul_rn (forty-second and forty-third sessions). Here each kernel runs on random bf16 inputs
+of the real shapes, with bf16 tables, beside the torch ops it replaces; printed per shape:
+the elements that differ, the largest difference and the largest value. SwiGLU as the
+allele computes it and as a kernel written with torch's own arithmetic (CUDA's expf,
+through libdevice, and an IEEE-rounded division) computes it.
 """
 import argparse
 import json
@@ -52,6 +49,13 @@ def differences(got: torch.Tensor, want: torch.Tensor) -> dict:
             "max_value": float(want.float().abs().max())}
 
 
+def rotate_pairs(x, cos, sin):
+    """The reference's rotation of interleaved pairs, op for op."""
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
+
+
 def rope_tables(tokens: int, head_dim: int, device):
     """The reference's bf16 tables: angles in fp32 on the device, rounded once."""
     inv_freq = 1.0 / 10000.0 ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
@@ -72,11 +76,10 @@ def main(argv=None) -> int:
             row = {"shape": shape, "tokens": tokens}
             x = torch.randn(tokens, heads + kv_heads, head_dim, device=device).to(torch.bfloat16)
             cos, sin = rope_tables(tokens, head_dim, device)
-            want = ropes["triton"].rotate_pairs(x, cos, sin)  # the seed's ops: the reference's own
+            want = rotate_pairs(x, cos, sin)
             for name, module in ropes.items():
                 kernel = module.rope_kernel if name == "triton" else module.rope_rows_kernel
-                # fp32 tables holding the bf16 values: the kernel's path (bf16 tables take torch's ops)
-                got = module.launch_rope(kernel, x, cos.float(), sin.float())
+                got = module.launch_rope(kernel, x, cos, sin)
                 row[f"rope.{name}"] = differences(got, want)
             gate_up = torch.randn(tokens, 2 * width, device=device).to(torch.bfloat16)
             gate, up = gate_up.chunk(2, dim=-1)

@@ -4,12 +4,10 @@ The seed's rotation is about eight kernels (two strided slices, four products, a
 difference, a stack); on a decode step each is a launch of almost no work, twice a layer
 (q and k). Here it is one launch each, reading x through its strides (a slice of a fused
 QKV projection needs no copy first). Each product is rounded to the compute dtype before
-the sum, as the reference's elementwise ops round. bf16 takes the reference's own ops: the
-kernel missed a bf16 reference by 1.06x the tolerance rounding once, and still by 1.01x
-rounding each product (H100, docs/PERF.md), where the seed's ops match it exactly: ptxas
-fuses the unrounded product into the add (forty-second session; branch try/rope-mul-rn).
+the sum, as the reference's elementwise ops round: through mul_rn (shared.ROUNDED), or
+ptxas fuses the unrounded product into the 16-bit add and 1 in 5 bf16 outputs differed
+from torch's (H100, docs/PERF.md, forty-second and forty-third sessions).
 """
-import torch
 import triton
 import triton.language as tl
 

@@ -6,11 +6,8 @@ call for 16 x 1024 tokens, 16% of the case's GPU time) and took 8 us a call on a
 64 decodes (docs/PERF.md). Here a program loads its token's [heads, head_dim] tile in one
 contiguous load, splits it into the pairs in registers, and joins the rotated pairs back
 before one contiguous store (shared.rotate_rows). Each product is rounded to the compute
-dtype before the sum, as the reference's elementwise ops round; bf16 takes the reference's
-own ops (see `apply_rope.triton`: rounding alone missed a bf16 reference by 1.01x the
-tolerance).
+dtype before the sum, as the reference's elementwise ops round (see `apply_rope.triton`).
 """
-import torch
 import triton
 import triton.language as tl
 

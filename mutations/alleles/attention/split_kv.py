@@ -9,10 +9,9 @@ the newest token readies that token's k and stores it and v where attention_inpu
 (the cache row the block table gives the position), then reads both from its registers.
 The rounding is attention_inputs.triton's, through the same helpers (shared.norm_rows,
 shared.rotate_by). Prefills, larger batches (READY_BATCH; above head_dim 128, any past
-DECODE_PREFETCH_BATCH) and the contract's bf16 (its two-pass softmax, and RoPE in the
-reference's ops) keep the two genes apart.
+DECODE_PREFETCH_BATCH) and the contract's bf16 (its two-pass softmax) keep the two genes
+apart.
 """
-import torch
 
 REQUIRES = {"attend_decode": ("triton_split_kv",)}
 DEVICES = "cuda"
@@ -31,7 +30,6 @@ def attention(q, k, v, layer, cos, sin, cache, step, index, eps):
     projected: attention_inputs readies q and k and stores k and v, then the step's attend
     reads the cache."""
     if (not step.is_decode or q.shape[0] > READY_BATCH or cache.reference_rounding
-            or (q.dtype == torch.bfloat16 and cos.dtype == torch.bfloat16)
             or (q.shape[-1] > READY_WIDE_HEAD and q.shape[0] > DECODE_PREFETCH_BATCH)):
         q, k = attention_inputs(q, k, v, layer, cos, sin, cache, step, index, eps)
         attend = attend_decode if step.is_decode else attend_prefill

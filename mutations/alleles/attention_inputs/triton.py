@@ -12,11 +12,8 @@ dtype.
 
 The cache row is found as paged_chunks' own write kernel finds it (shared.slot_row: the
 step's slot, its page, the page's chunk); another cache writes its rows itself after the
-launch. bf16 with bf16 RoPE tables (the contract's bf16) keeps the genes apart: there RoPE
-takes the reference's own ops (see apply_rope.triton), on q and k in one call as the seed's
-gene does (`rotate_heads`).
+launch.
 """
-import torch
 import triton
 import triton.language as tl
 
@@ -76,10 +73,6 @@ def attention_inputs(q, k, v, layer, cos, sin, cache, step, index, eps):
     """q and k [N, heads, D] as attention reads them (each head normed where the checkpoint
     has the norms, then rotated), once k and v [N, kv_heads, D] are in the cache's layer
     `index`."""
-    if q.dtype == torch.bfloat16 and cos.dtype == torch.bfloat16:  # the reference's own RoPE ops
-        q, k = rotate_heads(*norm_heads(q, k, layer, eps), cos, sin)
-        cache.write(index, step, k, v)
-        return q, k
     if q.shape[0] == 0:
         return q, k
     # In place, as norm_heads.triton: every engine passes views of a fresh projection.
