@@ -165,7 +165,7 @@ def test_the_recipes_program_matches_transformers_through_the_triton_interpreter
 def test_only_the_contracts_bf16_asks_attention_to_round_like_its_reference():
     """The contract's reference computes in bf16, a checkpoint's in fp32 (its gate
     calibrated): only the former makes the fused attention kernels step aside, and a
-    checkpoint's RoPE tables are fp32 (so its bf16 RoPE runs the kernel)."""
+    checkpoint's RoPE tables are fp32, the contract's in its compute dtype."""
     namespace = {}
     exec(compile(SEED, str(SEED_ENGINE), "exec"), namespace)
     rounds = namespace["rounds_like_reference"]
