@@ -198,14 +198,14 @@ def test_the_rope_kernels_round_as_torch_does_on_the_real_shapes(heads, kv_heads
     from types import SimpleNamespace
 
     from tools.probes.alleles import load_allele
-    from tools.probes.bf16_exactness import rotate_pairs
+    seed_rope = load_engine_module(SEED_ENGINE).apply_rope  # the reference's ops
     torch.manual_seed(0)
     tokens = 300
     q, k, v = (torch.randn(tokens, n, head_dim, device="cuda").mul(3).to(dtype) for n in (heads, kv_heads, kv_heads))
     positions = torch.arange(tokens, device="cuda", dtype=torch.float32) + 7
     angles = torch.outer(positions, 10000.0 ** -(torch.arange(0, head_dim, 2, device="cuda") / head_dim))
     cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
-    want_q, want_k = rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin)
+    want_q, want_k = seed_rope(q, cos, sin), seed_rope(k, cos, sin)
     for name, kernel in (("triton", "rope_kernel"), ("triton_rows", "rope_rows_kernel")):
         module = load_allele("apply_rope", name)
         assert torch.equal(module.launch_rope(getattr(module, kernel), q, cos, sin), want_q), name

@@ -260,12 +260,20 @@ ROUNDED = InterpretedProducts if os.environ.get("TRITON_INTERPRET") == "1" else 
 
 
 @triton.jit
+def rotate_pair(x0, x1, c, s, dtype):
+    """(x0 cos - x1 sin, x0 sin + x1 cos) of fp32 halves, fp32, each product rounded to
+    `dtype` before the sum as the reference's elementwise ops round."""
+    x0c, x1s = ROUNDED.mul_rn(x0, c).to(dtype).to(tl.float32), ROUNDED.mul_rn(x1, s).to(dtype).to(tl.float32)
+    x0s, x1c = ROUNDED.mul_rn(x0, s).to(dtype).to(tl.float32), ROUNDED.mul_rn(x1, c).to(dtype).to(tl.float32)
+    return x0c - x1s, x0s + x1c
+
+
+@triton.jit
 def rotate_by(x, c, s, dtype, BLOCK_H: tl.constexpr, BLOCK_P: tl.constexpr):
     """rotate_rows with the angles loaded (rope_angles): a kernel can read them early."""
     x0, x1 = tl.split(tl.reshape(x, [BLOCK_H, BLOCK_P, 2]))  # [BLOCK_H, BLOCK_P] each
-    x0c, x1s = ROUNDED.mul_rn(x0, c).to(dtype).to(tl.float32), ROUNDED.mul_rn(x1, s).to(dtype).to(tl.float32)
-    x0s, x1c = ROUNDED.mul_rn(x0, s).to(dtype).to(tl.float32), ROUNDED.mul_rn(x1, c).to(dtype).to(tl.float32)
-    return tl.reshape(tl.join(x0c - x1s, x0s + x1c), [BLOCK_H, 2 * BLOCK_P])
+    first, second = rotate_pair(x0, x1, c, s, dtype)
+    return tl.reshape(tl.join(first, second), [BLOCK_H, 2 * BLOCK_P])
 
 
 @triton.jit

@@ -22,7 +22,8 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from tools.probes.alleles import load_allele
+from fitness.loader import load_engine_module
+from tools.probes.alleles import REPO, load_allele
 
 EXP = tl if os.environ.get("TRITON_INTERPRET") == "1" else libdevice  # the interpreter has no libdevice
 # (name, query heads, K/V heads, head_dim, intermediate size)
@@ -49,13 +50,6 @@ def differences(got: torch.Tensor, want: torch.Tensor) -> dict:
             "max_value": float(want.float().abs().max())}
 
 
-def rotate_pairs(x, cos, sin):
-    """The reference's rotation of interleaved pairs, op for op."""
-    x0, x1 = x[..., 0::2], x[..., 1::2]
-    cos, sin = cos[:, None, :], sin[:, None, :]
-    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
-
-
 def rope_tables(tokens: int, head_dim: int, device):
     """The reference's bf16 tables: angles in fp32 on the device, rounded once."""
     inv_freq = 1.0 / 10000.0 ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
@@ -69,6 +63,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
     torch.manual_seed(0)
+    seed = load_engine_module(REPO / "seed_engine" / "engine.py")
     ropes = {name: load_allele("apply_rope", name) for name in ("triton", "triton_rows")}
     swiglu = load_allele("mlp", "swiglu_triton")
     for shape, heads, kv_heads, head_dim, width in SHAPES:
@@ -76,7 +71,7 @@ def main(argv=None) -> int:
             row = {"shape": shape, "tokens": tokens}
             x = torch.randn(tokens, heads + kv_heads, head_dim, device=device).to(torch.bfloat16)
             cos, sin = rope_tables(tokens, head_dim, device)
-            want = rotate_pairs(x, cos, sin)
+            want = seed.apply_rope(x, cos, sin)  # the reference's ops
             for name, module in ropes.items():
                 kernel = module.rope_kernel if name == "triton" else module.rope_rows_kernel
                 got = module.launch_rope(kernel, x, cos, sin)

@@ -4,7 +4,7 @@ The seed's rotation is about eight kernels (two strided slices, four products, a
 difference, a stack); on a decode step each is a launch of almost no work, twice a layer
 (q and k). Here it is one launch each, reading x through its strides (a slice of a fused
 QKV projection needs no copy first). Each product is rounded to the compute dtype before
-the sum, as the reference's elementwise ops round: through mul_rn (shared.ROUNDED), or
+the sum, as the reference's elementwise ops round (shared.rotate_pair): through mul_rn, or
 ptxas fuses the unrounded product into the 16-bit add and 1 in 5 bf16 outputs differed
 from torch's (H100, docs/PERF.md, forty-second and forty-third sessions).
 """
@@ -28,11 +28,10 @@ def rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr, stride_xt, stride_xh, stride_c
     c = tl.load(cos_ptr + t.to(tl.int64) * stride_ct + pairs, mask=pairs < HALF, other=0.0).to(tl.float32)
     s = tl.load(sin_ptr + t.to(tl.int64) * stride_ct + pairs, mask=pairs < HALF, other=0.0).to(tl.float32)
     dtype = out_ptr.dtype.element_ty
-    x0c, x1s = ROUNDED.mul_rn(x0, c).to(dtype).to(tl.float32), ROUNDED.mul_rn(x1, s).to(dtype).to(tl.float32)
-    x0s, x1c = ROUNDED.mul_rn(x0, s).to(dtype).to(tl.float32), ROUNDED.mul_rn(x1, c).to(dtype).to(tl.float32)
+    first, second = rotate_pair(x0, x1, c, s, dtype)
     dst = out_ptr + t.to(tl.int64) * stride_ot + heads * stride_oh + 2 * pairs
-    tl.store(dst, (x0c - x1s).to(dtype), mask=ok)
-    tl.store(dst + 1, (x0s + x1c).to(dtype), mask=ok)
+    tl.store(dst, first.to(dtype), mask=ok)
+    tl.store(dst + 1, second.to(dtype), mask=ok)
 
 
 def apply_rope(x, cos, sin):
