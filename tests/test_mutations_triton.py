@@ -155,19 +155,20 @@ def test_rope_rounds_each_product_before_the_sum_on_sm_90(dtype):
     written without a rounding mode lets ptxas fuse it with the 16-bit add after its cast into
     one FMA (on an H100 1 in 5 bf16 outputs differed from torch's): every multiply of the RoPE
     kernels is mul.rn, which is not fused."""
-    pointers = {name: f"*{dtype}" for name in ("x_ptr", "cos_ptr", "sin_ptr", "out_ptr")}
-    for gene, name, kernel in [("apply_rope", "triton_rows", "rope_rows_kernel"), ("apply_rope", "triton", "rope_kernel")]:
-        ptx = sm90_ptx(getattr(load_allele(gene, name), kernel), dict(HALF=96, BLOCK_H=4, BLOCK_P=128), num_stages=1,
-                       **pointers)
-        multiplies = re.findall(r"\b(?:mul|fma)(?:\.\w+)*\.f32\b", ptx)
-        assert multiplies and all(m.startswith("mul.rn") for m in multiplies), (kernel, sorted(set(multiplies)))
-    inputs = load_allele("attention_inputs", "triton").attention_inputs_kernel
-    ptx = sm90_ptx(inputs, dict(HALF=48, BLOCK_QH=4, BLOCK_KH=4, BLOCK_P=64, NORM=False, WRITE=True, PAGE_SIZE=16),
-                   num_stages=2, slots_ptr="*i64", offsets_ptr="*i64", eps="fp32",
-                   **{name: f"*{dtype}" for name in ("q_ptr", "k_ptr", "v_ptr", "cos_ptr", "sin_ptr", "k_pool_ptr",
-                                                     "v_pool_ptr")})
-    multiplies = re.findall(r"\b(?:mul|fma)(?:\.\w+)*\.f32\b", ptx)
-    assert multiplies and all(m.startswith("mul.rn") for m in multiplies), sorted(set(multiplies))
+    def pointers(*names):
+        return {name: f"*{dtype}" for name in names}
+    rope = dict(constants=dict(HALF=96, BLOCK_H=4, BLOCK_P=128), num_stages=1,
+                **pointers("x_ptr", "cos_ptr", "sin_ptr", "out_ptr"))
+    kernels = [(load_allele("apply_rope", "triton_rows").rope_rows_kernel, rope),
+               (load_allele("apply_rope", "triton").rope_kernel, rope),
+               (load_allele("attention_inputs", "triton").attention_inputs_kernel,
+                dict(constants=dict(HALF=48, BLOCK_QH=4, BLOCK_KH=4, BLOCK_P=64, NORM=False, WRITE=True, PAGE_SIZE=16),
+                     num_stages=2, slots_ptr="*i64", offsets_ptr="*i64", eps="fp32",
+                     **pointers("q_ptr", "k_ptr", "v_ptr", "cos_ptr", "sin_ptr", "k_pool_ptr", "v_pool_ptr")))]
+    for kernel, how in kernels:
+        multiplies = re.findall(r"\b(?:mul|fma)(?:\.\w+)*\.f32\b", sm90_ptx(kernel, **how))
+        assert multiplies and all(m.startswith("mul.rn") for m in multiplies), (kernel.fn.__name__,
+                                                                                sorted(set(multiplies)))
 
 
 def test_wide_heads_are_readied_in_the_split_kv_kernel_only_where_its_splits_prefetch():
