@@ -12,6 +12,7 @@ import random
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -324,3 +325,24 @@ def test_shards_split_past_the_limit(monkeypatch):
     monkeypatch.setattr(hf_checkpoints, "MAX_SHARD_BYTES", 100)
     tensors = {name: torch.zeros(n, dtype=torch.bfloat16) for name, n in (("a", 30), ("b", 30), ("c", 60))}
     assert [list(group) for group in hf_checkpoints.shards(tensors)] == [["a"], ["b"], ["c"]]
+
+
+# --- the yardstick: tools.transformers_bench ------------------------------------------------
+
+def test_transformers_decode_steps_are_timed_apart_from_the_prefill(monkeypatch):
+    """A prefill of 0.5 s and decode steps of 20 ms read as 20 ms a step: the prefill's
+    token is not counted as a step, nor its time spread over them."""
+    from tools import transformers_bench
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(**SHAPE)).eval()
+    forward = model.forward
+
+    def slow_forward(*args, **kwargs):
+        time.sleep(0.5 if kwargs["input_ids"].shape[1] > 1 else 0.02)
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", slow_forward)
+    with torch.no_grad():
+        result = transformers_bench.decode_case(model, batch=2, prompt=8, steps=3, repeat=2, device="cpu")
+    assert len(result["run_ms_per_step"]) == 2
+    assert 20 <= result["ms_per_step"] < 60, result

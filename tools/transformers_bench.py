@@ -20,6 +20,7 @@ import time
 
 import torch
 from transformers import AutoModelForCausalLM
+from transformers.generation.streamers import BaseStreamer
 
 DECODE_CASES = {"decode_1x128x64": (1, 128, 64), "decode_64x256x64": (64, 256, 64)}  # batch, prompt, steps
 PREFILL_CASES = {"prefill_16x1024": (16, 1024)}  # batch, prompt
@@ -35,30 +36,60 @@ def load(folder, mode: str, device: str):
     return model
 
 
+def synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
 def timed(fn, repeat: int, device: str) -> float:
     """The median seconds of `repeat` calls, after one warm-up call."""
     fn()
     seconds = []
     for _ in range(repeat):
-        if device == "cuda":
-            torch.cuda.synchronize()
+        synchronize(device)
         started = time.perf_counter()
         fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
+        synchronize(device)
         seconds.append(time.perf_counter() - started)
     return statistics.median(seconds)
+
+
+class StepClock(BaseStreamer):
+    """generate's streamer: the clock each time tokens reach the host. The first call
+    brings the prompt, the second the prefill's token, each later one a decode step's."""
+
+    def __init__(self):
+        self.times = []
+
+    def put(self, value) -> None:
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+    def step_seconds(self) -> list:
+        return [after - before for before, after in zip(self.times[1:], self.times[2:])]
 
 
 def decode_case(model, batch: int, prompt: int, steps: int, repeat: int, device: str) -> dict:
     tokens = torch.randint(0, model.config.vocab_size, (batch, prompt), device=device)
 
-    def generate(new_tokens):
-        return lambda: model.generate(tokens, attention_mask=torch.ones_like(tokens), do_sample=False,
-                                      max_new_tokens=new_tokens, min_new_tokens=new_tokens)
+    def run() -> list:
+        clock = StepClock()
+        model.generate(tokens, attention_mask=torch.ones_like(tokens), do_sample=False, streamer=clock,
+                       max_new_tokens=steps + 1, min_new_tokens=steps + 1)
+        synchronize(device)
+        assert len(clock.times) == steps + 2, f"{len(clock.times)} streamer calls for {steps + 1} new tokens"
+        return clock.step_seconds()
 
-    seconds = timed(generate(steps + 1), repeat, device) - timed(generate(1), repeat, device)
-    return {"ms_per_step": 1000 * seconds / steps, "decode_tokens_per_second": batch * steps / seconds}
+    run()  # warm-up (and, compiled, the compilation)
+    runs = [run() for _ in range(repeat)]
+    run_ms = [1000 * sum(run_steps) / steps for run_steps in runs]
+    every_step_ms = sorted(1000 * step for run_steps in runs for step in run_steps)
+    seconds = statistics.median(run_ms) / 1000 * steps
+    return {"ms_per_step": statistics.median(run_ms), "decode_tokens_per_second": batch * steps / seconds,
+            "run_ms_per_step": [round(ms, 3) for ms in run_ms],
+            "step_ms_10_50_90": [round(every_step_ms[int(q * (len(every_step_ms) - 1))], 3) for q in (0.1, 0.5, 0.9)]}
 
 
 def prefill_case(model, batch: int, prompt: int, repeat: int, device: str) -> dict:
