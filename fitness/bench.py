@@ -16,10 +16,10 @@ beside the clock and its inputs. Untrusted code is judged by `python -m fitness 
 --step-time adds, to each case that decodes one fixed batch (`decode_events`), the time of
 a decode step alone: in each fresh engine's run the steps are timed apart from the prefill
 before them (a synchronisation between), and the median run's steps are divided by their
-count. `tools.transformers_bench` takes the same quantity as generate(P + S + 1) less
-generate(P + 1), so the two tools' step figures stand side by side. (Subtracting a separate
-run of the prefill alone, as this did before, let each fresh engine's prefill noise into
-the step: Qwen3's batch-64 step read 2.6-3.6 ms on one H100, docs/PERF.md.)
+count. `tools.transformers_bench` times generate's steps apart from its prefill the same
+way, so the two tools' step figures stand side by side. (Subtracting a separate run of the
+prefill alone, as both did before, let the prefill's noise into the step: Qwen3's batch-64
+step read 2.6-3.6 ms on one H100, transformers' Llama 11.0-15.0 ms, docs/PERF.md.)
 """
 import argparse
 import json
