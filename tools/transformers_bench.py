@@ -8,10 +8,14 @@ prefill), so that our engines' figures have the library's own beside them (docs/
 transformers' "Optimizing inference" page advises, a static cache, with which `generate`
 compiles its decoding forward itself (CompileConfig: torch.compile "reduce-overhead", CUDA
 graphs); the prefill case calls a forward under torch.compile without graphs. First calls
-compile, and are the warm-up. A decode case's time is generate(P + S + 1) less
-generate(P + 1): the S decode steps alone, the prefill's time taken out. Prints one JSON
-line per case, with peak memory; compare with python -m fitness bench --cases large
---roofline on the same card.
+compile, and are the warm-up. A decode case runs generate(P + S + 1) and times its S
+decode steps apart from the prefill: a streamer notes the clock as each step's tokens reach
+the host (generate copies them there, waiting for the device, every step), and the steps
+are the span from the prefill's token to the last, as `fitness bench --step-time` times
+ours. (generate(P + S + 1) less generate(P + 1), as this took it before, let both runs'
+prefill noise into the step: docs/PERF.md, forty-fourth session.) Prints one JSON line per
+case, with peak memory; compare with python -m fitness bench --cases large --roofline on
+the same card.
 """
 import argparse
 import json
