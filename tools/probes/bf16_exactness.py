@@ -23,7 +23,8 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from fitness.loader import load_engine_module
-from tools.probes.alleles import REPO, load_allele
+from mutations.program import SEED_PATH
+from tools.probes.alleles import load_allele
 
 EXP = tl if os.environ.get("TRITON_INTERPRET") == "1" else libdevice  # the interpreter has no libdevice
 # (name, query heads, K/V heads, head_dim, intermediate size)
@@ -63,7 +64,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
     torch.manual_seed(0)
-    seed = load_engine_module(REPO / "seed_engine" / "engine.py")
+    seed = load_engine_module(SEED_PATH)
     ropes = {name: load_allele("apply_rope", name) for name in ("triton", "triton_rows")}
     swiglu = load_allele("mlp", "swiglu_triton")
     for shape, heads, kv_heads, head_dim, width in SHAPES:
