@@ -1,0 +1,116 @@
+"""Does the judge rank programs as the evaluator does? Each program's tokens/s over a
+baseline's, per case, under both, side by side.
+
+    python -m tools.judge_vs_evaluator --baseline B.py P1.py P2.py ... [--rounds 4]
+        [--judge-rounds 6] [--judge-orders 2] [--json OUT] [--model-config C --weight-dir W]
+
+- evaluator: `python -m fitness bench` (the contract's protocol: a warm-up engine, fresh
+  engines, median of three) in a fresh process per program, every program once a round,
+  the order turned each round; a program's ratio is the median over rounds of its tokens/s
+  over the baseline's in the same round.
+- judge: the programs judged together beside the baseline in one warm judge
+  (`Judge.judge_group` at the screen's level, as a search's generation 0 judges its library
+  programs), exactly `--judge-rounds` rounds; a program's ratio is the median over rounds of
+  the baseline's seconds over its own, per case. `--judge-orders 2` judges the group again in
+  the reverse order (where a program stands in its group).
+
+The last column is judge / evaluator: 1.0 where the judge ranks as the evaluator does.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from fitness.devices import resolve_device
+from fitness.sandbox import JudgeProcess
+
+
+def bench_once(program: Path, config: Path, weight_dir: Path, device: str) -> dict:
+    """case -> tokens/s of one fresh `fitness bench` process."""
+    out = subprocess.run([sys.executable, "-m", "fitness", "bench", "--engine", str(program), "--model-config",
+                          str(config), "--weight-dir", str(weight_dir), "--device", device],
+                         capture_output=True, text=True, check=True).stdout
+    return {r["case_name"]: r["tokens_per_second"] for r in json.loads(out)}
+
+
+def evaluator_ratios(programs: list, baseline: Path, rounds: int, config, weight_dir, device) -> dict:
+    """program name -> case -> [its tokens/s over the baseline's, a round each]."""
+    everyone = [baseline] + programs
+    ratios = {p.name: {} for p in programs}
+    for index in range(rounds):
+        shift = index % len(everyone)
+        figures = {p.name: bench_once(p, config, weight_dir, device) for p in everyone[shift:] + everyone[:shift]}
+        print(f"evaluator round {index + 1}: " + "; ".join(
+            f"{name} " + " / ".join(f"{tps / 1e3:.1f}k" for tps in cases.values()) for name, cases in figures.items()),
+            flush=True)
+        for program in programs:
+            for case, tps in figures[program.name].items():
+                ratios[program.name].setdefault(case, []).append(tps / figures[baseline.name][case])
+    return ratios
+
+
+def judge_ratios(programs: list, baseline: Path, rounds: int, config, weight_dir, device, scratch) -> dict:
+    """program name -> case -> [baseline's seconds over its own, a round each], one group judgement."""
+    cores = sorted(os.sched_getaffinity(0))  # as a search's one worker has them (evolve.judging)
+    judge = JudgeProcess(device, {"OMP_NUM_THREADS": str(len(cores))}, ",".join(map(str, cores)), scratch)
+    try:
+        verdicts = judge.judge_group(programs, config, weight_dir, level="screen", bench="public",
+                                     baseline=baseline, min_rounds=rounds, max_rounds=rounds, timeout=900)
+    finally:
+        judge.stop()
+    ratios = {}
+    for program, verdict in zip(programs, verdicts):
+        if verdict["status"] != "ok":
+            print(f"judge: {program.name} {verdict['status']} at {verdict['stage']}: {verdict['error'][-300:]}")
+            continue
+        ratios[program.name] = {case: [b / s for b, s in zip(verdict["baseline_timings"][case], seconds)]
+                                for case, seconds in verdict["timings"].items()}
+        print(f"judge: {program.name} " + " / ".join(f"{tps / 1e3:.1f}k" for tps in verdict["tokens_per_second"].values())
+              + " beside the baseline's " + " / ".join(
+                  f"{tps / 1e3:.1f}k" for tps in verdict["baseline_tokens_per_second"].values()), flush=True)
+    return ratios
+
+
+def spread(values: list) -> str:
+    return f"{statistics.median(values):.3f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.judge_vs_evaluator", description=__doc__.splitlines()[0])
+    parser.add_argument("programs", type=Path, nargs="+")
+    parser.add_argument("--baseline", type=Path, required=True)
+    parser.add_argument("--model-config", type=Path, default=Path("target/model_config.json"))
+    parser.add_argument("--weight-dir", type=Path, default=Path("target/weights"))
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--rounds", type=int, default=4, help="evaluator rounds (default 4)")
+    parser.add_argument("--judge-rounds", type=int, default=6, help="timed rounds of the group judgement")
+    parser.add_argument("--judge-orders", type=int, default=1, choices=(1, 2))
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    device = resolve_device(args.device)
+    target = (args.model_config.resolve(), args.weight_dir.resolve(), device)
+    judged = {}
+    with tempfile.TemporaryDirectory(prefix="judge_vs_evaluator_") as scratch:
+        for order in range(args.judge_orders):
+            programs = args.programs if order == 0 else args.programs[::-1]
+            judged[f"judge{order + 1}"] = judge_ratios(programs, args.baseline, args.judge_rounds, *target, scratch)
+    evaluated = evaluator_ratios(args.programs, args.baseline, args.rounds, *target)
+    print(f"\nover {args.baseline.name}, median (range) per case: evaluator | " + " | ".join(judged)
+          + " | judge1 / evaluator")
+    for program in args.programs:
+        for case, values in evaluated[program.name].items():
+            cells = [spread(j[program.name][case]) if program.name in j else "failed" for j in judged.values()]
+            first = judged["judge1"].get(program.name, {}).get(case)
+            agreement = f"{statistics.median(first) / statistics.median(values):.3f}" if first else "-"
+            print(f"{program.name:28s} {case:8s} {spread(values)} | {' | '.join(cells)} | {agreement}")
+    if args.json:
+        args.json.write_text(json.dumps({"baseline": args.baseline.name, "evaluator": evaluated, **judged}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
