@@ -134,6 +134,20 @@ def test_a_candidate_far_behind_its_baseline_leaves_after_one_round():
     assert near.rounds >= 2 and not outcome.is_far_behind(near)
 
 
+def test_a_run_far_slower_than_its_others_counts_as_their_median():
+    """The evaluator reports a case's median of three; one run in six at 3-7x its median
+    moved a judge's ratio by 10% (fitness.timing.OUTLIER). Such a run counts as the median
+    of its contender's runs of the case; a steady difference of 1.2x reads 1.2x with it, and
+    runs within the limit count as they are."""
+    cases = {"one": [], "two": []}
+    level = Contender("level", None, {"one": [1.0, 1.0, 1.0, 1.01, 0.99, 1.0], "two": [2.02, 1.98, 2.0, 2.0, 2.0, 2.0]})
+    base = Contender("base", None, {"one": [1.0, 1.02, 7.0, 0.98, 1.0, 1.01], "two": [2.0] * 6})
+    assert Outcome(base, cases, 6).ratio(level)[0] == pytest.approx(1.0, abs=0.01)  # unheld: 1.18
+    faster = Contender("faster", None, {"one": [1 / 1.2] * 6, "two": [2 / 1.2, 2 / 1.2, 2 / 1.2, 12.0, 2 / 1.2, 2 / 1.2]})
+    assert Outcome(level, cases, 6).ratio(faster)[0] == pytest.approx(1.2, abs=0.01)  # unheld: 1.03
+    assert timing.held([1.0, 1.4, 0.9, 5.0]) == [1.0, 1.4, 0.9, 1.2]
+
+
 class Drifting(Stub):
     """A runner whose timed runs take each of `seconds` in turn, `wall` seconds of the
     judge's time each."""

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fitness import wire
-from fitness.runner import output_checksum
+from fitness.runner import OutputCopies, output_checksum
 
 
 def pipe_pair():
@@ -77,3 +77,25 @@ def test_the_outputs_checksum_sums_their_bytes_as_words():
     assert output_checksum(outputs) == want > 0
     outputs[0].view(torch.uint8)[0, 777] ^= 1
     assert output_checksum(outputs) != want
+
+
+def test_the_runners_copies_keep_each_output_and_sum_as_the_judge_does():
+    """A runner's copies (fitness.runner.OutputCopies) hold each output as it was when its
+    call returned, though the engine writes the next one into the same buffer; their checksum
+    is output_checksum's over what the judge fetches, run after run: a larger run than any
+    before (more buffers), then shorter ones over a buffer left with the last run's bytes."""
+    copies, shared = OutputCopies(), torch.empty(300, 200)
+    runs = [[torch.randn(300, 200), None, torch.randn(4, 7).to(torch.float16), "text"],
+            [torch.randn(700, 1000), torch.randn(3000, 100).T, torch.arange(23, dtype=torch.uint8)[3:]],
+            [torch.randn(5, 3).to(torch.bfloat16), torch.empty(0), torch.randn(1, 333)]]
+    for outputs in runs + runs[::-1]:
+        copies.start("cpu")
+        for out in outputs:
+            if torch.is_tensor(out) and out.shape == shared.shape:
+                out = shared.copy_(out)  # an engine's own buffer, overwritten below
+            copies.keep(out)
+        shared.fill_(7.0)
+        assert all(torch.equal(kept, out) if torch.is_tensor(out) else kept == out
+                   for kept, out in zip(copies.outputs, outputs, strict=True))
+        assert copies.checksum() == output_checksum(outputs) == output_checksum(copies.outputs)
+    assert len(copies.buffers) == 1

@@ -34,7 +34,7 @@ from fitness.cases import select_cases
 from fitness.devices import core_siblings
 from fitness.judge import RunnerDriver, Stage, TimingCores, kept_off
 from fitness.loader import load_engine_module
-from fitness.runner import Runner, output_checksum
+from fitness.runner import Runner
 from fitness.traces import call_message, materialize
 from fitness.wire import Slot, decode_call
 
@@ -53,7 +53,7 @@ def in_process(slot, module, raw_config, weight_dir, device, events, rounds, var
             if variant == "bench":
                 seconds.append(timed_run(engine, calls, device))
             else:
-                runner.engine, runner.outputs = engine, []
+                runner.engine = engine
                 runner.ready(device)  # as the runner's `prepare` ends
                 mapped = runner.inputs.on_device
                 if variant == "go_copied":  # each call's inputs copied to the device (pinned: no wait)
@@ -63,7 +63,7 @@ def in_process(slot, module, raw_config, weight_dir, device, events, rounds, var
                 for payload, start, values in planned:
                     slot.send(payload, start, values)
                     runner.call(decode_call(slot.calls.take()))
-                output_checksum(runner.outputs)  # its .item(): the device is idle after it
+                runner.copies.checksum()  # its .item(): the device is idle after it
                 runner.inputs.on_device = mapped
                 seconds.append(time.perf_counter() - started)
             del engine
