@@ -55,25 +55,41 @@ def cmd_check(args) -> int:
         with scratch as where:
             result = gate.check_module(module, ModelConfig.load(args.model_config), args.weight_dir,
                                        resolve_device(args.device), seed, where, args.margin, not args.no_derived)
+    except gate.GateFailure as err:  # the engine raised on one config
+        return print_failed(err.label, f"{err.where}: {error_text(err.cause)}", seed)
     except Exception as err:
-        print(json.dumps({"status": "failed", "case": "", "errors": [error_text(err)], "seed": seed}))
-        return 1
+        return print_failed("", error_text(err), seed)
     if not result.passed:
-        print(json.dumps({"status": "failed", "case": result.case, "errors": [result.error],
-                          "seed": seed}, indent=2))
-        return 1
+        return print_failed(result.case, result.error, seed)
     print(json.dumps({"status": "passed", "calls_checked": result.num_calls,
                       "worst_error_ratio": result.worst_ratio, "worst_case": result.worst_case,
                       "configs": result.stages, "seed": seed}, indent=2))
     return 0
 
 
+def print_failed(case: str, error: str, seed: int) -> int:
+    print(json.dumps({"status": "failed", "case": case, "errors": [error], "seed": seed}, indent=2))
+    return 1
+
+
+# What the derived configs hold a program to, and why: in `judge --help` and `check --help`.
+DERIVED_CONFIGS = (
+    "Past the target config, the gate runs derived configs: GQA, bf16, other head_dims, more layers, and "
+    "'families', with every Hugging Face family feature on: a tied head (tie_word_embeddings), q/k/v biases "
+    "(qkv_bias), q/k norms (qk_norm) and llama3 RoPE scaling (rope_scaling). A program is held to all four "
+    "even on the contract's own model, which has none: a hidden evaluation or a `run.sh --model` run may "
+    "bring them, and an allele that drops one would silently be wrong there. A failure there is at stage "
+    "'derived', its case the config, and on 'families' the error names the features that fail alone. "
+    "--no-derived leaves the derived configs out.")
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m fitness", description="The judge.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     judge_parser = sub.add_parser("judge", help="judge one file in a runner process, print a JSON verdict "
-                                                "(for code you did not write)")
+                                                "(for code you did not write)",
+                                  description="Judge one file in a runner process of its own and print a JSON "
+                                              "verdict. " + DERIVED_CONFIGS)
     judge_parser.add_argument("candidate", type=Path)
     add_target_arguments(judge_parser, engine_flag=False)
     judge_parser.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
@@ -84,7 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
                               help="beside a baseline: rounds at most, until the ratio is clear (default 8)")
     judge_parser.set_defaults(run=cmd_judge, margin=gate.DEFAULT_MARGIN)
 
-    check = sub.add_parser("check", help="the evaluator's correctness check, in this process")
+    check = sub.add_parser("check", help="the evaluator's correctness check, in this process",
+                           description="The evaluator's correctness check, the engine in this process. "
+                                       + DERIVED_CONFIGS)
     add_target_arguments(check, engine_flag=True)
     check.set_defaults(run=cmd_check, margin=1.0)
 
@@ -92,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--seed", type=int, default=None, help="token seed (default: fresh, printed)")
         p.add_argument("--margin", type=float, help="pass under this fraction of the tolerance "
                        "(judge 0.5, check 1.0: the evaluator's own limit)")
-        p.add_argument("--no-derived", action="store_true", help="skip the derived configs")
+        p.add_argument("--no-derived", action="store_true",
+                       help="skip the derived configs (GQA, bf16, head_dims, depth, the family features: see above)")
         p.add_argument("--scratch", type=Path, help="where generated judging weights are kept")
 
     bench_parser = sub.add_parser(

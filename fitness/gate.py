@@ -8,7 +8,9 @@ weights, then the cheap traces again with unit-scaled weights of the same shape 
 public 0.02 initialisation leaves logits so small that atol hides real faults).
 Stage "derived": cheap traces on configs the candidate was not tuned on (GQA, bf16,
 other head_dim, more layers, the Hugging Face families' features), each with its own
-generated unit-scaled weights.
+generated unit-scaled weights. A failure on the families config is run again with each
+feature alone, so the verdict names the one a program gets wrong.
+A candidate that raises on a config leaves `run_gate` as a `GateFailure` naming it.
 
 The error of a call is max |s - r| / (atol + rtol * |r|): 1.0 is the evaluator's limit
 (for a Hugging Face checkpoint, over an allowance calibrated on the reference's own
@@ -34,7 +36,8 @@ from pathlib import Path
 import torch
 
 from fitness import traces, weight_files
-from fitness.model_config import ModelConfig, derived_configs
+from fitness.candidate import RunnerFailure
+from fitness.model_config import ConfigError, ModelConfig, derived_configs
 from fitness.reference_logits import References
 from fitness.runner import retained_bytes
 from fitness.tolerance import error_ratio
@@ -48,10 +51,26 @@ FORBIDDEN_MODULES = {"importlib", "gc", "inspect", "ctypes", "subprocess", "sock
                      "multiprocessing", "builtins", "pickle", "marshal"}
 FORBIDDEN_CALLS = {"__import__", "eval", "exec", "globals", "breakpoint"}
 DERIVED_WEIGHT_SEED = 4321
+FAMILIES = "families"  # the derived config with every family feature on (fitness.model_config)
+# Each family feature: its config field -> (its name in a verdict, the field's value when off).
+FAMILY_FEATURES = {"tie_word_embeddings": ("the tied head", False), "qkv_bias": ("the q/k/v biases", False),
+                   "qk_norm": ("the q/k norms", False), "rope_scaling": ("llama3 RoPE scaling", None)}
+# Raised in a check by the judge's side, not the candidate's: they keep their own verdicts.
+JUDGES_OWN = (ConfigError, weight_files.WeightsChanged)
 
 
 class CorrectnessError(AssertionError):
     """A call whose logits are wrong (or of the wrong shape); the message says where."""
+
+
+class GateFailure(Exception):
+    """The candidate raised, or its runner failed, on one config of the gate. `where` is
+    "stage/label" (on the families config, with the features that fail alone); `cause` is
+    the original, whose kind sets the verdict (crash, timeout)."""
+
+    def __init__(self, stage: str, label: str, where: str, cause: Exception):
+        super().__init__(f"{where}: {cause}")
+        self.stage, self.label, self.where, self.cause = stage, label, where, cause
 
 
 @dataclass
@@ -257,15 +276,22 @@ def correctness_plan(config: ModelConfig, weight_dir, scratch, level: str = "ful
 def run_gate(driver, references: References, config: ModelConfig, weight_dir, seed: int, scratch,
              margin: float = DEFAULT_MARGIN, level: str = "full") -> GateResult:
     """Stages 2 and 3 through a driver (a runner process, or this process for `check`).
-    Exceptions from the candidate propagate: the caller tells a crash from a wrong answer."""
+    A wrong answer is a failed GateResult; an exception from the candidate leaves as a
+    GateFailure saying where, for the caller to tell a crash from a timeout."""
     stages, worst, worst_case, num_calls = {}, 0.0, "", 0
     for stage, label, cfg, wdir, check, is_stress in correctness_plan(config, weight_dir, scratch, level):
-        tally = Tally(max(margin, STRESS_MARGIN) if is_stress else margin)
+        limit = max(margin, STRESS_MARGIN) if is_stress else margin
+        tally = Tally(limit)
+        probe = partial(probe_fails, check, driver, references, seed, scratch, limit)
         try:
             check(driver, references, cfg, wdir, seed, label, tally)
             failure = None
         except CorrectnessError as err:
-            failure = str(err)
+            failure = str(err) if label != FAMILIES else f"{failure_site(stage, label, cfg, err, probe)}: {err}"
+        except JUDGES_OWN:
+            raise
+        except Exception as err:
+            raise GateFailure(stage, label, failure_site(stage, label, cfg, err, probe), err) from err
         stages[label] = tally.worst
         num_calls += tally.num_calls
         if not tally.worst <= worst:
@@ -275,9 +301,45 @@ def run_gate(driver, references: References, config: ModelConfig, weight_dir, se
     return GateResult(True, "", "", "", worst, worst_case, seed, num_calls, stages)
 
 
+def failure_site(stage: str, label: str, cfg: ModelConfig, err: Exception, probe) -> str:
+    """"stage/label", and on the families config which features fail. Only a failing
+    program pays for finding out; a runner that is gone can run nothing more."""
+    site = f"{stage}/{label}"
+    if label != FAMILIES or isinstance(err, RunnerFailure):
+        return site
+    try:
+        return f"{site}: {failing_features(cfg, probe)}"
+    except RunnerFailure as probe_err:
+        return f"{site}: its runner failed while the features were tried alone ({probe_err.status})"
+
+
+def failing_features(families: ModelConfig, probe) -> str:
+    """Which family features a program fails on: each alone on the families config, after a
+    control with all of them off (a failure there is not the features')."""
+    off = {field: value for field, (_, value) in FAMILY_FEATURES.items()}
+    if probe(families.derive(**off), f"{FAMILIES}/none"):
+        return "fails with no family feature on too"
+    failing = [f"{name} ({field})" for field, (name, _) in FAMILY_FEATURES.items()
+               if probe(families.derive(**{**off, field: getattr(families, field)}), f"{FAMILIES}/{field}")]
+    return f"fails with {' and '.join(failing)}" if failing else "fails only with the features together"
+
+
+def probe_fails(check, driver, references: References, seed: int, scratch, limit: float,
+                cfg: ModelConfig, label: str) -> bool:
+    """Whether `check` fails on `cfg`, its weights generated; the runner's failure propagates."""
+    try:
+        check(driver, references, cfg, judging_weights(cfg, scratch), seed, label, Tally(limit))
+    except (RunnerFailure,) + JUDGES_OWN:
+        raise
+    except Exception:
+        return True
+    return False
+
+
 def check_module(module, config: ModelConfig, weight_dir, device: str, seed: int, scratch,
                  margin: float = DEFAULT_MARGIN, derived: bool = True) -> GateResult:
-    """The whole gate on an imported module, in this process (`python -m fitness check`)."""
+    """The whole gate on an imported module, in this process (`python -m fitness check`);
+    a GateFailure when the module raises."""
     references = References(device)
     references.model(config, weight_dir)  # missing or misshapen weights: a ConfigError now
     return run_gate(InProcessDriver(module, device), references, config, weight_dir, seed,

@@ -464,7 +464,10 @@ class Entry:
             return None
 
     def fail(self, err: Exception, stage: str) -> None:
-        if isinstance(err, BaselineFailure):  # not the candidate's doing; still no verdict on it
+        if isinstance(err, gate.GateFailure):  # the candidate's, on one config: its stage, not "target"
+            self.fail(err.cause, err.stage)
+            self.verdict.update(case=err.label, error=f"{err.where}: {self.verdict['error']}")
+        elif isinstance(err, BaselineFailure):  # not the candidate's doing; still no verdict on it
             status = err.cause.status if isinstance(err.cause, RunnerFailure) else "crash"
             self.end(status, "baseline", f"the baseline failed: {error_text(err.cause)}")
         elif isinstance(err, ConfigError):
