@@ -287,26 +287,16 @@ def screen(judging: Judging, generation: int, todo: list, beside: str | None = N
     return [(fitness, verdict) for _, fitness, verdict in first]
 
 
-def confirm(judging: Judging, hall_of_fame, generation: int, programs: list, until_one_passes: bool = False,
-            beside: str | None = None) -> None:
+def confirm(judging: Judging, hall_of_fame, generation: int, programs: list, beside: str | None = None) -> None:
     """Judge in full, beside the champion, the screened programs that could enter the hall
     of fame (screened earlier but never confirmed, as when a run stopped between, counts).
-    `until_one_passes`: while every one judged fails, the next fastest (generation 0's library
-    programs: the floor must not rest on the first one passing the derived configs).
-    `beside`: a correct program to time the others beside instead (generation 0's anchor)."""
+    `beside`: a correct program to time them beside instead (generation 0's floor)."""
     champion = hall_of_fame[0].id if len(hall_of_fame) else None
     unique = list({p.id: p for p in programs}.values())
-
-    def baseline(program) -> str | None:
-        return beside if beside and program.id != beside and judging.scores.is_ok(beside) else champion
-    while True:
-        todo = [p for p in worth_confirming(judging.scores, hall_of_fame, unique, judging.workers) if p.id != champion]
-        judged = judging.run(generation, [(p, CONFIRM, "full", baseline(p)) for p in todo])
-        # Each round fails its programs for good (not ok), so the next takes others; a round
-        # the budget cut short ends it.
-        if not (until_one_passes and todo and len(judged) == len(todo)) or \
-                any(judging.scores.is_confirmed(p.id) for p in todo):
-            return
+    baseline = beside if beside and judging.scores.is_ok(beside) else champion
+    todo = [p for p in worth_confirming(judging.scores, hall_of_fame, unique, judging.workers)
+            if p.id not in (champion, baseline)]
+    judging.run(generation, [(p, CONFIRM, "full", baseline) for p in todo])
 
 
 def batches(jobs: list, workers: int, max_size=MAX_GROUP) -> list:

@@ -1,9 +1,9 @@
 """The generation loop: breed, screen, merge, confirm, learn, score, select, remember,
 report, checkpoint.
 
-Generation 0 judges the seed in full, screens the first of the rest of the first population
-(--seed-from and library programs) beside it, and the others beside that one (the anchor: the
-next, while those fail); the fastest is confirmed, the next while those fail.
+Generation 0 judges the floor in full first: the first of the first population's other programs
+(--seed-from's, then the library's best match first) that passes (the next, while those fail).
+Then the seed and the rest are screened beside it, and the fastest of them confirmed.
 Generation 1 sweeps: one child of the best program by each operator that applies to it (on a
 GPU, each GPU-only one, and others up to a population's worth). Every later one merges gains
 made apart (up to a third of its children), sweeps on from the best program with all but one
@@ -44,13 +44,13 @@ def evolve(search) -> None:
         offspring = brood.children
         # Judge each new source once, beside its parent; generation 0's beside its anchor.
         num_cached = brood.num_known + sum(p.id in search.scores for p in offspring)
-        new, anchor = first_judgements(search, offspring) if gen == 0 else (search.screen(gen, offspring), None)
+        new = first_judgements(search, offspring) if gen == 0 else search.screen(gen, offspring)
         # Merge the gains just screened into the best at once, not a generation later: a
         # short search's last generation has no later one (docs/PERF.md).
         if gen > 0 and brood.add_if_new(toolbox.merge_every_gain(best_of(search), search.scores)):
             new += search.screen(gen, offspring[-1:])
-        # Confirm the ones that could be kept (in generation 0, until one passes).
-        confirm(search.judging, search.hall_of_fame, gen, offspring, until_one_passes=gen == 0, beside=anchor)
+        # Confirm the ones that could be kept (in generation 0, beside the floor).
+        confirm(search.judging, search.hall_of_fame, gen, offspring, beside=search.floor.id if gen == 0 else None)
         # Learn: each mutant's outcome against its parent is credited to its operator.
         toolbox.learn(offspring, search.scores)
         # Score: a program's fitness is its fitted speed (scores.py: every judgement and paired ratio).
@@ -63,23 +63,27 @@ def evolve(search) -> None:
         search.finish_generation(new, num_cached, brood.num_declined, time.monotonic() - started)
 
 
-def first_judgements(search, programs: list) -> tuple[list, str]:
-    """Generation 0: the seed in full; the other first programs (--seed-from, the library's)
-    one by one beside it until one passes (the anchor; one judged in an earlier run serves at
-    once), the rest beside the anchor. Returns (the new results, the anchor's id). Judged in
-    full one by one, four library programs took 5-8 minutes of a 10-minute GPU search; beside
-    the eager seed, five took 531 s of a 20-minute one on Qwen3-0.6B against ~60 s a screen
-    beside a program of like speed, and their 20-27x ratios (+-15%) could not rank them."""
-    new = search.screen(0, [search.seed])
-    others = [p for p in programs if p.id != search.seed.id]
-    anchor = next((p.id for p in others if search.scores.is_ok(p.id)), search.seed.id)
-    todo = unjudged(others, search.scores)
-    while todo and anchor == search.seed.id:
+def first_judgements(search, programs: list) -> list:
+    """Generation 0: the floor, the first of the other first programs (--seed-from's, the
+    library's best match first) that passes a full judgement (one confirmed in an earlier
+    run serves at once), becomes `search.floor`; then the seed and the rest, screened beside
+    it (or, with no floor, the seed in full and the rest beside it). The floor goes first so
+    that a budget too short for the rest still returns it: a 5-minute Qwen3-0.6B search
+    judged the seed in full, screened five library programs 28x faster, and returned the
+    seed, the only program judged in full. Beside the eager seed, five screens took 531 s of
+    a 20-minute Qwen3 search against ~60 s a screen beside a program of like speed, and their
+    20-27x ratios could not rank them (docs/PERF.md). Returns the new results."""
+    seed = search.seed
+    others = [p for p in programs if p.id != seed.id]
+    search.floor = next((p for p in others if search.scores.is_confirmed(p.id)), seed)
+    todo, new = unjudged(others, search.scores), []
+    while todo and search.floor.id == seed.id:
         first, todo = todo[0], todo[1:]
-        new += search.screen(0, [first], beside=anchor)
-        if search.scores.is_ok(first.id):
-            anchor = first.id
-    return new + search.screen(0, todo, beside=anchor), anchor
+        new += search.screen(0, [first])  # no judged parent: in full
+        if search.scores.is_confirmed(first.id):
+            search.floor = first
+    new += search.screen(0, [seed], beside=None if search.floor.id == seed.id else search.floor.id)
+    return new + search.screen(0, todo, beside=search.floor.id)
 
 
 class Brood:

@@ -22,7 +22,7 @@ from evolve.population import initial_population
 from evolve.recipe import LineageError, lineage_recipe
 from evolve.scores import Scores, target_key
 from evolve.toolbox import default_mate_fn, default_mutate_fn, make_hall_of_fame, make_statistics, make_toolbox
-from evolve.workspace import Workspace, device_label, roofline_tps, with_header, write_atomically
+from evolve.workspace import Workspace, device_label, roofline_tps, times_the_seed, with_header, write_atomically
 from fitness.weight_files import WeightsChanged
 
 
@@ -84,6 +84,9 @@ class Search:
         self.seed = make(Path(config.seed_engine).read_text(), (), "seed", {})
         self.logbook = tools.Logbook()
         self.num_first_declined = 0  # the library's recipes not taken, counted in generation 0's line
+        # The best program known before the search (generation 0 judges it first; the seed
+        # when none passes): the final holds every contender to it.
+        self.floor = self.seed
         if state is None:
             self.generation, self.best_id = 0, None
             self.population, not_taken = initial_population(config, make)
@@ -163,17 +166,21 @@ class Search:
                       f"on this model: --margin {2 * self.config.margin:g} would let the gate allow more")
         return f"{status}: {error}"
 
+    def final_contenders(self) -> list:
+        """The hall of fame's programs the final may compare with the floor, best first."""
+        return [p for p in self.hall_of_fame if p.id not in (self.seed.id, self.floor.id)]
+
     def estimated_final_s(self, contenders: int | None = None) -> float:
         """The final comparison of `contenders` (by default the hall of fame's best
         final_top; the final may add its closing merge to them): full judgements beside the
-        seed, with up to final_rounds."""
+        floor, with up to final_rounds."""
         if contenders is None:
-            contenders = min(self.config.final_top, sum(1 for p in self.hall_of_fame if p.id != self.seed.id))
+            contenders = min(self.config.final_top, len(self.final_contenders()))
         # One batch per worker. More rounds only for a close call: a program well ahead of
-        # the seed clears its interval in a confirmation's rounds.
+        # the floor clears its interval in a confirmation's rounds.
         together = math.ceil(contenders / self.config.workers)
-        best = next((p for p in self.hall_of_fame if p.id != self.seed.id), None)
-        gain = self.scores.gain(best.id, self.seed.id) if best is not None else None
+        best = next(iter(self.final_contenders()), None)
+        gain = self.scores.gain(best.id, self.floor.id) if best is not None else None
         close = gain is None or gain < CLEAR_GAIN
         extra_rounds = self.config.final_rounds / self.config.max_rounds - 1
         longer = 1 + extra_rounds * SHARE_PER_EXTRA_ROUND if close else 1.0
@@ -185,8 +192,8 @@ class Search:
         return self.clock.left() >= self.estimated_final_s(contenders)
 
     def final_reserve_s(self) -> float:
-        """The final's time, kept from other batches once there is a winner to compare."""
-        return self.estimated_final_s() if any(p.id != self.seed.id for p in self.hall_of_fame) else 0.0
+        """The final's time, kept from other batches once there is a contender to compare."""
+        return self.estimated_final_s() if self.final_contenders() else 0.0
 
     def assign_fitness(self, programs) -> None:
         for program in programs:
@@ -236,7 +243,7 @@ class Search:
             "generation": self.generation, "spent_s": self.clock.spent(), "finished": finished,
             "population": [p.to_dict() for p in self.population],
             "hall_of_fame": [p.to_dict() for p in self.hall_of_fame],
-            "logbook": [dict(r) for r in self.logbook], "best_id": self.best_id,
+            "logbook": [dict(r) for r in self.logbook], "best_id": self.best_id, "floor": self.floor.to_dict(),
             "rng_state": self.rng.getstate(), "random_state": random.getstate(),
             "operator_selector": self.toolbox.selector.to_dict()})
 
@@ -251,6 +258,8 @@ class Search:
         make = self.toolbox.individual
         self.population = [make(**p) for p in state["population"]]
         self.generation, self.best_id = state["generation"], state["best_id"]
+        if state.get("floor", {}).get("source", self.seed.source) != self.seed.source:  # older checkpoints have none
+            self.floor = make(**state["floor"])
         self.rng.setstate(state["rng_state"])
         self.toolbox.selector.load(state.get("operator_selector"))  # what the bandit learnt
         random.setstate(state["random_state"])
@@ -262,17 +271,17 @@ class Search:
     # -- the end ---------------------------------------------------------------------------
     def finish(self) -> None:
         """Choose the winner by fresh interleaved measurements; leave it and its story."""
-        winner, ratio, table, how = choose_winner(self.judging, self.seed, self.hall_of_fame, self.config.final_top,
-                                                  self.generation, self.final_fits)
+        winner, ratio, table, how = choose_winner(self.judging, self.seed, self.floor, self.final_contenders(),
+                                                  self.config.final_top, self.generation, self.final_fits)
         is_ok = self.scores.is_ok(winner.id)
-        note = f"Winner: {ratio:.3f}x the seed (geometric mean tokens/s; {how})" if is_ok \
+        note = f"Winner: {times_the_seed(ratio)} (geometric mean tokens/s; {how})" if is_ok \
             else "No program was judged correct: this is the seed, unverified"
         steps = self.put_engine(winner, table, device_label(self.config.device), note)
         self.best_id = winner.id
         write_atomically(self.run.path / "winner.py", winner.source)
         if is_ok:
             self.workspace.log_final(winner.id, table, steps, ratio, how, roofline_tps(self.config))
-            line = f"winner {winner.id}: {ratio:.3f}x the seed, {how}"
+            line = f"winner {winner.id}: {times_the_seed(ratio)}, {how}"
             if winner.id != self.seed.id:
                 kept = self.keep_in_library(winner, table, ratio)
                 self.workspace.log(kept)

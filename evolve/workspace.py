@@ -8,6 +8,7 @@ one line per generation, and at the end the winner against the seed, against the
 speed-of-light model on a GPU, and its lineage.
 """
 import json
+import math
 import os
 import re
 import textwrap
@@ -70,12 +71,17 @@ class Workspace:
     def log_final(self, winner_id: str, table: list, lineage: list, ratio: float, how: str,
                   bounds: Roofline) -> None:
         """The winner per case against the seed and the roofline, and the operators that made it."""
-        lines = [f"winner {winner_id}: {ratio:.3f}x the seed (geometric mean tokens/s; {how})",
+        lines = [f"winner {winner_id}: {times_the_seed(ratio)} (geometric mean tokens/s; {how})",
                  *case_table(table, bounds)]
         if not bounds.bounds:
             lines.append(f"roofline: {bounds.missing}")
         lines.append("lineage: " + format_lineage(lineage))
         self.log(*lines)
+
+
+def times_the_seed(ratio: float) -> str:
+    """"1.234x the seed", or why there is no ratio (a budget that ended before the seed's judgement)."""
+    return "not compared with the seed (not judged)" if math.isnan(ratio) else f"{ratio:.3f}x the seed"
 
 
 def case_table(table: list, bounds: Roofline | None = None) -> list[str]:

@@ -163,7 +163,10 @@ def test_seed_from_a_history_takes_its_best_correct_programs(small_target, tmp_p
     assert set(gen0.loc[gen0["operator"] == "seed_from", "candidate_id"]) == best_two - {seed_id}
 
 
-def test_generation_0_screens_the_first_programs_beside_an_anchor_and_confirms_the_fastest(small_target, tmp_path):
+def test_generation_0_judges_the_floor_first_in_full_and_the_rest_beside_it(small_target, tmp_path):
+    """The first of the first programs is the floor: judged in full before anything else (a
+    budget too short for the rest still returns it); the seed and the others are screened
+    beside it, not beside an eager seed 14-29x slower, and the fastest of them confirmed."""
     earlier = make_config(small_target, tmp_path / "earlier", generations=2)
     run(earlier, **STAND_INS)
     config = make_config(small_target, tmp_path / "later", seed_from=(earlier.history,), seed_from_top=3,
@@ -171,23 +174,23 @@ def test_generation_0_screens_the_first_programs_beside_an_anchor_and_confirms_t
     assert run(config, **STAND_INS) == 0
     frame = history.read(config.history)
     gen0 = frame[(frame["generation"] == 0) & (frame["status"] == "ok")]
-    seed_id = gen0.loc[gen0["operator"] == "seed", "candidate_id"].iloc[0]
-    assert (gen0.loc[gen0["operator"] == "seed", "level"] == "full").all()
     first = gen0[gen0["operator"] == "seed_from"]
     assert len(first) >= 2  # the earlier run's best three, less the seed where it is one
-    # Screened, not judged in full one by one (minutes each on a GPU): the first beside the
-    # seed, the others beside that first (the anchor), not beside an eager seed 14-29x slower.
-    anchor = first["candidate_id"].iloc[0]
-    assert (first["level"] == "screen").all()
-    assert list(first["baseline_id"]) == [seed_id] + [anchor] * (len(first) - 1)
+    floor = first["candidate_id"].iloc[0]
+    assert gen0["candidate_id"].iloc[0] == floor and first["level"].iloc[0] == "full"
+    assert first["baseline_id"].iloc[0] == ""
+    seed = gen0[gen0["operator"] == "seed"]
+    assert list(seed["level"]) == ["screen"] and list(seed["baseline_id"]) == [floor]
+    assert (first["level"].iloc[1:] == "screen").all() and (first["baseline_id"].iloc[1:] == floor).all()
     confirmed = gen0[gen0["operator"] == "confirm"]
-    fastest = first.loc[first["fitness"].idxmax(), "candidate_id"]
-    assert list(confirmed["candidate_id"]) == [fastest] and (confirmed["level"] == "full").all()
-    assert list(confirmed["baseline_id"]) == [seed_id if fastest == anchor else anchor]
+    fastest = gen0[gen0["candidate_id"] != floor].sort_values("fitness")["candidate_id"].iloc[-1]
+    assert list(confirmed["candidate_id"]) == [fastest] and list(confirmed["baseline_id"]) == [floor]
+    finals = frame[frame["operator"] == "final"]
+    assert len(finals) and (finals["baseline_id"] == floor).all()  # the final holds contenders to it
 
 
-def test_generation_0_anchors_on_the_first_program_that_passes(small_target, tmp_path):
-    """A first program the gate rejects anchors nothing: the next is judged beside the seed."""
+def test_generation_0_floors_on_the_first_program_that_passes(small_target, tmp_path):
+    """A first program the gate rejects is no floor: the next is judged in full."""
     earlier = make_config(small_target, tmp_path / "earlier", generations=2)
     run(earlier, **STAND_INS)
     config = make_config(small_target, tmp_path / "later", seed_from=(earlier.history,), seed_from_top=4,
@@ -198,39 +201,67 @@ def test_generation_0_anchors_on_the_first_program_that_passes(small_target, tmp
     def rejecting_the_first(path, *args, **kwargs):
         verdict = fake_judge(path, *args, **kwargs)
         if Path(path).read_text() == rejected:
-            verdict.update(status="incorrect", stage="target", error="wrong logits", tokens_per_second={})
+            verdict.update(status="incorrect", stage="derived", error="wrong logits", tokens_per_second={})
         return verdict
     # Its judgement of the earlier run is forgotten: a new history.
     assert run(config, **{**STAND_INS, "judge_fn": rejecting_the_first}) == 0
     frame = history.read(config.history)
-    seed_id = frame.loc[frame["operator"] == "seed", "candidate_id"].iloc[0]
     first = frame[(frame["generation"] == 0) & (frame["operator"] == "seed_from")]
     assert len(first) >= 3 and list(first["status"]) == ["incorrect"] + ["ok"] * (len(first) - 1)
-    anchor = first["candidate_id"].iloc[1]
-    assert list(first["baseline_id"]) == [seed_id, seed_id] + [anchor] * (len(first) - 2)
+    floor = first["candidate_id"].iloc[1]
+    assert list(first["level"]) == ["full", "full"] + ["screen"] * (len(first) - 2)
+    assert list(first["baseline_id"]) == ["", ""] + [floor] * (len(first) - 2)
 
 
-def test_generation_0_confirms_the_next_fastest_when_the_fastest_fails_in_full(small_target, tmp_path):
+def test_a_budget_too_short_for_generation_0_returns_the_floor_not_the_seed(small_target, tmp_path):
+    """A 5-minute Qwen3-0.6B search judged the seed in full, screened five library programs
+    28x faster, and returned the seed: only a program judged in full may win. The floor is
+    judged in full first, so it is what such a budget returns."""
     earlier = make_config(small_target, tmp_path / "earlier", generations=2)
     run(earlier, **STAND_INS)
-    failed = []
-
-    def failing_first_confirm(path, *args, **kwargs):
-        verdict = fake_judge(path, *args, **kwargs)
-        if kwargs["level"] == "full" and kwargs["baseline"] and not failed:
-            failed.append(Path(path).stem)
-            verdict.update(status="incorrect", stage="derived", error="bf16 off", tokens_per_second={})
-        return verdict
-
     config = make_config(small_target, tmp_path / "later", seed_from=(earlier.history,), seed_from_top=3,
-                         generations=1)
-    assert run(config, **{**STAND_INS, "judge_fn": failing_first_confirm}) == 0
+                         budget_s=1.0)
+    floor_source = next(source for source, _ in seed_sources(config) if source != Path(config.seed_engine).read_text())
+
+    def slow_judge(path, *args, **kwargs):
+        time.sleep(1.0)  # the budget is spent by the first judgement
+        return fake_judge(path, *args, **kwargs)
+    assert run(config, **{**STAND_INS, "judge_fn": slow_judge}) == 0
     frame = history.read(config.history)
-    confirms = frame[(frame["generation"] == 0) & (frame["operator"] == "confirm")]
-    screened = frame[(frame["generation"] == 0) & (frame["operator"] == "seed_from")]
-    by_speed = list(screened.sort_values("fitness", ascending=False)["candidate_id"])
-    assert list(confirms["candidate_id"]) == by_speed[:2] and failed == by_speed[:1]
-    assert list(confirms["status"]) == ["incorrect", "ok"]
+    assert list(frame.loc[frame["status"] == "ok", "operator"]) == ["seed_from"]  # nothing else started
+    engine = (config.workspace / "engine.py").read_text()
+    assert f"Engine {Program(floor_source).id}" in engine and "not compared with the seed" in engine
+
+
+def test_the_final_keeps_the_floor_unless_a_contender_is_clearly_faster(monkeypatch):
+    """Held to the floor head to head: a contender 1.05x it with an interval reaching below 1
+    does not displace it (the evaluator had three library programs screened above
+    fastest.txt's at 0.91-0.95x it); one whose interval is above 1 does. Beside the seed, a
+    ratio above 1 is enough."""
+    seed, floor, contender = Program("seed = 0\n"), Program("floor = 1\n", (), "library"), Program("c = 2\n")
+    scores = Scores()
+    for program, fitness in ((seed, 7_000.0), (floor, 100_000.0), (contender, 104_000.0)):
+        scores.add(program.id, "ok", fitness, 1.0, 1.0, tps={"decode": fitness}, level="full")
+    scores.compare(floor.id, seed.id, 14.3, 13.0, 15.6, 3)
+    final_ratio = {}
+
+    def final_judgements(toolbox, generation, jobs, workers, scores):
+        ratio, low, high = final_ratio["now"]
+        verdict = {"status": "ok", "ratio": ratio, "ratio_low": low, "ratio_high": high, "rounds": 6,
+                   "fitness_cv": 0.02, "tokens_per_second": {"decode": 100_000.0 * ratio},
+                   "baseline_tokens_per_second": {"decode": 100_000.0}}
+        return [(program, 100_000.0 * ratio, verdict) for program, *_ in jobs]
+
+    monkeypatch.setattr(evolve.judging, "run_jobs", final_judgements)
+    judging = Judging(SimpleNamespace(merge_every_gain=lambda best, scores: None), scores, 1)
+    choose = lambda floor_: final.choose_winner(judging, seed, floor_, [contender], 2, 4, lambda n: True)  # noqa: E731
+    final_ratio["now"] = (1.05, 0.98, 1.12)
+    winner, ratio, table, how = choose(floor)
+    assert winner is floor and ratio == pytest.approx(14.3, rel=0.05) and "kept" in how
+    assert table == [("decode", 100_000.0, 7_000.0)]
+    assert choose(seed)[0] is contender  # beside the seed, 1.05x is a win
+    final_ratio["now"] = (1.05, 1.01, 1.09)
+    assert choose(floor)[0] is contender
 
 
 def test_seed_from_a_run_directory_and_a_file(small_target, tmp_path):
@@ -468,7 +499,7 @@ def test_the_final_choice_weighs_the_contenders_paired_comparison_not_their_rati
     nothing_to_merge = SimpleNamespace(merge_every_gain=lambda best, scores: None)
 
     def choose(toolbox, fits=lambda n: True):
-        return final.choose_winner(Judging(toolbox, scores, 1), seed, [child, parent], 2, 4, fits)
+        return final.choose_winner(Judging(toolbox, scores, 1), seed, seed, [child, parent], 2, 4, fits)
     winner, ratio, table, how = choose(nothing_to_merge)
     assert winner is child and ratio == 16.38 and table == [("decode", 7_000.0 * 16.38, 7_000.0)]
     assert "16.380x the seed" in how
@@ -516,9 +547,10 @@ def test_the_final_is_reckoned_longer_only_for_a_close_call():
     seed, best = SimpleNamespace(id="seed"), SimpleNamespace(id="best")
     gains = {"best": 15.0}
     fake = SimpleNamespace(
-        seed=seed, hall_of_fame=[best, seed],
+        seed=seed, floor=seed, hall_of_fame=[best, seed],
         scores=SimpleNamespace(gain=lambda a, b: gains[a], mean_judge_seconds=lambda **_: 40.0),
         config=SimpleNamespace(final_top=2, workers=1, final_rounds=12, max_rounds=5))
+    fake.final_contenders = lambda: Search.final_contenders(fake)
     assert Search.estimated_final_s(fake, 1) == 40.0
     assert Search.estimated_final_s(fake, 2) == 50.0
     # Two of the hall of fame and the closing merge: three in the batch, though final_top is
