@@ -167,8 +167,11 @@ class Search:
         return f"{status}: {error}"
 
     def final_contenders(self) -> list:
-        """The hall of fame's programs the final may compare with the floor, best first."""
-        return [p for p in self.hall_of_fame if p.id not in (self.seed.id, self.floor.id)]
+        """The hall of fame's programs the final may compare with the floor, best first:
+        those fitted faster than it (one fitted slower is not going to be clearly faster)."""
+        floor_speed = self.scores.speed(self.floor.id) if self.scores.is_ok(self.floor.id) else 0.0
+        return [p for p in self.hall_of_fame
+                if p.id not in (self.seed.id, self.floor.id) and self.scores.speed(p.id) > floor_speed]
 
     def estimated_final_s(self, contenders: int | None = None) -> float:
         """The final comparison of `contenders` (by default the hall of fame's best
