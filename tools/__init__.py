@@ -3,6 +3,7 @@
     python -m tools.walk        a random walk from the seed: how many children pass the gate
     python -m tools.gpu_check   every operator's child of the seed judged on a GPU
     python -m tools.go_overhead where a judged run's time goes against the benchmark's clock
+    python -m tools.judge_vs_evaluator   each program's ratio to a baseline, per case, judged and benched
     python -m tools.cheat_verdicts   every cheat of tests/cheats.py judged beside the seed
     python -m tools.judge_probe, judge_throughput   how fast and how precisely the judge judges
     python -m tools.create_probe     what making an engine costs beside running a case
@@ -17,6 +18,7 @@
     bash tools/gpu_targets.sh   one device call each: programs against the targets (check, compare,
                                 profile, memory, gate)
     bash tools/gpu_judge_before_after.sh   one judge against another on the same programs
+    bash tools/gpu_judge_vs_evaluator.sh   the judge's ranking against the evaluator's (public library)
     bash tools/gpu_serve.sh, gpu_hf.sh     the server, and Hugging Face shapes, on a GPU
     bash tools/gpu_search_vs_recipe.sh     a search on any target (one per GPU), then its winner
                                 against the recipe, case by case
