@@ -11,7 +11,7 @@ from mutations import recipe
 from fitness.gate import check_module
 from fitness.loader import load_engine_module
 from fitness.model_config import ModelConfig
-from fitness.runner import output_checksum
+from fitness.runner import OutputCopies, output_checksum
 from fitness.sandbox import judge
 from serve.llm_engine import LLMEngine
 from serve.model_runner import ModelRunner, load_engine
@@ -65,6 +65,22 @@ def test_the_outputs_checksum_on_the_device_is_the_hosts():
     outputs = [torch.randn(64, 3001).to(torch.bfloat16), torch.randn(40, 30).T, torch.arange(23, dtype=torch.uint8)[3:],
                torch.full((5,), -1.0, dtype=torch.float16)]
     assert output_checksum([t.cuda() for t in outputs]) == output_checksum(outputs) > 0
+
+
+def test_the_runners_copies_on_the_device_sum_as_the_judge_does():
+    """OutputCopies on a GPU: each output kept as it was when its call returned, one sum over
+    the buffer equal to the judge's over the copies it fetched, run after run."""
+    copies, shared = OutputCopies(), torch.empty(300, 200, device="cuda")
+    runs = [[torch.randn(300, 200), torch.randn(4, 7).to(torch.float16), None],
+            [torch.randn(700, 1000), torch.arange(23, dtype=torch.uint8)[3:], torch.randn(5, 3).to(torch.bfloat16)]]
+    for outputs in runs + runs[::-1]:
+        copies.start("cuda")
+        for out in outputs:
+            copies.keep(shared.copy_(out) if torch.is_tensor(out) and out.shape == shared.shape else
+                        out.cuda() if torch.is_tensor(out) else out)
+        shared.fill_(7.0)
+        assert copies.checksum() == output_checksum(outputs) == output_checksum([o.cpu() if torch.is_tensor(o) else o
+                                                                                 for o in copies.outputs])
 
 
 def test_out_of_memory_is_a_crash_verdict(small_target, scratch, tmp_path):
