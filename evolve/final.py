@@ -86,6 +86,7 @@ def seed_tps(scores, seed, floor, verdict: dict) -> dict:
 
 
 def name_of(program, seed) -> str:
+    """How results.log names the program a final was beside."""
     return "the seed" if program.id == seed.id else f"the floor {program.id} ({program.operator})"
 
 

@@ -42,7 +42,7 @@ def evolve(search) -> None:
             parents = search.population
             brood = breed(search, parents, config.population)
         offspring = brood.children
-        # Judge each new source once, beside its parent; generation 0's beside its anchor.
+        # Judge each new source once, beside its parent; generation 0's beside its floor.
         num_cached = brood.num_known + sum(p.id in search.scores for p in offspring)
         new = first_judgements(search, offspring) if gen == 0 else search.screen(gen, offspring)
         # Merge the gains just screened into the best at once, not a generation later: a
