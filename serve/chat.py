@@ -1,6 +1,7 @@
 """POST /v1/chat/completions: messages through the model's chat template, then continued."""
 from jinja2.exceptions import TemplateError
 
+from serve.logprobs import chat_logprobs
 from serve.protocol import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
                             ChatCompletionRequest, ChatCompletionResponse, Delta)
 from serve.serving import OpenAIServing, RequestError
@@ -17,27 +18,32 @@ class OpenAIServingChat(OpenAIServing):
         except (TemplateError, ValueError) as error:
             raise RequestError(f"messages: the chat template failed: {error}", param="messages") from None
 
-    @staticmethod
-    def chunk(response_id, request, delta: Delta, finish_reason=None, token_ids=None):
-        choice = ChatChunkChoice(index=0, delta=delta, finish_reason=finish_reason,
+    def logprobs(self, request, token_ids: list, logprobs):
+        return chat_logprobs(self.token_text(request), token_ids, logprobs) if request.logprobs else None
+
+    def chunk(self, response_id, request, index: int, delta: Delta, finish_reason=None,
+              token_ids=None, logprobs=None):
+        choice = ChatChunkChoice(index=index, delta=delta, finish_reason=finish_reason,
+                                 logprobs=self.logprobs(request, token_ids, logprobs) if logprobs else None,
                                  token_ids=token_ids if request.return_token_ids else None)
         return ChatCompletionChunk(id=response_id, model=request.model, choices=[choice])
 
     async def chunks(self, response_id, request, outputs, seqs):
-        # As OpenAI does: the role first, then the content, then why it stopped.
-        yield self.chunk(response_id, request, Delta(role="assistant", content=""))
+        # As OpenAI does: each choice's role first, then the content, then why it stopped.
+        for seq in seqs:
+            yield self.chunk(response_id, request, seq.index, Delta(role="assistant", content=""))
         async for output in outputs:
-            if output.text or output.finish_reason or request.return_token_ids:
-                yield self.chunk(response_id, request, Delta(content=output.text),
-                                 output.finish_reason, output.token_ids)
+            if output.text or output.finish_reason or request.return_token_ids or output.logprobs:
+                yield self.chunk(response_id, request, output.index, Delta(content=output.text),
+                                 output.finish_reason, output.token_ids, output.logprobs)
         if request.include_usage:
             yield ChatCompletionChunk(id=response_id, model=request.model, choices=[],
-                                      usage=self.usage(seqs))
+                                      usage=self.usage(seqs, request.num_samples))
 
-    def response(self, response_id, request, seqs) -> ChatCompletionResponse:
-        (seq,) = seqs
-        choice = ChatChoice(index=0, message=AssistantMessage(content=seq.text),
-                            finish_reason=seq.finish_reason,
-                            token_ids=seq.output_token_ids if request.return_token_ids else None)
-        return ChatCompletionResponse(id=response_id, model=request.model, choices=[choice],
-                                      usage=self.usage(seqs))
+    def response(self, response_id, request, choices, usage) -> ChatCompletionResponse:
+        choices = [ChatChoice(index=i, message=AssistantMessage(content=s.text),
+                              finish_reason=s.finish_reason,
+                              logprobs=self.logprobs(request, s.output_token_ids, s.output_logprobs),
+                              token_ids=s.output_token_ids if request.return_token_ids else None)
+                   for i, s in enumerate(choices)]
+        return ChatCompletionResponse(id=response_id, model=request.model, choices=choices, usage=usage)

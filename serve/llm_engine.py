@@ -37,16 +37,19 @@ class LLMEngine:
                 "num_seqs_waiting": len(self.scheduler.waiting),
                 "generation_tokens_total": self.num_generated_tokens}
 
-    def submit(self, prompts: list, params: SamplingParams) -> tuple:
-        """Queue one sequence per prompt; (their shared outbox, the sequences).
+    def submit(self, prompts: list, params: SamplingParams, num_samples: int = 1) -> tuple:
+        """Queue num_samples sequences per prompt; (their shared outbox, the sequences, a
+        prompt's samples side by side).
 
-        Raises QueueFull when the waiting queue cannot take them all.
+        Each sample is its own engine request, its prompt prefilled again: the engine's
+        contract (prefill, decode, remove) has no way to share one request's K/V with
+        another. Raises QueueFull when the waiting queue cannot take them all.
         """
         if self.error is not None:
             raise RuntimeError(f"the engine failed: {self.error!r}")
         outbox = asyncio.Queue()
-        seqs = [Sequence(prompt, params, self.tokenizer, outbox, index)
-                for index, prompt in enumerate(prompts)]
+        seqs = [Sequence(prompt, params.for_sample(j), self.tokenizer, outbox, i * num_samples + j)
+                for i, prompt in enumerate(prompts) for j in range(num_samples)]
         self.scheduler.add(seqs)
         self.wake_up.set()
         return outbox, seqs
@@ -84,11 +87,12 @@ class LLMEngine:
         """Append each sequence its token; those that end here (EOS, max_tokens) leave the
         running batch. The sequences that took one."""
         took = []
-        for seq, token in zip(step.seqs, tokens):
+        logprobs = step.logprobs()
+        for row, (seq, token) in enumerate(zip(step.seqs, tokens)):
             if seq.is_finished:  # ended (EOS, stop string, a client gone) after it was launched
                 continue
             self.num_generated_tokens += 1
-            seq.append(token)
+            seq.append(token, logprobs.get(row))
             if seq.finish_reason:
                 self.scheduler.finish(seq)
             took.append(seq)

@@ -17,9 +17,9 @@ from typing import Optional
 import torch
 
 from fitness.loader import load_engine_module
-from serve.sampling import make_generator, sample, to_device
+from serve.sampling import SampledLogprobs, logprobs_of, make_generator, sample, to_device
 from serve.scheduler import Batch
-from serve.sequence import SEQUENCE_IDS
+from serve.sequence import SEQUENCE_IDS, TokenLogprobs
 
 WARM_UP_PROMPT_LEN = 16
 
@@ -64,7 +64,9 @@ class ModelRunner:
         if not logits:
             return Step(seqs, None)
         logits = logits[0] if len(logits) == 1 else torch.cat(logits)
-        return Step(seqs, sample(logits, [s.params for s in seqs], [s.generator for s in seqs]))
+        params = [s.params for s in seqs]
+        tokens = sample(logits, params, [s.generator for s in seqs])
+        return Step(seqs, tokens, logprobs_of(logits, tokens, params))
 
     def prefill(self, seqs: list) -> torch.Tensor:
         for seq in seqs:
@@ -83,25 +85,42 @@ class ModelRunner:
         return self.engine.decode([s.seq_id for s in seqs], tokens)
 
 
+def queued_copy_to_host(tensor: torch.Tensor) -> torch.Tensor:
+    """A pinned host tensor that `tensor` is copied into once the device gets to it."""
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    return host.copy_(tensor, non_blocking=True)
+
+
 @dataclass(eq=False)
 class Step:
-    """A launched step: its sequences, in the order of its tokens, and the tokens, still
-    on the device; their copy to the host is queued at once."""
+    """A launched step: its sequences, in the order of its tokens, and the tokens (and the
+    log-probabilities asked for), still on the device; their copy to the host is queued at
+    once."""
     seqs: list
     device_tokens: Optional[torch.Tensor]
+    device_logprobs: Optional[SampledLogprobs] = None
 
     def __post_init__(self):
         self.ready = None
-        self.host_tokens = self.device_tokens
-        if self.device_tokens is not None and self.device_tokens.is_cuda:
-            self.host_tokens = torch.empty(self.device_tokens.shape, dtype=self.device_tokens.dtype,
-                                           pin_memory=True)
-            self.host_tokens.copy_(self.device_tokens, non_blocking=True)
+        self.host = [self.device_tokens] if self.device_tokens is not None else []
+        if self.device_logprobs is not None:
+            self.host += [self.device_logprobs.values, self.device_logprobs.token_ids]
+        if self.host and self.host[0].is_cuda:
+            device = self.host[0].device
+            self.host = [queued_copy_to_host(t) for t in self.host]
             self.ready = torch.cuda.Event()  # on the tokens' device, which need not be the current one
-            self.ready.record(torch.cuda.current_stream(self.device_tokens.device))
+            self.ready.record(torch.cuda.current_stream(device))
 
     def tokens(self) -> list:
         """The sampled tokens on the host: the step's one wait for the device."""
         if self.ready is not None:
             self.ready.synchronize()
-        return [] if self.host_tokens is None else self.host_tokens.tolist()
+        return self.host[0].tolist() if self.host else []
+
+    def logprobs(self) -> dict:
+        """{row: TokenLogprobs} of the rows that asked; call after tokens(), which waited."""
+        if self.device_logprobs is None:
+            return {}
+        values, token_ids = (t.tolist() for t in self.host[1:])
+        return {row: TokenLogprobs.of_row(v, ids, self.seqs[row].params.logprobs)
+                for row, v, ids in zip(self.device_logprobs.rows, values, token_ids)}

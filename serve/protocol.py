@@ -7,13 +7,16 @@ import time
 import uuid
 from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationInfo,
+                      field_validator)
 
 from serve.sampling import SamplingParams
 
 MAX_STOP_STRINGS = 4
 MAX_SEED = 2**63 - 1
 MAX_TOP_K = 2**31 - 1  # more than any vocabulary, and within the int64 tensor sampling uses
+MAX_N = 128  # samples of one prompt (n, best_of), as OpenAI's n
+MAX_LOGPROBS = 20  # top log-probabilities per token, vLLM's default limit and OpenAI chat's
 
 
 class Request(BaseModel):
@@ -32,11 +35,13 @@ class SamplingFields(Request):
     top_k: int = Field(0, ge=-1, le=MAX_TOP_K, description="0 or -1: no top-k")
     seed: Optional[int] = Field(None, ge=0, le=MAX_SEED)
     stop: Union[StrictStr, list[StrictStr], None] = Field(None, validate_default=True)
-    n: int = Field(1, ge=1, le=1, description="one choice per prompt")
+    n: int = Field(1, ge=1, le=MAX_N, description="choices per prompt")
     stream: bool = False
+    best_of: Optional[int] = Field(None, ge=1, le=MAX_N, description="samples the n choices are the best of")
     stream_options: Optional[StreamOptions] = None
     ignore_eos: bool = False  # vLLM's extension, so a benchmark gets its full length
     return_token_ids: bool = False  # vLLM's extension: each choice's token ids
+    return_tokens_as_token_ids: bool = False  # vLLM's: logprobs show "token_id:ID", not text
 
     @field_validator("stop")
     @classmethod
@@ -46,10 +51,33 @@ class SamplingFields(Request):
             raise ValueError(f"at most {MAX_STOP_STRINGS} non-empty strings")
         return stop
 
+    @field_validator("best_of")
+    @classmethod
+    def at_least_n_and_not_streamed(cls, best_of, info: ValidationInfo):
+        n = info.data.get("n", 1)
+        if best_of is not None and best_of < n:
+            raise ValueError(f"must be at least n ({n}), got {best_of}")
+        if best_of is not None and best_of > n and info.data.get("stream"):
+            raise ValueError("cannot be streamed: the best are known only once all have finished")
+        return best_of
+
+    @property
+    def num_samples(self) -> int:
+        """Sequences per prompt: best_of, of which the n best are answered."""
+        return self.best_of or self.n
+
+    @property
+    def num_logprobs(self) -> Optional[int]:
+        """Top log-probabilities per token asked for (0: only the sampled token's), or None."""
+        raise NotImplementedError
+
     def sampling_params(self, max_tokens: int) -> SamplingParams:
+        logprobs = self.num_logprobs
+        if logprobs is None and self.num_samples > self.n:
+            logprobs = 0  # best_of ranks the samples by their log-probabilities
         return SamplingParams(temperature=self.temperature, top_p=self.top_p,
                               top_k=max(self.top_k, 0), seed=self.seed, max_tokens=max_tokens,
-                              stop=tuple(self.stop), ignore_eos=self.ignore_eos)
+                              stop=tuple(self.stop), ignore_eos=self.ignore_eos, logprobs=logprobs)
 
     @property
     def include_usage(self) -> bool:
@@ -60,9 +88,14 @@ class CompletionRequest(SamplingFields):
     # A text, texts (one choice each), token ids, or lists of token ids.
     prompt: Union[StrictStr, list[StrictStr], list[StrictInt], list[list[StrictInt]]]
     max_tokens: Optional[int] = Field(16, ge=1)
+    logprobs: Optional[int] = Field(None, ge=0, le=MAX_LOGPROBS)
 
     def requested_max_tokens(self) -> Optional[int]:
         return self.max_tokens
+
+    @property
+    def num_logprobs(self) -> Optional[int]:
+        return self.logprobs
 
 
 class TextPart(Request):
@@ -84,9 +117,22 @@ class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: Optional[int] = Field(None, ge=1)
     max_completion_tokens: Optional[int] = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: Optional[int] = Field(None, ge=0, le=MAX_LOGPROBS)
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def needs_logprobs(cls, top_logprobs, info: ValidationInfo):
+        if top_logprobs and not info.data.get("logprobs"):
+            raise ValueError("needs logprobs: true")
+        return top_logprobs
 
     def requested_max_tokens(self) -> Optional[int]:
         return self.max_completion_tokens or self.max_tokens
+
+    @property
+    def num_logprobs(self) -> Optional[int]:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 
 # Responses.
@@ -105,10 +151,18 @@ class Usage(BaseModel):
     total_tokens: int
 
 
+class CompletionLogprobs(BaseModel):
+    """The legacy API's parallel lists, one entry per token."""
+    text_offset: list[int]
+    token_logprobs: list[float]
+    tokens: list[str]
+    top_logprobs: list[dict[str, float]]  # the top k and the sampled token
+
+
 class CompletionChoice(BaseModel):
     index: int
     text: str
-    logprobs: None = None
+    logprobs: Optional[CompletionLogprobs] = None
     finish_reason: Optional[Literal["stop", "length"]] = None
     token_ids: Optional[list[int]] = None
 
@@ -127,10 +181,24 @@ class AssistantMessage(BaseModel):
     content: str
 
 
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int]  # the token's text in UTF-8
+
+
+class TokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(BaseModel):
+    content: list[TokenLogprob]
+
+
 class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
-    logprobs: None = None
+    logprobs: Optional[ChatLogprobs] = None
     finish_reason: Optional[Literal["stop", "length"]] = None
     token_ids: Optional[list[int]] = None
 
@@ -152,7 +220,7 @@ class Delta(BaseModel):
 class ChatChunkChoice(BaseModel):
     index: int
     delta: Delta
-    logprobs: None = None
+    logprobs: Optional[ChatLogprobs] = None
     finish_reason: Optional[Literal["stop", "length"]] = None
     token_ids: Optional[list[int]] = None
 

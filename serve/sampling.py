@@ -6,11 +6,17 @@ the tokens. Sampling draws q ~ Exp(1) and takes argmax(p / q), which is a draw f
 (the Gumbel-max trick in exponential form, as vLLM does): a request with a seed draws
 its row's noise from a generator of its own, so its tokens do not depend on its
 neighbours in the batch.
+
+Log-probabilities are computed beside sampling, for the rows that asked only, and copied
+to the host with the tokens, so a request without them pays nothing.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import torch
+
+SEED_LIMIT = 2**63  # seeds stay within int64
+LOGPROB_FLOOR = -9999.0  # JSON has no -inf; vLLM answers this floor for it too
 
 
 @dataclass(frozen=True)
@@ -22,10 +28,18 @@ class SamplingParams:
     max_tokens: int = 16
     stop: tuple = ()
     ignore_eos: bool = False
+    logprobs: Optional[int] = None  # None: none; k: the sampled token's and the top k's
 
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0.0
+
+    def for_sample(self, index: int) -> "SamplingParams":
+        """The params of a prompt's index-th sample: seeded samples draw from seed, seed + 1,
+        ..., so they differ from each other yet repeat (vLLM seeds its n samples so)."""
+        if self.seed is None or index == 0:
+            return self
+        return replace(self, seed=(self.seed + index) % SEED_LIMIT)
 
 
 def to_device(values: list, dtype, device) -> torch.Tensor:
@@ -88,3 +102,33 @@ def mask_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Ten
     outside[:, -1] = False  # the most likely token always stays
     ascending = ascending.masked_fill(outside, float("-inf"))
     return torch.empty_like(logits).scatter_(-1, order, ascending)
+
+
+@dataclass
+class SampledLogprobs:
+    """The log-probabilities of a step's rows that asked for them, still on the device."""
+    rows: list  # those rows' places in the batch
+    values: torch.Tensor  # [R, 1 + K] fp32: the sampled token's, then the top K's
+    token_ids: torch.Tensor  # [R, 1 + K]: the sampled token, then the top K, the likeliest first
+
+
+def logprobs_of(logits: torch.Tensor, tokens: torch.Tensor, params: list) -> Optional[SampledLogprobs]:
+    """Log-probabilities for the rows of logits [B, vocab] whose params ask (None if none
+    does), K the most any of them asks.
+
+    They are the model's own (fp32 log-softmax of the raw logits, before temperature,
+    top-k and top-p), as vLLM reports them by default: a text's likelihood under
+    the model, so best_of ranks samples alike whatever their temperature, and a greedy
+    answer's log-probabilities are the reference's.
+    """
+    rows = [i for i, p in enumerate(params) if p.logprobs is not None]
+    if not rows:
+        return None
+    num_top = max(params[i].logprobs for i in rows)
+    if len(rows) < len(params):
+        index = to_device(rows, torch.long, logits.device)
+        logits, tokens = logits[index], tokens[index]  # [R, vocab], [R]
+    logprobs = logits.float().log_softmax(dim=-1).clamp(min=LOGPROB_FLOOR)  # [R, vocab]
+    top_ids = logprobs.topk(num_top, dim=-1).indices  # [R, K]
+    token_ids = torch.cat([tokens[:, None], top_ids], dim=1)  # [R, 1 + K]
+    return SampledLogprobs(rows, logprobs.gather(-1, token_ids), token_ids)

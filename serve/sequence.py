@@ -17,13 +17,26 @@ class Status(Enum):
     FINISHED = auto()
 
 
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """A sampled token's log-probability and the top k tokens' (id, log-probability)."""
+    logprob: float
+    top: tuple  # the likeliest first
+
+    @classmethod
+    def of_row(cls, values: list, token_ids: list, k: int) -> "TokenLogprobs":
+        """From a row of SampledLogprobs on the host, cut to the k its sequence asked."""
+        return cls(values[0], tuple(zip(token_ids[1:1 + k], values[1:1 + k])))
+
+
 @dataclass
 class SequenceOutput:
     """What one step added to a sequence, as its request's handler receives it."""
-    index: int  # the choice this sequence answers
+    index: int  # the sample this sequence is, over all of its request's prompts
     text: str
     token_ids: list
     finish_reason: Optional[str]  # "stop", "length", or None while it runs
+    logprobs: Optional[list] = None  # TokenLogprobs of token_ids, when asked for
 
 
 @dataclass(eq=False)
@@ -35,6 +48,8 @@ class Sequence:
     index: int = 0
     seq_id: int = field(default_factory=lambda: next(SEQUENCE_IDS))  # the engine's request id
     output_token_ids: list = field(default_factory=list)
+    output_logprobs: list = field(default_factory=list)  # TokenLogprobs, when asked for
+    cumulative_logprob: float = 0.0
     status: Status = Status.WAITING
     finish_reason: Optional[str] = None
     generator: object = None  # the request's own torch.Generator when it has a seed
@@ -59,10 +74,19 @@ class Sequence:
     def is_finished(self) -> bool:
         return self.status is Status.FINISHED
 
-    def append(self, token_id: int) -> None:
-        """Take one sampled token and say at once whether it ends the sequence (EOS or
-        max_tokens), so that the next step is scheduled without it."""
+    @property
+    def mean_logprob(self) -> float:
+        """What best_of ranks samples by (their log-probabilities must have been asked for)."""
+        return self.cumulative_logprob / max(len(self.output_token_ids), 1)
+
+    def append(self, token_id: int, logprobs: Optional[TokenLogprobs] = None) -> None:
+        """Take one sampled token (and its log-probabilities, when asked for) and say at
+        once whether it ends the sequence (EOS or max_tokens), so that the next step is
+        scheduled without it."""
         self.output_token_ids.append(token_id)
+        if logprobs is not None:
+            self.output_logprobs.append(logprobs)
+            self.cumulative_logprob += logprobs.logprob
         if token_id == self.tokenizer.eos_token_id and not self.params.ignore_eos:
             self.finish_reason = "stop"
         elif len(self.output_token_ids) >= self.params.max_tokens:
@@ -90,4 +114,5 @@ class Sequence:
         end = len(self.text) if self.finish_reason else len(self.text) - self.held_back
         end = max(end, self.num_text_sent)
         text, self.num_text_sent = self.text[self.num_text_sent:end], end
-        return SequenceOutput(self.index, text, self.output_token_ids[-1:], self.finish_reason)
+        return SequenceOutput(self.index, text, self.output_token_ids[-1:], self.finish_reason,
+                              self.output_logprobs[-1:] if self.output_logprobs else None)

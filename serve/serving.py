@@ -1,12 +1,13 @@
 """What the completions and chat handlers share: checks, submission, streaming, usage."""
 from dataclasses import dataclass
-from typing import AsyncIterator, Optional
+from typing import AsyncIterator, Callable, Optional
 
 from pydantic import BaseModel
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.background import BackgroundTask
 
 from serve.llm_engine import LLMEngine
+from serve.logprobs import as_token_id
 from serve.protocol import ErrorBody, ErrorResponse, Usage, new_id
 from serve.scheduler import QueueFull
 from serve.sequence import SequenceOutput
@@ -37,10 +38,23 @@ def merged(outputs: list) -> list:
             raise RequestError(f"the engine failed: {output!r}", status=500, type="server_error")
         if output.index in by_index:
             first = by_index[output.index]
+            logprobs = first.logprobs + output.logprobs if output.logprobs is not None else None
             output = SequenceOutput(output.index, first.text + output.text,
-                                    first.token_ids + output.token_ids, output.finish_reason)
+                                    first.token_ids + output.token_ids, output.finish_reason, logprobs)
         by_index[output.index] = output
     return list(by_index.values())
+
+
+def best_of_each(seqs: list, n: int, num_samples: int) -> list:
+    """Of each prompt's num_samples finished samples (side by side in `seqs`), the n of the
+    highest mean log-probability, the best first; all, in order, when n is all there are."""
+    if n == num_samples:
+        return seqs
+    best = []
+    for start in range(0, len(seqs), num_samples):
+        samples = seqs[start:start + num_samples]
+        best += sorted(samples, key=lambda s: s.mean_logprob, reverse=True)[:n]
+    return best
 
 
 def sse(payload: str) -> str:
@@ -64,14 +78,16 @@ class OpenAIServing:
         prompts = self.prompt_token_ids(request)
         max_tokens = min(self.check_lengths(p, request.requested_max_tokens(), self.prompt_param)
                          for p in prompts)
-        outbox, seqs = self.submit(prompts, request.sampling_params(max_tokens))
+        outbox, seqs = self.submit(prompts, request.sampling_params(max_tokens), request.num_samples)
         outputs = self.outputs(outbox, seqs)
         response_id = new_id(self.id_prefix)
         if request.stream:
             return self.stream(self.chunks(response_id, request, outputs, seqs), seqs)
         async for _ in outputs:
             pass  # each sequence keeps its own text and tokens
-        return JSONResponse(self.response(response_id, request, seqs).model_dump(exclude_none=True))
+        choices = best_of_each(seqs, request.n, request.num_samples)
+        response = self.response(response_id, request, choices, self.usage(seqs, request.num_samples))
+        return JSONResponse(response.model_dump(exclude_none=True))
 
     def prompt_token_ids(self, request) -> list:
         """One list of token ids per prompt."""
@@ -81,9 +97,14 @@ class OpenAIServing:
         """The streamed answer's chunks (pydantic models)."""
         raise NotImplementedError
 
-    def response(self, response_id: str, request, seqs) -> BaseModel:
-        """The whole answer, once every sequence has finished."""
+    def response(self, response_id: str, request, choices: list, usage: Usage) -> BaseModel:
+        """The whole answer, once every sequence has finished: `choices` are the sequences
+        answered, in order."""
         raise NotImplementedError
+
+    def token_text(self, request) -> Callable:
+        """How the request's log-probabilities show a token."""
+        return as_token_id if request.return_tokens_as_token_ids else self.tokenizer.token_text
 
     def check_model(self, name: str) -> None:
         if name != self.model.name:
@@ -106,9 +127,9 @@ class OpenAIServing:
                                "are more than this server's K/V memory holds", param="max_tokens")
         return max_tokens
 
-    def submit(self, prompts: list, params) -> tuple:
+    def submit(self, prompts: list, params, num_samples: int) -> tuple:
         try:
-            return self.llm.submit(prompts, params)
+            return self.llm.submit(prompts, params, num_samples)
         except QueueFull as error:
             raise RequestError(f"the server is overloaded: {error}; retry later", status=503,
                                type="server_overloaded") from None
@@ -136,8 +157,10 @@ class OpenAIServing:
             self.llm.abort(seqs)
 
     @staticmethod
-    def usage(seqs) -> Usage:
-        prompt = sum(len(s.prompt_token_ids) for s in seqs)
+    def usage(seqs, num_samples: int) -> Usage:
+        """Each prompt counted once; every sample's tokens (best_of's unanswered ones too, as
+        OpenAI bills them)."""
+        prompt = sum(len(s.prompt_token_ids) for s in seqs[::num_samples])
         completion = sum(len(s.output_token_ids) for s in seqs)
         return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
 

@@ -40,6 +40,7 @@ class Tokenizer:
         self.eos_token_id = self.backend.token_to_id(self.eos_token) if self.eos_token else None
         template = default_template(config.get("chat_template"))
         self.chat_template = self.compile(template) if template else None
+        self.token_texts = {}  # token_text's, as they are looked up
 
     @staticmethod
     def compile(template: str):
@@ -56,6 +57,14 @@ class Tokenizer:
 
     def decode(self, token_ids) -> str:
         return self.backend.decode(list(token_ids), skip_special_tokens=True)
+
+    def token_text(self, token_id: int) -> str:
+        """One token's own text, special tokens included, as vLLM shows a token with its
+        log-probability (a token holding part of a character shows U+FFFD)."""
+        text = self.token_texts.get(token_id)
+        if text is None:
+            text = self.token_texts[token_id] = self.backend.decode([token_id], skip_special_tokens=False)
+        return text
 
     def apply_chat_template(self, messages: list[dict]) -> list[int]:
         """The prompt's token ids: the messages rendered, then a generation prompt."""

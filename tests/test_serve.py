@@ -19,6 +19,7 @@ from openai import AsyncOpenAI, OpenAI
 
 from fitness.model_config import ModelConfig
 from fitness.reference import ReferenceModel
+from fitness.tolerance import ATOL, RTOL
 from serve import bench
 from serve.tokenizer import Tokenizer
 from target import toy_tokenizer
@@ -149,6 +150,95 @@ def test_a_list_of_prompts_is_answered_as_one_batch_of_choices(server):
     assert response.usage.completion_tokens == 6
 
 
+def test_n_samples_of_a_prompt_are_its_choices_streamed_or_not(server, tokenizer):
+    openai = client(server)
+    ask = {"model": MODEL, "prompt": "bada kiro", "max_tokens": 6, "n": 3, "seed": 5,
+           "extra_body": {"ignore_eos": True}}
+    plain = openai.completions.create(**ask)
+    streamed = {}
+    for chunk in openai.completions.create(**ask, stream=True):
+        (choice,) = chunk.choices
+        streamed[choice.index] = streamed.get(choice.index, "") + choice.text
+    assert [c.index for c in plain.choices] == [0, 1, 2]
+    assert len({c.text for c in plain.choices}) == 3  # seeded samples differ (seed, seed + 1, ...)
+    assert streamed == {c.index: c.text for c in plain.choices}
+    # The prompt counts once, every sample's tokens each.
+    assert plain.usage.prompt_tokens == len(tokenizer.encode("bada kiro"))
+    assert plain.usage.completion_tokens == 18
+    chat = openai.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                                          max_tokens=4, n=2, extra_body={"ignore_eos": True})
+    assert [c.index for c in chat.choices] == [0, 1] and chat.usage.completion_tokens == 8
+
+
+def test_best_of_answers_the_n_samples_of_highest_mean_logprob(server):
+    openai = client(server)
+    ask = {"model": MODEL, "prompt": [9, 8, 7], "max_tokens": 5, "seed": 11,
+           "extra_body": {"ignore_eos": True}}
+    # The same seeds draw the same four samples; ranked here by their own log-probabilities.
+    four = openai.completions.create(**ask, n=4, logprobs=0).choices
+    ranked = sorted(four, key=lambda c: sum(c.logprobs.token_logprobs) / 5, reverse=True)
+    best = openai.completions.create(**ask, n=2, best_of=4)
+    assert [c.text for c in best.choices] == [c.text for c in ranked[:2]]
+    assert [c.index for c in best.choices] == [0, 1] and best.choices[0].logprobs is None
+    assert best.usage.completion_tokens == 20  # all four samples, as OpenAI bills best_of
+
+
+def logprob_tolerance(logits: torch.Tensor) -> torch.Tensor:
+    """The gate's tolerance on a row of logits, carried to its log-softmax: each logit off
+    by at most d = atol + rtol * max|logit| moves logsumexp by at most d, so a log-prob
+    moves by at most 2d."""
+    return 2 * (ATOL + RTOL * logits.abs().max(dim=-1).values)
+
+
+def reference_logprobs(target, prompt, tokens) -> torch.Tensor:
+    """The reference's fp32 log-softmax [len(tokens), vocab] at each generated position."""
+    config, weights = target
+    reference = ReferenceModel(ModelConfig.load(config),
+                               torch.load(weights / "model.pt", weights_only=True), "cpu")
+    positions = range(len(prompt) - 1, len(prompt) + len(tokens) - 1)  # each predicts the next token
+    logits = reference.forward(torch.tensor(prompt + tokens), positions).float()  # [len(tokens), vocab]
+    return logits.log_softmax(dim=-1), logprob_tolerance(logits)
+
+
+def test_greedy_logprobs_are_the_references_log_softmax(server, target, tokenizer):
+    openai = client(server)
+    prompt = [40, 41, 42, 43, 44]
+    ask = {"model": MODEL, "prompt": prompt, "max_tokens": 8, "temperature": 0, "logprobs": 5,
+           "extra_body": {"ignore_eos": True, "return_token_ids": True}}
+    (choice,) = openai.completions.create(**ask).choices
+    tokens = choice.model_extra["token_ids"]
+    expected, tolerance = reference_logprobs(target, prompt, tokens)
+    got = choice.logprobs
+    chosen = expected.gather(-1, torch.tensor(tokens)[:, None])[:, 0]
+    assert (torch.tensor(got.token_logprobs) - chosen).abs().le(tolerance).all()
+    assert got.tokens == [tokenizer.token_text(t) for t in tokens]
+    # Shown as token ids, since byte tokens share one text; the top five and the sampled
+    # token (greedy: the first of them).
+    as_ids = dict(ask, extra_body=dict(ask["extra_body"], return_tokens_as_token_ids=True))
+    by_id = openai.completions.create(**as_ids).choices[0].logprobs
+    for row, top, tol in zip(expected, by_id.top_logprobs, tolerance):
+        values, ids = row.topk(5)
+        assert sorted(top) == sorted(f"token_id:{i}" for i in ids.tolist())
+        assert all(abs(top[f"token_id:{i}"] - v) <= tol for i, v in zip(ids.tolist(), values.tolist()))
+    streamed = [c.choices[0].logprobs for c in openai.completions.create(**ask, stream=True)]
+    assert sum((lp.token_logprobs for lp in streamed), []) == got.token_logprobs
+    assert sum((lp.text_offset for lp in streamed), []) == got.text_offset
+
+
+def test_greedy_chat_logprobs_are_the_references_log_softmax(server, target, tokenizer):
+    messages = [{"role": "user", "content": "bada kiro"}]
+    (choice,) = client(server).chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=6, temperature=0, logprobs=True, top_logprobs=3,
+        extra_body={"ignore_eos": True, "return_token_ids": True}).choices
+    tokens = choice.model_extra["token_ids"]
+    expected, tolerance = reference_logprobs(target, tokenizer.apply_chat_template(messages), tokens)
+    for token_id, entry, row, tol in zip(tokens, choice.logprobs.content, expected, tolerance):
+        assert entry.token == tokenizer.token_text(token_id) and entry.bytes == list(entry.token.encode())
+        assert abs(entry.logprob - row[token_id]) <= tol
+        assert len(entry.top_logprobs) == 3
+        assert all(abs(top.logprob - v) <= tol for top, v in zip(entry.top_logprobs, row.topk(3).values))
+
+
 def reference_greedy(reference, prompt, max_tokens, eos_token_id) -> list:
     """The reference model's own greedy continuation, stopping after EOS."""
     tokens = list(prompt)
@@ -227,7 +317,11 @@ BAD_REQUESTS = [  # (endpoint, body, the field the answer must name)
     ("completions", {"model": MODEL, "prompt": "hi", "top_k": -3}, "top_k"),
     ("completions", {"model": MODEL, "prompt": "hi", "top_k": 10**30}, "top_k"),
     ("completions", {"model": MODEL, "prompt": "hi", "seed": -1}, "seed"),
-    ("completions", {"model": MODEL, "prompt": "hi", "n": 3}, "n"),
+    ("completions", {"model": MODEL, "prompt": "hi", "n": 0}, "n"),
+    ("completions", {"model": MODEL, "prompt": "hi", "n": 129}, "n"),
+    ("completions", {"model": MODEL, "prompt": "hi", "n": 3, "best_of": 2}, "best_of"),
+    ("completions", {"model": MODEL, "prompt": "hi", "best_of": 3, "stream": True}, "best_of"),
+    ("completions", {"model": MODEL, "prompt": "hi", "logprobs": 21}, "logprobs"),
     ("completions", {"model": MODEL, "prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ("completions", {"model": MODEL, "prompt": "hi", "stream": "perhaps"}, "stream"),
     ("chat/completions", {"model": MODEL, "messages": []}, "messages"),
@@ -235,6 +329,11 @@ BAD_REQUESTS = [  # (endpoint, body, the field the answer must name)
     ("chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "ba " * 300}]}, "messages"),
     ("chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "x"}],
                           "max_completion_tokens": 250}, "max_tokens"),
+    ("chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "n": -1}, "n"),
+    ("chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "x"}],
+                          "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ("chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "x"}],
+                          "top_logprobs": 2}, "top_logprobs"),
 ]
 
 

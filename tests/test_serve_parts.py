@@ -10,11 +10,12 @@ from fastapi.testclient import TestClient
 
 from serve.app import build_app
 from serve.llm_engine import LLMEngine
-from serve.model_runner import ModelRunner
-from serve.sampling import SamplingParams, make_generator, sample
+from serve.logprobs import completion_logprobs
+from serve.model_runner import ModelRunner, Step
+from serve.sampling import SEED_LIMIT, SamplingParams, logprobs_of, make_generator, sample
 from serve.scheduler import QueueFull, Scheduler, SchedulerConfig
-from serve.sequence import Sequence, SequenceOutput, Status
-from serve.serving import RequestError, ServedModel, merged
+from serve.sequence import Sequence, SequenceOutput, Status, TokenLogprobs
+from serve.serving import RequestError, ServedModel, best_of_each, merged
 from serve.tokenizer import StreamDecoder, Tokenizer
 from target import toy_tokenizer
 from tests.conftest import REPO, SEED_ENGINE
@@ -82,6 +83,55 @@ def test_outputs_that_piled_up_go_out_as_one_per_sequence():
                                SequenceOutput(1, "ki", [2], None)]
     with pytest.raises(RequestError):
         merged(pending + [RuntimeError("the engine failed")])
+    first, second = TokenLogprobs(-1.0, ()), TokenLogprobs(-2.0, ())
+    (one,) = merged([SequenceOutput(0, "a", [1], None, [first]), SequenceOutput(0, "b", [2], None, [second])])
+    assert one.logprobs == [first, second]
+
+
+def test_logprobs_are_the_models_own_and_only_for_the_rows_that_ask():
+    logits = 3 * torch.randn(3, 100)
+    params = [SamplingParams(temperature=0.5, logprobs=2), SamplingParams(),
+              SamplingParams(temperature=0.0, logprobs=0)]
+    tokens = sample(logits, params, [None] * 3)
+    got = logprobs_of(logits, tokens, params)
+    expected = logits.log_softmax(dim=-1)[[0, 2]]  # before temperature
+    assert got.rows == [0, 2] and got.token_ids[:, 0].tolist() == tokens[[0, 2]].tolist()
+    assert got.token_ids[0, 1:].tolist() == expected[0].topk(2).indices.tolist()
+    assert torch.allclose(got.values, expected.gather(-1, got.token_ids))
+    assert logprobs_of(logits, tokens, [SamplingParams()] * 3) is None
+    # On the host, each row cut to the k its sequence asked for.
+    seqs = [Sequence([1], p, None, None) for p in params]
+    by_row = Step(seqs, tokens, got).logprobs()
+    assert sorted(by_row) == [0, 2] and len(by_row[0].top) == 2 and by_row[2].top == ()
+    assert by_row[2].logprob == pytest.approx(expected[1, tokens[2]].item())
+
+
+def test_a_prompts_seeded_samples_differ_yet_repeat():
+    assert [SamplingParams(seed=5).for_sample(i).seed for i in range(3)] == [5, 6, 7]
+    assert SamplingParams(seed=SEED_LIMIT - 1).for_sample(1).seed == 0
+    assert SamplingParams().for_sample(2).seed is None
+
+
+def test_best_of_keeps_each_prompts_best_n_by_mean_logprob_the_best_first(tokenizer):
+    def sample_with(*logprobs):
+        seq = sequence(tokenizer, max_tokens=8, logprobs=0)
+        for logprob in logprobs:
+            seq.append(40, TokenLogprobs(logprob, ()))
+        return seq
+
+    # Two prompts of three samples each; a long sample is not punished for its length.
+    seqs = [sample_with(-1.0), sample_with(-0.5, -0.7), sample_with(-3.0),
+            sample_with(-2.0), sample_with(-1.0, -1.0, -1.0, -1.0), sample_with(-0.1)]
+    assert best_of_each(seqs, 2, 3) == [seqs[1], seqs[0], seqs[5], seqs[4]]
+    assert best_of_each(seqs, 3, 3) == seqs
+
+
+def test_completion_logprobs_list_each_token_its_offset_and_the_top_with_the_sampled_one():
+    text = {5: "ab", 6: "c", 7: "xyz"}.get
+    logprobs = [TokenLogprobs(-1.0, ((7, -0.5),)), TokenLogprobs(-2.0, ())]
+    shown = completion_logprobs(text, [5, 6], logprobs, text_offset=3)
+    assert (shown.tokens, shown.text_offset, shown.token_logprobs) == (["ab", "c"], [3, 5], [-1.0, -2.0])
+    assert shown.top_logprobs == [{"xyz": -0.5, "ab": -1.0}, {"c": -2.0}]
 
 
 def test_sampling_is_greedy_at_temperature_zero_and_with_top_k_one():
