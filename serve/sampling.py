@@ -129,6 +129,7 @@ def logprobs_of(logits: torch.Tensor, tokens: torch.Tensor, params: list) -> Opt
         index = to_device(rows, torch.long, logits.device)
         logits, tokens = logits[index], tokens[index]  # [R, vocab], [R]
     logprobs = logits.float().log_softmax(dim=-1).clamp(min=LOGPROB_FLOOR)  # [R, vocab]
-    top_ids = logprobs.topk(num_top, dim=-1).indices  # [R, K]
-    token_ids = torch.cat([tokens[:, None], top_ids], dim=1)  # [R, 1 + K]
+    token_ids = tokens[:, None]  # [R, 1]
+    if num_top:  # best_of alone needs no top-k
+        token_ids = torch.cat([token_ids, logprobs.topk(num_top, dim=-1).indices], dim=1)  # [R, 1 + K]
     return SampledLogprobs(rows, logprobs.gather(-1, token_ids), token_ids)

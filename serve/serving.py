@@ -76,6 +76,7 @@ class OpenAIServing:
     async def create(self, request):
         self.check_model(request.model)
         prompts = self.prompt_token_ids(request)
+        self.check_num_seqs(len(prompts), request)
         max_tokens = min(self.check_lengths(p, request.requested_max_tokens(), self.prompt_param)
                          for p in prompts)
         outbox, seqs = self.submit(prompts, request.sampling_params(max_tokens), request.num_samples)
@@ -110,6 +111,15 @@ class OpenAIServing:
         if name != self.model.name:
             raise RequestError(f"model: {name!r} is not served here; this server serves "
                                f"{self.model.name!r}", param="model")
+
+    def check_num_seqs(self, num_prompts: int, request) -> None:
+        """A request whose sequences could never wait in the queue together is refused (400),
+        rather than told to retry (503) for ever."""
+        limit = self.llm.scheduler.config.max_num_waiting
+        if num_prompts * request.num_samples > limit:
+            param = self.prompt_param if request.num_samples == 1 else "best_of" if request.best_of else "n"
+            raise RequestError(f"{param}: {num_prompts} prompts of {request.num_samples} samples each "
+                               f"are more sequences than this server queues ({limit})", param=param)
 
     def check_lengths(self, prompt: list, max_tokens: Optional[int], prompt_param: str) -> int:
         """The request's max_tokens (the rest of the context when not given), once checked."""

@@ -322,6 +322,9 @@ BAD_REQUESTS = [  # (endpoint, body, the field the answer must name)
     ("completions", {"model": MODEL, "prompt": "hi", "n": 3, "best_of": 2}, "best_of"),
     ("completions", {"model": MODEL, "prompt": "hi", "best_of": 3, "stream": True}, "best_of"),
     ("completions", {"model": MODEL, "prompt": "hi", "logprobs": 21}, "logprobs"),
+    # More sequences than the roomy server's 400 waiting: never admitted, so a 400, not a 503.
+    ("completions", {"model": MODEL, "prompt": ["hi"] * 4, "n": 101}, "n"),
+    ("completions", {"model": MODEL, "prompt": [[5]] * 401}, "prompt"),
     ("completions", {"model": MODEL, "prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ("completions", {"model": MODEL, "prompt": "hi", "stream": "perhaps"}, "stream"),
     ("chat/completions", {"model": MODEL, "messages": []}, "messages"),
