@@ -35,7 +35,8 @@ def choose_winner(judging: Judging, seed, floor, contenders: list, final_top: in
     scores = judging.scores
     contenders = [p for p in contenders if scores.is_confirmed(p.id)][:final_top]
     if not contenders or not scores.is_confirmed(floor.id):
-        return unmeasured_choice(scores, seed, floor, contenders, "no confirmed program to compare with the floor")
+        return unmeasured_choice(scores, seed, floor, contenders,
+                                 f"no confirmed program fitted faster than {name_of(floor, seed)} to compare with it")
     closing = closing_merge(judging.toolbox, scores, contenders[0])
     if closing is not None:  # second: more likely to win than the best's runner-up
         contenders.insert(1, closing)
