@@ -3,6 +3,22 @@
 The column list is defined once, here; rows are appended and flushed one at a time, so a
 run killed at any moment leaves every finished judgement on disk. Reading skips a
 damaged line with a warning instead of failing.
+
+Users read histories across runs and versions, so each row carries `schema_version`, and
+`read` takes every layout this tool has written, filling the columns an older one lacks:
+
+| version | from | what changed |
+|---|---|---|
+| 1 | 2026-11-21 | the first: tps of the public and hidden-style cases (prefill_4x128, hidden_mixed among them) |
+| 2 | 2026-11-21 | the hidden-style cases renamed (decode_8x128x16, mixed_128) |
+| 3 | 2026-11-22 | level, baseline_id, ratio and its interval, rounds, fitness_cv (screens beside a parent) |
+| 4 | 2026-11-22 | the CPU's small cases |
+| 5 | 2026-11-25 | the large and long cases |
+| 6 | 2026-11-26 | judge_phases |
+| 7 | 2026-11-28 | schema_version |
+
+A file keeps the header it was started with: a run appending to an older history writes
+its rows in that layout.
 """
 import csv
 import json
@@ -30,10 +46,16 @@ BASE_COLUMNS = ("run_id", "generation", "candidate_id", "parent_ids", "operator"
                 "status", "stage", "worst_ratio")
 TAIL_COLUMNS = ("peak_memory_mb", "fitness", "level", "baseline_id", "ratio", "ratio_low", "ratio_high",
                 "rounds", "fitness_cv", "judge_seconds", "judge_phases", "device", "source_path", "timestamp", "error",
-                "target")
+                "target", "schema_version")
 COLUMNS = BASE_COLUMNS + tuple(tps_column(c) for c in case_names()) + TAIL_COLUMNS
 NUMERIC = ("generation", "worst_ratio", "peak_memory_mb", "fitness", "ratio", "ratio_low", "ratio_high",
-           "rounds", "fitness_cv", "judge_seconds")
+           "rounds", "fitness_cv", "judge_seconds", "schema_version")
+SCHEMA_VERSION = 7
+# A header without schema_version is told by the newest column it has (the docstring's table).
+SCHEMA_MARKERS = ((6, "judge_phases"), (5, "tps_mixed_long"), (4, "tps_mixed_small"), (3, "baseline_id"),
+                  (1, "tps_hidden_mixed"))
+TEXT = ("run_id", "candidate_id", "parent_ids", "operator", "operator_args", "status", "stage", "source_path",
+        "level", "baseline_id", "device", "timestamp", "error", "target", "judge_phases")
 # Rows that judge a program already in the history again rather than add one: the full
 # gate after a screen, and the final re-measure against the seed ("retime": the elite's
 # re-timing, in histories of older runs).
@@ -63,7 +85,7 @@ class History:
     def append(self, row: dict) -> None:
         """Write one row now; values for columns the file lacks are dropped."""
         row = {**row, "timestamp": row.get("timestamp") or time.strftime("%Y-%m-%dT%H:%M:%S"),
-               "error": short_error(row.get("error", ""))}
+               "error": short_error(row.get("error", "")), "schema_version": SCHEMA_VERSION}
         with self.lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             is_new = not self.path.exists() or self.path.stat().st_size == 0
@@ -125,14 +147,22 @@ def read(path, warn=None) -> pd.DataFrame:
                 continue
             rows.append(fields)
     frame = pd.DataFrame(rows, columns=header)
+    if "schema_version" not in frame.columns:
+        frame["schema_version"] = schema_of(header)
+    for column in COLUMNS:  # an older layout's missing columns, empty
+        if column not in frame.columns:
+            frame[column] = "" if column in TEXT else float("nan")
     for column in frame.columns:
         if column in NUMERIC or column.startswith("tps_"):
             frame[column] = pd.to_numeric(frame[column], errors="coerce")
-    for column in ("run_id", "candidate_id", "parent_ids", "operator", "status", "source_path", "level",
-                   "baseline_id"):
-        if column in frame.columns:
-            frame[column] = frame[column].fillna("").astype(str)
+    for column in TEXT:
+        frame[column] = frame[column].fillna("").astype(str)
     return frame
+
+
+def schema_of(header: list) -> int:
+    """The version of a header written before schema_version was a column."""
+    return next((version for version, marker in SCHEMA_MARKERS if marker in header), 2)
 
 
 def damage(header: list, fields: list) -> str:

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure  # the object API: no pyplot state, no disp
 from matplotlib.ticker import MaxNLocator
 
 from evolve import history
-from evolve.final import FINAL
+from evolve.final import FINAL, beats
 from evolve.recipe import LineageError, lineage_recipe
 from evolve.scores import Scores
 from evolve.workspace import format_lineage
@@ -38,7 +38,7 @@ def report(path, out_dir=None, recipe_path=None) -> int:
     if winner:
         print(f"\nwinner {winner}\nlineage: {format_lineage(history.lineage(frame, winner))}")
     out_dir = Path(out_dir) if out_dir else Path(path).resolve().parent / "report"
-    for plot in write_plots(frame, per_generation, out_dir):
+    for plot in write_plots(frame, per_generation, out_dir, winner):
         print(f"wrote {plot}")
     return write_recipe(frame, winner, path, recipe_path) if recipe_path else 0
 
@@ -102,7 +102,7 @@ def mean_fitness(frame: pd.DataFrame) -> dict:
 def final_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """The final's judgements: its rows labelled FINAL, and the closing merge's, which names the
     operator that made it (a program's first row does) and is told by where it was judged:
-    the final's generation, in full, beside the final's baseline (the seed)."""
+    the final's generation, in full, beside the final's baseline (the floor)."""
     labelled = frame["operator"] == FINAL
     batches = set(zip(*(frame.loc[labelled, key] for key in ("run_id", "generation", "baseline_id"))))
     in_batch = [row in batches for row in zip(frame["run_id"], frame["generation"], frame["baseline_id"])]
@@ -110,24 +110,29 @@ def final_rows(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def winner_of(frame: pd.DataFrame) -> str:
-    """As the search chose (evolve.final): of the final's contenders that beat the seed, the
-    best fitted speed (evolve.scores), or the seed when none did; with no final, the best
-    fitted speed of the programs a full judgement confirmed, or of all correct ones. (Best
-    mean fitness, a screen's single noisy figure, once named a winner the search had not
-    chosen; so did the fit over the whole history, which the final's own rows can tip
-    towards the winner's parent: a CPU run's 392.0 against 391.9 tok/s.)"""
+    """As the search chose (evolve.final): of the last final's contenders that beat its floor
+    (clearly, or beside the seed at all), the best fitted speed (evolve.scores), else the
+    floor; with no final (or one of a layout that kept no baseline), the best fitted speed of
+    the programs a full judgement confirmed, or of all correct ones. (Best mean fitness, a
+    screen's single noisy figure, once named a winner the search had not chosen; so did the
+    fit over the whole history, which the final's own rows can tip towards the winner's
+    parent: a CPU run's 392.0 against 391.9 tok/s.)"""
     scores = Scores.from_frame(frame)
     finals = final_rows(frame)
-    finals = finals[finals["status"] == "ok"]
+    finals = finals[(finals["status"] == "ok") & (finals["baseline_id"] != "")]
     if len(finals):
-        beat_seed = [cid for cid in finals.loc[finals["ratio"] > 1.0, "candidate_id"] if scores.is_ok(cid)]
-        return max(beat_seed, key=scores.speed) if beat_seed else finals["baseline_id"].iloc[-1]
+        finals = finals[finals["run_id"] == finals["run_id"].iloc[-1]]
+        floor = finals["baseline_id"].iloc[-1]
+        beside_seed = floor in set(frame.loc[frame["operator"] == "seed", "candidate_id"])
+        won = [row["candidate_id"] for _, row in finals.iterrows()
+               if scores.is_ok(row["candidate_id"]) and beats(row, beside_seed)]
+        return max(won, key=scores.speed) if won else floor
     correct = [cid for cid in scores.by_id if cid and scores.is_ok(cid)]
     pool = [cid for cid in correct if scores.is_confirmed(cid)] or correct
     return max(pool, key=scores.speed) if pool else ""
 
 
-def write_plots(frame: pd.DataFrame, per_generation: pd.DataFrame, out_dir: Path) -> list:
+def write_plots(frame: pd.DataFrame, per_generation: pd.DataFrame, out_dir: Path, winner: str = "") -> list:
     out_dir.mkdir(parents=True, exist_ok=True)
     step = range(len(per_generation))  # generations of every run, one after another
     ok = history.judged_rows(frame)
@@ -135,6 +140,8 @@ def write_plots(frame: pd.DataFrame, per_generation: pd.DataFrame, out_dir: Path
     plots = {"fitness_over_time.png": plot_fitness(per_generation, step),
              "pass_rate.png": plot_pass_rate(per_generation, step),
              "tps_vs_memory.png": plot_tps_vs_memory(ok)}
+    if winner:
+        plots["lineage.png"] = plot_lineage(frame, winner)
     for name, fig in plots.items():
         fig.tight_layout()
         fig.savefig(out_dir / name, dpi=100)
@@ -187,3 +194,53 @@ def devices_of(rows: pd.DataFrame) -> str:
     """The devices that judged `rows` ("cuda:0" counted as cuda), or "these" when unknown."""
     names = sorted({str(d).split(":")[0] for d in rows.get("device", pd.Series(dtype=str)).dropna() if str(d)})
     return " and ".join(names) if names else "these"
+
+
+def ancestry(found: dict, winner: str) -> dict:
+    """candidate id -> its depth (0 for a program with no known parent) over every parent,
+    of the winner and all it came from."""
+    depth = {}
+
+    def visit(cid: str, path: frozenset) -> int:
+        if cid not in depth:
+            parents = [p for p in found.get(cid, ([],))[0] if p in found and p not in path]
+            depth[cid] = 1 + max((visit(p, path | {cid}) for p in parents), default=-1)
+        return depth[cid]
+    visit(winner, frozenset())
+    return depth
+
+
+def plot_lineage(frame: pd.DataFrame, winner: str) -> Figure:
+    """The winner's lineage as a tree: every ancestor by depth, an edge from each parent, each
+    node its id and the operator that made it; the first parents' line (the text's lineage) in
+    colour."""
+    found = history.origins(frame)
+    depth = ancestry(found, winner)
+    layers = {}
+    for cid in sorted(depth, key=lambda c: (depth[c], c)):
+        layers.setdefault(depth[cid], []).append(cid)
+    place = {cid: (d, i - (len(ids) - 1) / 2) for d, ids in layers.items() for i, cid in enumerate(ids)}
+    main = {step["candidate_id"] for step in history.lineage(frame, winner)}
+    fig = Figure(figsize=(max(4.0, 2.6 * len(layers)), max(2.0, 0.9 * max(map(len, layers.values())) + 1)))
+    ax = fig.subplots()
+    for cid, (x, y) in place.items():
+        for parent in found.get(cid, ([],))[0]:
+            if parent in place:
+                on_line = cid in main and parent in main
+                ax.annotate("", xy=(x, y), xytext=place[parent], arrowprops=dict(
+                    arrowstyle="->", color="tab:blue" if on_line else "0.6", lw=1.6 if on_line else 0.8,
+                    shrinkA=28, shrinkB=28))  # the arrow ends at the label's edge, not under it
+        label = f"{cid[:8]}\n{short_operator(found.get(cid, ([], ''))[1])}"
+        ax.text(x, y, label, ha="center", va="center", fontsize=7,
+                bbox=dict(boxstyle="round", fc="gold" if cid == winner else "white",
+                          ec="tab:blue" if cid in main else "0.6"))
+    ax.set(xlim=(-0.6, len(layers) - 0.4), xticks=range(len(layers)), xlabel="steps from the first programs",
+           yticks=[], title=f"lineage of {winner[:8]}")
+    ax.set_ylim(min(y for _, y in place.values()) - 0.8, max(y for _, y in place.values()) + 0.8)
+    return fig
+
+
+def short_operator(operator: str, width: int = 24) -> str:
+    """An operator as a node's label: an allele swap by its gene and allele."""
+    text = operator.removeprefix("allele.")
+    return text if len(text) <= width else text[:width - 1] + "~"

@@ -9,8 +9,8 @@ import pandas as pd
 from evolve import history
 from evolve.config import RunConfig
 from evolve.final import FINAL
-from evolve.report import (generation_table, operator_table, plot_fitness, plot_pass_rate, plot_tps_vs_memory,
-                           winner_of)
+from evolve.report import (ancestry, generation_table, operator_table, plot_fitness, plot_pass_rate,
+                           plot_tps_vs_memory, report, winner_of)
 from evolve.scores import Scores
 from evolve.search import run
 from tests.test_evolve_stand_in import crossover, fake_judge, random_mutation
@@ -120,3 +120,38 @@ def test_the_generation_axis_has_whole_generations_only(small_target, tmp_path):
     for figure in (plot_fitness(per_generation, step), plot_pass_rate(per_generation, step)):
         ticks = [t for t in figure.axes[0].get_xticks() if 0 <= t <= step[-1]]
         assert len(ticks) == len(step) and all(float(t).is_integer() for t in ticks)
+
+
+HISTORIES = REPO / "tests" / "histories"
+
+
+def test_the_report_reads_every_history_layout_the_tool_has_written(tmp_path, capsys):
+    """Users read histories across versions (evolve/history.py's table of schema versions).
+    tests/histories/vN.csv: version N's header, as that version wrote it (its COLUMNS at the
+    commit that made it, from git), over the rows of one CPU run of today's tool; version 7,
+    today's, is written here. Each reads with every column of today's (a 2026-11-22 history
+    once raised KeyError), its version told, and the report prints its winner and draws the
+    lineage."""
+    today = tmp_path / "v7.csv"
+    rows = history.read(HISTORIES / "v6.csv")
+    writer = history.History(today)
+    for row in rows.to_dict("records"):
+        writer.append({k: ("" if isinstance(v, float) and v != v else v) for k, v in row.items()})
+    winners = set()
+    for version, path in enumerate(sorted(HISTORIES.glob("v*.csv")) + [today], start=1):
+        frame = history.read(path)
+        assert set(history.COLUMNS) <= set(frame.columns) and (frame["schema_version"] == version).all(), path
+        assert report(path, tmp_path / f"report{version}") == 0
+        printed = capsys.readouterr().out
+        winner = printed.split("\nwinner ")[1].split()[0]
+        assert (tmp_path / f"report{version}" / "lineage.png").stat().st_size > 0
+        winners.add((version >= 3, winner))
+    # From version 3 on the final's rows name its baseline, and the winner is the final's
+    # choice; before, the best fitted confirmed program.
+    assert len({w for later, w in winners if later}) == 1
+
+
+def test_the_lineage_tree_places_each_program_after_all_its_parents():
+    found = {"seed": ([], "seed", ""), "a": (["seed"], "allele.mlp.fused", ""), "b": (["seed"], "hoist", ""),
+             "m": (["a", "b"], "merge_gains", ""), "w": (["m"], "tune_constant", ""), "other": (["seed"], "x", "")}
+    assert ancestry(found, "w") == {"w": 3, "m": 2, "a": 1, "b": 1, "seed": 0}
