@@ -122,7 +122,8 @@ def captured(graph, pool, forward):
     pool if None) on a side stream, as torch.cuda.graph captures, less its emptying of the
     allocator's caches: an engine made where another was just dropped gave that one's memory
     back to the driver, and its runs allocated afresh on the clock (an H100, long prompts:
-    ~10 cudaMalloc a run, 1.1-1.4x slower runs; docs/PERF.md, thirty-eighth session). One
+    ~10 cudaMalloc a run, 1.1-1.4x slower runs;
+    docs/log/2026-11-27-judge-runner-checksum-graphs-allocator.md). One
     stream for every capture, as torch.cuda.graph keeps: the allocator reuses a freed block
     on its own stream only, and with a stream per capture the pool grew by 1 GB."""
     device = torch.cuda.current_device()
@@ -255,7 +256,8 @@ class InterpretedProducts:
 # A product cast to fp16 / bf16 and then added: Triton writes the multiply and the add with no
 # rounding mode, which lets ptxas fuse them into one FMA of the 16-bit inputs, and the product
 # is never rounded as torch's ops round it. On an H100 1 in 5 bf16 RoPE outputs differed from
-# torch's ops (docs/PERF.md, forty-second session); mul_rn's product (mul.rn.f32) is not fused.
+# torch's ops (docs/log/2026-11-27-weights-into-l2-ahead.md); mul_rn's product (mul.rn.f32) is not
+# fused.
 ROUNDED = InterpretedProducts if os.environ.get("TRITON_INTERPRET") == "1" else libdevice
 
 
@@ -304,7 +306,8 @@ NORM_FOLD_ROWS = 1  # range: 1..16; the most rows whose norms a projection folds
 NORM_FOLD_WIDTH = 8192  # range: 1024..16384; the widest row whose norm a projection folds in
 NORM_FOLD_ELEMENTS = 16384  # range: 4096..65536; weight elements a folding program holds (its columns x the row)
 # 8 warps took an H100's Qwen3-0.6B batch-1 step from 0.699 to 0.691 ms and Llama-3.2-1B's from
-# 0.978 to 0.984 (docs/PERF.md, thirty-second session): one for the search to tune per target.
+# 0.978 to 0.984 (docs/log/2026-11-27-swiglu-in-the-gate-up-projection.md): one for the search to
+# tune per target.
 NORM_FOLD_WARPS = 4  # range: 1..16; warps a folding program runs with (Triton's default: 4)
 
 

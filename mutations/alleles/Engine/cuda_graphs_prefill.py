@@ -37,9 +37,11 @@ DEVICES = "cuda"
 
 # A run fits the tokens to its largest prefill (`fits:`): on an H100 the long_prompts target's
 # 8,192-token prefills ran 3.0-3.7x faster captured than eager, Llama-3.2-1B's 16 x 1,024 2-3%
-# (docs/PERF.md, forty-first session). The prompts are not fitted: a captured prefill's
+# (docs/log/2026-11-27-long-prompts-prefills-captured.md). The prompts are not fitted: a captured
+# prefill's
 # attention grid covers every prompt slot over the whole bucket: at 64 slots and 16,384 tokens
-# that prefill ran at 0.29x (twenty-eighth session, before blocks past a prompt's end skipped
+# that prefill ran at 0.29x (docs/log/2026-11-26-llama-20-minute-search.md, before blocks past a
+# prompt's end skipped
 # their loop; not measured since).
 MAX_PREFILL_TOKENS = 2048  # range: 256..16384, fits: prefill_tokens; the most packed tokens a captured prefill takes
 MAX_PREFILL_PROMPTS = 16  # range: 4..64; the most prompts a captured prefill takes
@@ -92,7 +94,7 @@ def step_inputs(embed, tokens, cos_table, sin_table, positions):
     """(embed[tokens], cos_table[positions], sin_table[positions]) in one launch, the step's
     first: as three torch gathers they took ~10 us of a Qwen3-0.6B batch-1 step on an H100,
     and, launched outside programmatic launch, kept the first layer from loading its weights
-    meanwhile (docs/PERF.md, thirty-third session)."""
+    meanwhile (docs/log/2026-11-27-batch-1-step-timeline-step-inputs.md)."""
     n, hidden, half = tokens.shape[0], embed.shape[1], cos_table.shape[1]
     x = torch.empty(n, hidden, device=embed.device, dtype=embed.dtype)
     cos = torch.empty(n, half, device=embed.device, dtype=cos_table.dtype)

@@ -6,7 +6,8 @@ difference, a stack); on a decode step each is a launch of almost no work, twice
 QKV projection needs no copy first). Each product is rounded to the compute dtype before
 the sum, as the reference's elementwise ops round (shared.rotate_pair): through mul_rn, or
 ptxas fuses the unrounded product into the 16-bit add and 1 in 5 bf16 outputs differed
-from torch's (H100, docs/PERF.md, forty-second and forty-third sessions).
+from torch's (H100, docs/log/2026-11-27-weights-into-l2-ahead.md,
+2026-11-28-bf16-rope-through-kernels-exact.md).
 """
 import triton
 import triton.language as tl

@@ -64,21 +64,23 @@ DECODE_PROGRAMS = 1024  # range: 64..8192; programs a decode aims for: splits = 
 # A tile's tokens follow from its bytes: 16 tokens hold 2 KB of K a head at head_dim 64, 4 KB
 # at 128. On an H100, 4 KB tiles took the batch-64 call from 24.2 to 18.9 us (Llama-3.2-1B,
 # head_dim 64) and 15.0 to 13.4 (the 1B-class config); 8 KB gained 1% on the 1B-class and
-# lost 13% on Llama's, 11% on Qwen3's (docs/PERF.md, thirty-eighth session). Batches up to
+# lost 13% on Llama's, 11% on Qwen3's
+# (docs/log/2026-11-27-judge-runner-checksum-graphs-allocator.md). Batches up to
 # DECODE_PREFETCH_BATCH hold a tile or two a split and keep 16 tokens.
 DECODE_TILE_BYTES = 4096  # range: 1024..16384; bytes of K a tile holds a head (16 to 64 tokens)
 MAX_SPLITS = 64  # range: 8..256; the most shares one request's tokens are cut into
 # On an H100 two warps read the batch-64 K/V faster than four at head_dim 64 and 128 (Llama-3.2-1B
 # 18.4 -> 18.0 us, the 1B-class config 13.4 -> 12.4, Qwen3-0.6B 36.1 -> 35.4, long_prompts' 4 x
-# 2,048 13.9 -> 12.0) and slower at the public 192 (padded to 256: 7.4 -> 7.8; docs/PERF.md,
-# thirty-ninth session): wider heads take twice as many. Whole 64-row steps came out level;
-# with two warps, 8 KB tiles took Llama's call to 15.1 us (Qwen3's to 42.2): a target's to tune.
+# 2,048 13.9 -> 12.0) and slower at the public 192 (padded to 256: 7.4 -> 7.8;
+# docs/log/2026-11-27-split-kv-batch-64-cublas-layouts-qwen3-search.md): wider heads take twice
+# as many. Whole 64-row steps came out level; with two warps, 8 KB tiles took Llama's call to
+# 15.1 us (Qwen3's to 42.2): a target's to tune.
 DECODE_WARPS = 2  # range: 1..16; warps a split runs with up to head_dim 128 (BLOCK_D / 128 times that above)
 COMBINE_WARPS = 4  # range: 1..16; warps a program summing a head's splits runs with (Triton's default: 4)
 DECODE_STAGES = 2  # range: 1..5, step 1; software-pipeline stages of a split's tile loop (Triton's default: 3)
 # On an H100 the first tile before the wait took a batch-1 step from 0.95 to 0.875 ms
 # (Qwen3-0.6B) and from 1.13 to 1.08 (Llama-3.2-1B), but Llama's batch-64 step from 2.03 to
-# 2.28 ms (docs/PERF.md, twenty-eighth session): larger batches wait first.
+# 2.28 ms (docs/log/2026-11-26-split-kv-first-tile-head-norms-rope.md): larger batches wait first.
 DECODE_PREFETCH_BATCH = 1  # range: 1..256; the largest batch whose splits load a tile before their PDL wait
 # Those splits hold a tile or two, which a pipeline's prologue only delays (Qwen3-0.6B, batch 1:
 # 6.6 us a call at 1 stage, 7.2 at 3; at batch 64 2 stages read K/V fastest).
@@ -88,7 +90,8 @@ PREFETCH_STAGES = 1  # range: 1..5, step 1; DECODE_STAGES for the batches up to 
 # 192 tokens: Qwen3-0.6B 6.76 us at 1,024 programs, 5.98 at 128; Llama-3.2-1B 5.99 and 5.61).
 PREFETCH_PROGRAMS = 128  # range: 16..8192; DECODE_PROGRAMS for the batches up to DECODE_PREFETCH_BATCH
 # 8 took an H100's Qwen3-0.6B batch-1 step (NORM_FOLD_WARPS 8) from 0.676 to 0.665 ms, 2 to
-# 0.680, and Llama-3.2-1B's from 0.970 to 0.986 (docs/PERF.md, thirty-third session): the
+# 0.680, and Llama-3.2-1B's from 0.970 to 0.986
+# (docs/log/2026-11-27-batch-1-step-timeline-step-inputs.md): the
 # search's to tune per target (h100_20261127_2359b8da.txt has 8); larger batches: DECODE_WARPS.
 PREFETCH_WARPS = 4  # range: 1..16; DECODE_WARPS for the batches up to DECODE_PREFETCH_BATCH
 

@@ -14,7 +14,7 @@ the whole call for every prompt slot, and blocks past a prompt's end do nothing.
 Only key blocks that reach a block's diagonal or the prompt's end are masked; the ones
 before it load and score unmasked: one layer of a 16 x 1024 prefill took 390 -> 328 us on
 Llama-3.2-1B's heads and 368 -> 340 on Qwen3-0.6B's (H100, `prefill_attention_bench`,
-docs/PERF.md, thirty-fourth session).
+docs/log/2026-11-27-batch-64-step-prefill-unmasked-blocks.md).
 Blocks of 64 queries over 32 keys, two pipeline stages: on an H100 they took a layer of the
 public prefill (4 x 128 tokens, head_dim 192) from 27.9 us with 16 x 16 blocks to 17.4, and a
 1B-class group of 4 x 1024 prompts from 180 us to 97 (`python -m tools.probes.prefill_attention_bench`,

@@ -3,7 +3,8 @@
 attention_inputs.triton readies q and k (head norms, RoPE) and stores k and v in one launch,
 which the split-KV kernels then wait for: at batch 1 a boundary with a few KB of work on
 either side. On an H100, leaving that launch out of the recipe's Qwen3-0.6B batch-1 step
-(a timing-only variant) took it from 0.80 to 0.74 ms (docs/PERF.md, thirty-first session).
+(a timing-only variant) took it from 0.80 to 0.74 ms
+(docs/log/2026-11-27-qwen3-batch-1-step-by-leaving-parts-out.md).
 Here each split-KV program readies its own q heads after its wait, and the split holding
 the newest token readies that token's k and stores it and v where attention_inputs would
 (the cache row the block table gives the position), then reads both from its registers.
@@ -20,7 +21,7 @@ READY_BATCH = 1  # range: 0..256; the largest decode batch whose split-KV progra
 # Above head_dim 128 the readying kernel compiles only with its first tile loaded before its
 # wait (batches up to DECODE_PREFETCH_BATCH): without it Triton 3.6's layout pass fails on
 # sm_90 (the GPU machine's Triton; 3.9 compiles it), and a search that raised READY_BATCH
-# alone judged a crash (H100, docs/PERF.md, forty-second session).
+# alone judged a crash (H100, docs/log/2026-11-27-weights-into-l2-ahead.md).
 READY_WIDE_HEAD = 128
 
 

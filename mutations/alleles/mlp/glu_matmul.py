@@ -6,7 +6,8 @@ GLU_BLOCK_N columns of both halves (gate rows, then up rows of the fused weight)
 inner dimension in GLU_BLOCK_K tiles on the tensor cores, rounds each product to the compute
 dtype as a matmul's output is rounded, and writes silu(gate) * up with swiglu_kernel's
 arithmetic (silu_times). Timed alone on an H100 in bf16 (tools.probes.glu_matmul_bench,
-docs/PERF.md, fortieth session), against cuBLAS + the SwiGLU kernel, us a call: Llama-3.2-1B
+docs/log/2026-11-27-glu-matmul-epilogue.md), against cuBLAS + the SwiGLU kernel, us a call:
+Llama-3.2-1B
 8 rows 25.5 against 27.8, 64 rows 27.2 against 29.7; Qwen3-0.6B 7.7 / 8.4 against 8.9 / 9.3;
 the 1B-class GQA target 18.8 / 20.6 against 21.0 / 21.9. One row keeps swiglu_triton's fold
 into the down projection, a prefill's thousands of rows cuBLAS; fp32 keeps the reference's

@@ -19,7 +19,8 @@ the kernel before it under programmatic dependent launch, then computes the whol
 product with the same arithmetic and sums it against its columns in fp32, rounded once as a
 matmul is. A launch a layer fewer: on an H100 Qwen3-0.6B's batch-1 step (intermediate
 3,072) gained, while Llama-3.2-1B's (8,192) lost 0.23 ms, each program recomputing a product
-twice as wide for fewer columns (docs/PERF.md, twenty-seventh session): hence FOLD_WIDTH.
+twice as wide for fewer columns (docs/log/2026-11-26-one-row-folds-llama-qwen3-step.md): hence
+FOLD_WIDTH.
 
 The kernels and `swiglu`, the MLP after its first projection, are in shared.py, with their
 arithmetic (`silu_times`), which norm_mlp.folded's one-row projection computes in its own

@@ -7,7 +7,8 @@ writes silu(gate) * up for its columns, rounded as mlp.swiglu_triton rounds it; 
 projection reads the product. The product in the projection's last step, not in the down
 projection's programs (each of which recomputed the whole row's after its wait) or a launch
 of its own: on an H100 Qwen3-0.6B's batch-1 step 0.752 -> 0.700 ms, Llama-3.2-1B's 1.010 ->
-0.980 (docs/PERF.md, thirty-second session). More rows than NORM_FOLD_ROWS, fp32, or a row
+0.980 (docs/log/2026-11-27-swiglu-in-the-gate-up-projection.md). More rows than NORM_FOLD_ROWS,
+fp32, or a row
 wider than NORM_FOLD_WIDTH take the genes apart.
 """
 REQUIRES = {"load_weights": ("fused_gate_up", "fused_both")}

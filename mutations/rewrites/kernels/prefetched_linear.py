@@ -66,20 +66,22 @@ PREFETCH_ROWS = 16  # range: 1..64; the most rows a matmul takes through the pre
 PREFETCH_WEIGHT = 2621440  # range: 655360..10485760; the largest weight (elements) it takes for several rows
 # One row (a batch-1 decode) sums in registers: on an H100 in bf16 it beat cuBLAS alone on 8 of
 # the 10 Llama-3.2-1B / Qwen3-0.6B projections, lm_head included, and with no limit the batch-1
-# step was faster than with 10.5 M elements (docs/PERF.md, twenty-sixth session).
+# step was faster than with 10.5 M elements (docs/log/2026-11-26-one-row-projections-in-triton.md).
 PREFETCH_ONE_ROW_WEIGHT = 536870912  # range: 655360..536870912; the largest weight (elements) it takes for one row
 PREFETCH_SHARE = 1024  # range: 256..2048; inner-dimension elements a program holds in registers
 # One row may take a longer share in as many registers, in fewer columns a program (16 x
 # PREFETCH_SHARE elements in all): up to the whole inner dimension, and then no second kernel
 # sums the shares. On an H100 in bf16 one whole share beat 1,024-element shares summed on
 # all 10 Llama-3.2-1B / Qwen3-0.6B projections (Qwen3's o 2.83 against 4.34 us, Llama's down
-# 13.33 against 15.79; docs/PERF.md, twenty-seventh session).
+# 13.33 against 15.79; docs/log/2026-11-26-one-row-folds-llama-qwen3-step.md).
 PREFETCH_ONE_ROW_SHARE = 8192  # range: 256..16384; inner-dimension elements a one-row program sums
-# 8 were slower on both Llama-3.2-1B and Qwen3-0.6B (H100, docs/PERF.md, thirty-second session).
+# 8 were slower on both Llama-3.2-1B and Qwen3-0.6B (H100,
+# docs/log/2026-11-27-swiglu-in-the-gate-up-projection.md).
 PREFETCH_ONE_ROW_WARPS = 4  # range: 1..16; warps a one-row program runs with (Triton's default: 4)
 # Several rows: every program reloads x's share, which wider column blocks (fewer programs)
 # and more warps (more registers) offset. At 64 rows on an H100 no tiling beat cuBLAS
-# (docs/PERF.md, thirty-fifth session): tunables, at their old fixed values.
+# (docs/log/2026-11-27-batch-64-projections-prefetching-kernel.md): tunables, at their old fixed
+# values.
 PREFETCH_ROWS_BLOCK_N = 16  # range: 16..128; output columns a program of several rows owns
 PREFETCH_ROWS_WARPS = 4  # range: 1..16; warps a program of several rows runs with
 # The second kernel, where the inner dimension was cut into shares: at its old fixed launch.
