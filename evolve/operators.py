@@ -115,7 +115,8 @@ def sweep_rank(name: str, device: str, vocabulary) -> int:
     docs/PERF.md); last, swaps back to a seed allele (from the seed they have nothing to
     do), the operators slow to judge (their `slow_to_judge` says why) and, on a CPU, the
     GPU's levers (`gpu_lever`: CUDA graphs ran at 0.15x there, and a program that slow made
-    its batch of screens last 3x as long: docs/PERF.md, 2026-11-23)."""
+    its batch of screens last 3x as long:
+    docs/log/2026-11-23-cpu-default-run-gpu-levers-last.md)."""
     on_gpu, lever = str(device).startswith("cuda"), vocabulary.is_gpu_lever(name)
     if name.endswith(".seed") or vocabulary.is_slow_to_judge(name) or (not on_gpu and lever):
         return DEMOTED

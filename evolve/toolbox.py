@@ -104,10 +104,10 @@ def sweep(parent: Program, limit: int, make, vocabulary: Vocabulary, selector: O
     An operator with `sweep_places` takes up to that many places, a fresh draw in each.
     Operators the run never tried, the demoted aside, take every other place, or a short
     search re-sweeps the GPU-only ones on each new best and never tries the rest (it never
-    tried `last_token_logits`: docs/PERF.md, 2026-11-23). First of all (not among the
-    levers), the next step of each move that made `parent` (`next_steps`: a constant
-    doubled, doubled again): a search walks a constant that gained without drawing it again
-    from ~60. [] when the vocabulary cannot name its operators."""
+    tried `last_token_logits`: docs/log/2026-11-23-8-minute-search-adjacent-heads-fix.md).
+    First of all (not among the levers), the next step of each move that made `parent`
+    (`next_steps`: a constant doubled, doubled again): a search walks a constant that gained
+    without drawing it again from ~60. [] when the vocabulary cannot name its operators."""
     if not vocabulary.can_choose:
         return []
     children = []

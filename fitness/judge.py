@@ -149,7 +149,8 @@ class TimingCores:
     cores in turn, one a round. The GPU machines' cores have slow spells of their own lasting
     seconds (only 8-18% of a core's variance is shared by all), and a judgement alone on one
     core took its spell whole: the seed's fitness drew a CV of 8% over five judgements of
-    20 rounds on one core, 4% in turn over 16 (docs/PERF.md, 2026-11-24)."""
+    20 rounds on one core, 4% in turn over 16
+    (docs/log/2026-11-24-search-480ebbd-decode-kernel-costs.md)."""
 
     def __init__(self, cores):
         self.cores, self.turn, self.rotating = list(cores), 0, False

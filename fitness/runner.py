@@ -137,7 +137,7 @@ def settle(device) -> None:
     """After an engine is made: the device idle, its peak memory counted afresh, and the
     first read-back done. That read-back cost 1.3-1.5 ms on an H100 (later ones 0.02 ms),
     paid otherwise by the checksum inside the timed `go`, where it halved the judge's
-    prefill figure against the benchmark's (docs/PERF.md, 2026-11-25)."""
+    prefill figure against the benchmark's (docs/log/2026-11-25-issue-8-table-judge-read-back.md)."""
     if is_cuda(device):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()

@@ -523,7 +523,8 @@ def test_the_final_choice_weighs_the_contenders_paired_comparison_not_their_rati
 
 
 def test_near_equal_programs_are_ranked_by_their_paired_comparisons_not_their_ratios_to_a_slow_seed():
-    """An H100 search on Llama-3.2-1B's shape (docs/PERF.md, thirty-sixth session): the Qwen3
+    """An H100 search on Llama-3.2-1B's shape
+    (docs/log/2026-11-27-llama-20-minute-search-todays-tree.md): the Qwen3
     library program L read 15.2x, then 14.1x the eager seed; A, L plus one constant, level
     with L twice (1.004x, 1.001x, paired) but 12.4x the seed in the final (interval
     11.6-13.2x); B, L's merge, 0.995x L once and 14.0x the seed (9.9-19.9x). With each

@@ -13,7 +13,8 @@ decode steps apart from the prefill: a streamer notes the clock as each step's t
 the host (generate copies them there, waiting for the device, every step), and the steps
 are the span from the prefill's token to the last, as `fitness bench --step-time` times
 ours. (generate(P + S + 1) less generate(P + 1), as this took it before, let both runs'
-prefill noise into the step: docs/PERF.md, forty-fourth session.) Prints one JSON line per
+prefill noise into the step: docs/log/2026-11-28-transformers-steps-apart-llama-64-row.md.) Prints
+one JSON line per
 case, with peak memory; compare with python -m fitness bench --cases large --roofline on
 the same card.
 """

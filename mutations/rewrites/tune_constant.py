@@ -88,7 +88,8 @@ class TuneConstantOperator(StructuralRewrite):
     order = 3
     draws = True  # which constant, and which way
     # One draw is one of ~60 constants in the recipe's program: one a sweep tried 7 in three
-    # 10-minute GPU runs, and 2 of those screened at 1.10x (docs/PERF.md, 2026-11-26).
+    # 10-minute GPU runs, and 2 of those screened at 1.10x
+    # (docs/log/2026-11-26-cpu-what-changed-step-time-norm-heads.md).
     sweep_places = 3
     needs_swap = "allele.KVCache.paged"  # the seed declares no constant; alleles bring them
     devices = "any"

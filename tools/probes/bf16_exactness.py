@@ -4,9 +4,11 @@
 
 Every program is gated on the contract's bf16 config, where the passing programs match the
 reference exactly. RoPE's kernels once missed by 1.01x the tolerance although they round
-each product as torch does (docs/PERF.md, 2026-11-22): ptxas fused a product written
+each product as torch does (docs/log/2026-11-22-prefill-cuda-graphs-one-kernel-rope.md): ptxas fused
+a product written
 without a rounding mode into the 16-bit add after its cast, until the products went through
-mul_rn (forty-second and forty-third sessions). Here each kernel runs on random bf16 inputs
+mul_rn (docs/log/2026-11-27-weights-into-l2-ahead.md,
+2026-11-28-bf16-rope-through-kernels-exact.md). Here each kernel runs on random bf16 inputs
 of the real shapes, with bf16 tables, beside the torch ops it replaces; printed per shape:
 the elements that differ, the largest difference and the largest value. SwiGLU as the
 allele computes it and as a kernel written with torch's own arithmetic (CUDA's expf,

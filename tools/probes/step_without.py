@@ -7,7 +7,7 @@ processes (`python -m fitness bench --engine F --case decode_1x128x64 --step-tim
 variant's logits are wrong (never gate one); everything it keeps runs as in ENGINE.py, CUDA
 graphs and programmatic launch included, so the step's time less a variant's is what that
 part costs where it runs, overlap and all. Without counters on the GPU, this placed Qwen3-0.6B's
-batch-1 step (docs/PERF.md, thirty-first session). Parts:
+batch-1 step (docs/log/2026-11-27-qwen3-batch-1-step-by-leaving-parts-out.md). Parts:
 
   attention  attention_inputs and attend (the attention gene's call): q goes straight to o
   combine    the split-KV decode's second kernel (triton_split_kv)
