@@ -31,7 +31,7 @@ MAX_DRAWS_PER_CHILD = 3
 
 
 def evolve(search) -> None:
-    """Generations until the count or the budget runs out (DESIGN.md, "The search")."""
+    """Generations until the count or the budget runs out (../shared/DESIGN.md, "The search (evolve/)")."""
     toolbox, config = search.toolbox, search.config
     while search.should_continue():
         gen, started = search.generation, time.monotonic()

@@ -11,7 +11,7 @@ A pass must at least
 Its bound is max(bytes / bandwidth, FLOPs / tensor rate); a case's is the sum over its
 passes. Not counted: kernel launch and host overhead, activations that could stay
 on-chip, and the element-wise work of norms, RoPE and softmax. So the bound is honest
-but loose for small models, where launches dominate (DESIGN.md, "Where the time goes").
+but loose for small models, where launches dominate (../shared/DESIGN.md, "Where the time goes on a GPU").
 """
 import argparse
 import json
