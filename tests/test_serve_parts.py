@@ -302,7 +302,7 @@ def test_the_load_generator_counts_output_tokens_as_the_server_does(tokenizer):
 
 
 def test_the_server_is_set_against_its_engine_offline():
-    """The H100 figures of docs/PERF.md (nineteenth session), by the server's usage."""
+    """The H100 figures of docs/log/2026-11-25-public-show-twelve-layer-serve-sweep.md, by the server's usage."""
     offline = {"batch_output_tokens_per_s": 16971.952, "prefill_ms": 5.018, "decode_step_ms": 1.56}
     level = lambda c, tps, ttft, tpot: {"concurrency": c, "output_tokens_per_s": tps,  # noqa: E731
                                         "ttft_ms": {"p50": ttft}, "tpot_ms": {"p50": tpot}}
