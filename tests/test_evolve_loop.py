@@ -255,6 +255,8 @@ def test_the_final_keeps_the_floor_unless_a_contender_is_clearly_faster(monkeypa
         verdict = {"status": "ok", "ratio": ratio, "ratio_low": low, "ratio_high": high, "rounds": 6,
                    "fitness_cv": 0.02, "tokens_per_second": {"decode": 100_000.0 * ratio},
                    "baseline_tokens_per_second": {"decode": 100_000.0}}
+        for program, *_ in jobs:  # as judging.record does
+            scores.add(program.id, "ok", 100_000.0 * ratio, 1.0, 1.0, tps=verdict["tokens_per_second"])
         return [(program, 100_000.0 * ratio, verdict) for program, *_ in jobs]
 
     monkeypatch.setattr(evolve.judging, "run_jobs", final_judgements)
@@ -267,6 +269,17 @@ def test_the_final_keeps_the_floor_unless_a_contender_is_clearly_faster(monkeypa
     assert choose(seed)[0] is contender  # beside the seed, 1.05x is a win
     final_ratio["now"] = (1.05, 1.01, 1.09)
     assert choose(floor)[0] is contender
+    # No contender fitted faster than the floor: the floor's closing merge (its gains folded
+    # in) is still judged beside it, and wins only when clearly faster.
+    judged = []
+    monkeypatch.setattr(evolve.judging, "run_jobs", lambda *args: judged.extend(p.id for p, *_ in args[2]) or
+                        final_judgements(*args))
+    for i, (ratio, wins) in enumerate((((1.05, 1.01, 1.09), True), ((1.02, 0.99, 1.05), False))):
+        closing = Program(f"floor = 1\nmerged = {i}\n", (floor.id,), "merge_every_gain")
+        merging = SimpleNamespace(merge_every_gain=lambda best, scores: closing if best is floor else None)
+        final_ratio["now"] = ratio
+        winner = final.choose_winner(Judging(merging, scores, 1), seed, floor, [], 2, 4, lambda n: True)[0]
+        assert judged[-1] == closing.id and winner is (closing if wins else floor)
 
 
 def test_seed_from_a_run_directory_and_a_file(small_target, tmp_path):
