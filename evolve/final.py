@@ -34,12 +34,13 @@ def choose_winner(judging: Judging, seed, floor, contenders: list, final_top: in
     `generation`'s rows."""
     scores = judging.scores
     contenders = [p for p in contenders if scores.is_confirmed(p.id)][:final_top]
-    if scores.is_confirmed(floor.id):
+    floor_confirmed = scores.is_confirmed(floor.id)
+    if floor_confirmed:
         # The best with the gains it lacks; the floor's, when it is the best.
         closing = closing_merge(judging.toolbox, scores, contenders[0] if contenders else floor)
         if closing is not None:  # second: more likely to win than the best's runner-up
             contenders.insert(1, closing)
-    if not contenders or not scores.is_confirmed(floor.id):
+    if not contenders or not floor_confirmed:
         return unmeasured_choice(scores, seed, floor, contenders,
                                  f"no confirmed program fitted faster than {name_of(floor, seed)} to compare with it")
     # As many contenders as the time left can compare, best first.

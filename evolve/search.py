@@ -177,12 +177,13 @@ class Search:
         """The final comparison of `contenders` (by default the hall of fame's best
         final_top; the final may add its closing merge to them): full judgements beside the
         floor, with up to final_rounds."""
+        ranked = self.final_contenders()
         if contenders is None:
-            contenders = min(self.config.final_top, len(self.final_contenders()))
+            contenders = min(self.config.final_top, len(ranked))
         # One batch per worker. More rounds only for a close call: a program well ahead of
         # the floor clears its interval in a confirmation's rounds.
         together = math.ceil(contenders / self.config.workers)
-        best = next(iter(self.final_contenders()), None)
+        best = ranked[0] if ranked else None
         gain = self.scores.gain(best.id, self.floor.id) if best is not None else None
         close = gain is None or gain < CLEAR_GAIN
         extra_rounds = self.config.final_rounds / self.config.max_rounds - 1
