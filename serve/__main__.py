@@ -13,14 +13,13 @@ import json
 import logging
 from pathlib import Path
 
-import torch
 import uvicorn
 
 from fitness.model_config import ModelConfig
 from serve.app import build_app
+from serve.core_client import EngineCoreClient
 from serve.llm_engine import LLMEngine
-from serve.model_runner import ModelRunner, load_engine
-from serve.scheduler import Scheduler, SchedulerConfig
+from serve.scheduler import SchedulerConfig
 from serve.serving import ServedModel
 from serve.tokenizer import Tokenizer
 from target import toy_tokenizer
@@ -48,13 +47,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--max-num-prefill-tokens", type=int, default=DEFAULTS.max_num_prefill_tokens)
     parser.add_argument("--max-num-waiting", type=int, default=DEFAULTS.max_num_waiting)
     parser.add_argument("--log-level", default="warning")
+    parser.add_argument("--timeline", action="store_true",
+                        help="record each step's times in both processes, for GET /timeline "
+                             "(python -m tools.serve_timeline reads it)")
     return parser.parse_args(argv)
-
-
-def resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
 
 
 def tokenizer_dir(args) -> Path:
@@ -65,33 +61,16 @@ def tokenizer_dir(args) -> Path:
     return toy_tokenizer.ensure(args.model_config)
 
 
-def max_num_kv_tokens(args, config: ModelConfig, device: str, max_model_len: int) -> int:
-    """How many tokens' K/V the engine may hold at once: admission never reserves more."""
-    if args.max_num_kv_tokens:
-        return args.max_num_kv_tokens
-    if not device.startswith("cuda"):
-        return args.max_num_seqs * max_model_len
-    element_size = torch.finfo(config.compute_dtype(device)).bits // 8
-    bytes_per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * element_size
-    free_bytes, _ = torch.cuda.mem_get_info()
-    return int(free_bytes * args.kv_memory_fraction) // bytes_per_token
-
-
 def build(args) -> tuple:
-    """(the LLMEngine, the ServedModel), the engine made and warmed up."""
-    device = resolve_device(args.device)
+    """(the LLMEngine, the ServedModel), the engine core's process started and its engine
+    made and warmed up."""
     config = ModelConfig.load(args.model_config)
-    max_model_len = args.max_model_len or config.max_position_embeddings
-    engine = load_engine(args.engine, args.model_config, args.weight_dir, device)
-    runner = ModelRunner(engine, device)
-    runner.warm_up()
-    scheduler = Scheduler(SchedulerConfig(
-        max_num_seqs=args.max_num_seqs,
-        max_num_kv_tokens=max_num_kv_tokens(args, config, device, max_model_len),
-        max_num_prefill_tokens=args.max_num_prefill_tokens,
-        max_num_waiting=args.max_num_waiting))
-    llm = LLMEngine(runner, scheduler, Tokenizer(tokenizer_dir(args)))
+    tokenizer = Tokenizer(tokenizer_dir(args))
+    client = EngineCoreClient(args, tokenizer.eos_token_id)
+    ready = client.wait_ready()
+    llm = LLMEngine(client, ready.scheduler_config, tokenizer, args.timeline)
     name = args.served_model_name or json.loads(args.model_config.read_text()).get("model_type", "model")
+    max_model_len = args.max_model_len or config.max_position_embeddings
     return llm, ServedModel(name=name, vocab_size=config.vocab_size, max_model_len=max_model_len)
 
 
@@ -111,7 +90,10 @@ def main(argv=None) -> None:
     llm, model = build(args)
     config = uvicorn.Config(build_app(llm, model), host=args.host, port=args.port,
                             log_level=args.log_level)
-    asyncio.run(AnnouncingServer(config).serve())
+    try:
+        asyncio.run(AnnouncingServer(config).serve())
+    finally:
+        llm.shutdown()
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ def build_app(llm: LLMEngine, model: ServedModel) -> FastAPI:
         loop_task = asyncio.create_task(llm.run_forever())
         yield
         loop_task.cancel()
+        llm.shutdown()  # the engine core's process leaves with the server
 
     app = FastAPI(title="engine-evolver", lifespan=lifespan)
     app.add_exception_handler(RequestValidationError, validation_error)
@@ -35,6 +36,14 @@ def build_app(llm: LLMEngine, model: ServedModel) -> FastAPI:
     @app.get("/metrics")
     async def metrics():
         return PlainTextResponse(prometheus_text(llm))
+
+    @app.get("/timeline")
+    async def timeline():
+        """The steps recorded since the last call (--timeline), then forgotten."""
+        if llm.timeline is None:
+            return Response(status_code=404)
+        rows, llm.timeline = llm.timeline, []
+        return rows
 
     @app.get("/v1/models")
     async def models():

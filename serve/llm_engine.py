@@ -1,41 +1,45 @@
-"""The serving loop: schedule a step, launch it, read back the one before, hand out its tokens.
+"""The API process's side of the engine (vLLM V1's AsyncLLM): submit sequences, abort
+them, and hand each step's tokens, as text, to the requests' handlers.
 
-The scheduler and every sequence are touched only on the event loop; the engine calls run
-in a worker thread (one at a time), so the server keeps answering while the model
-computes, and a request that arrives during a step joins at the next one. Each step is
-launched before the one ahead of it is read back (serve.model_runner): a sequence that
-meets EOS or a stop string in the step read back was launched once more, and that token
-is dropped; max_tokens is known ahead, so no sequence decodes past it.
+The scheduler, the model runner and sampling run in the engine core's process
+(serve.engine_core), which sends one message a step; this side reads them on the event
+loop, beside the HTTP handlers, while the core computes the next step. Admission's
+waiting limit is counted here, where requests arrive: a sequence waits until its first
+token is back (the core's own queue is never longer, since it hears of every abort first).
 """
 import asyncio
 import logging
+import time
+from typing import Optional
 
-from serve.model_runner import ModelRunner, Step
+from serve.core_client import EngineCoreClient, EngineCoreDead
+from serve.output_processor import OutputProcessor, SequenceState
 from serve.sampling import SamplingParams
-from serve.scheduler import Scheduler
-from serve.sequence import Sequence
+from serve.scheduler import QueueFull, SchedulerConfig
 from serve.tokenizer import Tokenizer
 
 log = logging.getLogger("serve")
 
 
 class LLMEngine:
-    def __init__(self, runner: ModelRunner, scheduler: Scheduler, tokenizer: Tokenizer):
-        self.runner = runner
-        self.scheduler = scheduler
+    def __init__(self, client: EngineCoreClient, scheduler_config: SchedulerConfig, tokenizer: Tokenizer,
+                 record_timeline: bool = False):
+        self.client = client
+        self.scheduler_config = scheduler_config
         self.tokenizer = tokenizer
-        self.wake_up = asyncio.Event()
-        self.error = None  # what stopped the loop, if anything did
-        self.num_generated_tokens = 0  # since start, cancelled sequences' included
+        self.processor = OutputProcessor()
+        self.error: Optional[Exception] = None  # what stopped the core, if anything did
+        self.stats = {"num_seqs_running": 0, "num_seqs_waiting": 0, "generation_tokens_total": 0}
+        # With --timeline, a row a step: the core's times, then received, detokenized, handed, seqs.
+        self.timeline = [] if record_timeline else None
 
     @property
     def is_running(self) -> bool:
         return self.error is None
 
     def metrics(self) -> dict:
-        return {"num_seqs_running": len(self.scheduler.running),
-                "num_seqs_waiting": len(self.scheduler.waiting),
-                "generation_tokens_total": self.num_generated_tokens}
+        """The core's counts as of its latest step."""
+        return dict(self.stats)
 
     def submit(self, prompts: list, params: SamplingParams, num_samples: int = 1) -> tuple:
         """Queue num_samples sequences per prompt; (their shared outbox, the sequences, a
@@ -46,66 +50,50 @@ class LLMEngine:
         another. Raises QueueFull when the waiting queue cannot take them all.
         """
         if self.error is not None:
-            raise RuntimeError(f"the engine failed: {self.error!r}")
+            raise RuntimeError(f"the engine failed: {self.error}")
+        limit = self.scheduler_config.max_num_waiting
+        num_seqs = len(prompts) * num_samples
+        if self.processor.num_waiting + num_seqs > limit:
+            raise QueueFull(f"{self.processor.num_waiting} requests are already waiting (limit {limit})")
         outbox = asyncio.Queue()
-        seqs = [Sequence(prompt, params.for_sample(j), self.tokenizer, outbox, i * num_samples + j)
+        seqs = [SequenceState(prompt, params.for_sample(j), self.tokenizer, outbox, i * num_samples + j)
                 for i, prompt in enumerate(prompts) for j in range(num_samples)]
-        self.scheduler.add(seqs)
-        self.wake_up.set()
+        self.processor.add(seqs)
+        self.client.add([(s.seq_id, s.prompt_token_ids, s.params) for s in seqs])
         return outbox, seqs
 
     def abort(self, seqs: list) -> None:
-        """Cancel sequences (their client left): their slots free up at the next step."""
-        for seq in seqs:
-            if not seq.is_finished:
-                self.scheduler.finish(seq)
-        self.wake_up.set()
+        """Cancel sequences (their client left): their slots free up at the core's next step."""
+        running = [s for s in seqs if not s.is_finished]
+        for seq in running:
+            self.processor.finish(seq)
+        if running and self.error is None:
+            self.client.abort([s.seq_id for s in running])
 
     async def run_forever(self) -> None:
+        """Take the core's steps as they come, until it stops."""
         try:
-            step = None  # launched, its tokens not yet read back
-            while True:
-                if step is None:
-                    await self.wake_up.wait()
-                    if not self.scheduler.has_work():
-                        self.wake_up.clear()
-                        continue
-                # The next step is launched before this one's tokens are read: on a GPU it
-                # computes while they become text and reach their clients.
-                batch = self.scheduler.schedule(step.seqs if step else ())
-                launched, tokens = await asyncio.to_thread(self.runner.advance,
-                                                           None if batch.is_empty() else batch, step)
-                took = self.take(step, tokens) if step else []
-                step = launched
-                self.hand_out(took)
-        except Exception as error:  # the engine's state is unknown now: fail everyone
-            log.exception("the serving loop stopped")
+            async for steps in self.client.steps():
+                self.take(steps)
+        except EngineCoreDead as error:  # the core's state is unknown now: fail everyone
+            log.error("the engine core stopped: %s", error)
             self.error = error
-            self.fail_all(error)
+            self.processor.fail_all(error)
 
-    def take(self, step: Step, tokens: list) -> list:
-        """Append each sequence its token; those that end here (EOS, max_tokens) leave the
-        running batch. The sequences that took one."""
-        took = []
-        logprobs = step.logprobs()
-        for row, (seq, token) in enumerate(zip(step.seqs, tokens)):
-            if seq.is_finished:  # ended (EOS, stop string, a client gone) after it was launched
-                continue
-            self.num_generated_tokens += 1
-            seq.append(token, logprobs.get(row))
-            if seq.finish_reason:
-                self.scheduler.finish(seq)
-            took.append(seq)
-        return took
+    def take(self, steps: list) -> None:
+        """StepOutputs that arrived together: their text to the handlers, stop strings to the core."""
+        received = time.perf_counter()
+        touched, stopped = self.processor.take(steps)
+        if stopped:
+            self.client.abort(stopped)
+        detokenized = time.perf_counter()
+        self.processor.hand_out(touched)
+        last = steps[-1]
+        self.stats = {"num_seqs_running": last.num_running, "num_seqs_waiting": last.num_waiting,
+                      "generation_tokens_total": last.num_generated_tokens}
+        if self.timeline is not None:
+            handed = time.perf_counter()
+            self.timeline += [[*s.times, received, detokenized, handed, len(s.seq_ids)] for s in steps]
 
-    def hand_out(self, seqs: list) -> None:
-        """Each sequence's new text to its request's handler."""
-        for seq in seqs:
-            output = seq.detokenize()
-            if seq.finish_reason and not seq.is_finished:  # a stop string ended it
-                self.scheduler.finish(seq)
-            seq.outbox.put_nowait(output)
-
-    def fail_all(self, error: Exception) -> None:
-        for seq in list(self.scheduler.waiting) + self.scheduler.running:
-            seq.outbox.put_nowait(error)
+    def shutdown(self) -> None:
+        self.client.shutdown()

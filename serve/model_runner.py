@@ -45,13 +45,6 @@ class ModelRunner:
         self.engine.decode([request_id], logits.argmax(dim=-1))
         self.engine.remove([request_id])
 
-    @torch.inference_mode()
-    def advance(self, batch: Optional[Batch], previous: Optional["Step"]) -> tuple:
-        """Launch `batch` (None: nothing to launch) behind `previous`, then read back
-        `previous`'s tokens: (the launched Step or None, previous's tokens or None)."""
-        launched = self.launch(batch, previous) if batch is not None else None
-        return launched, previous.tokens() if previous is not None else None
-
     def launch(self, batch: Batch, previous: Optional["Step"]) -> "Step":
         if batch.remove:
             self.engine.remove(batch.remove)

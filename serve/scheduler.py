@@ -28,6 +28,10 @@ class SchedulerConfig:
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
+    def fits_ever(self, num_kv_tokens: int) -> bool:
+        """Whether a sequence needing this many K/V rows could ever be admitted."""
+        return num_kv_tokens <= self.max_num_kv_tokens
+
 
 @dataclass
 class Batch:
@@ -54,10 +58,6 @@ class Scheduler:
             raise QueueFull(f"{len(self.waiting)} requests are already waiting "
                             f"(limit {self.config.max_num_waiting})")
         self.waiting.extend(seqs)
-
-    def fits_ever(self, num_kv_tokens: int) -> bool:
-        """Whether a sequence needing this many K/V rows could ever be admitted."""
-        return num_kv_tokens <= self.config.max_num_kv_tokens
 
     def schedule(self, in_flight: tuple = ()) -> Batch:
         """The next step. `in_flight`: the sequences of a step launched but not yet read

@@ -10,7 +10,7 @@ from serve.llm_engine import LLMEngine
 from serve.logprobs import as_token_id
 from serve.protocol import ErrorBody, ErrorResponse, Usage, new_id
 from serve.scheduler import QueueFull
-from serve.sequence import SequenceOutput
+from serve.output_processor import SequenceOutput
 
 
 class RequestError(Exception):
@@ -35,7 +35,7 @@ def merged(outputs: list) -> list:
     by_index = {}
     for output in outputs:
         if isinstance(output, Exception):
-            raise RequestError(f"the engine failed: {output!r}", status=500, type="server_error")
+            raise RequestError(f"the engine failed: {output}", status=500, type="server_error")
         if output.index in by_index:
             first = by_index[output.index]
             logprobs = first.logprobs + output.logprobs if output.logprobs is not None else None
@@ -115,7 +115,7 @@ class OpenAIServing:
     def check_num_seqs(self, num_prompts: int, request) -> None:
         """A request whose sequences could never wait in the queue together is refused (400),
         rather than told to retry (503) for ever."""
-        limit = self.llm.scheduler.config.max_num_waiting
+        limit = self.llm.scheduler_config.max_num_waiting
         if num_prompts * request.num_samples > limit:
             param = self.prompt_param if request.num_samples == 1 else "best_of" if request.best_of else "n"
             raise RequestError(f"{param}: {num_prompts} prompts of {request.num_samples} samples each "
@@ -132,7 +132,7 @@ class OpenAIServing:
         if len(prompt) + max_tokens > context:
             raise RequestError(f"max_tokens: {max_tokens} tokens after a prompt of {len(prompt)} "
                                f"pass the model's context of {context} tokens", param="max_tokens")
-        if not self.llm.scheduler.fits_ever(len(prompt) + max_tokens):
+        if not self.llm.scheduler_config.fits_ever(len(prompt) + max_tokens):
             raise RequestError(f"max_tokens: {max_tokens} tokens after a prompt of {len(prompt)} "
                                "are more than this server's K/V memory holds", param="max_tokens")
         return max_tokens

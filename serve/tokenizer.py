@@ -8,6 +8,11 @@ from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer as BackendTokenizer
 
+try:
+    from tokenizers.decoders import DecodeStream
+except ImportError:  # tokenizers before 0.21: StreamDecoder does it in Python
+    DecodeStream = None
+
 # Hugging Face renders chat templates with these options; templates are written for them.
 TEMPLATE_OPTIONS = {"trim_blocks": True, "lstrip_blocks": True}
 
@@ -58,6 +63,10 @@ class Tokenizer:
     def decode(self, token_ids) -> str:
         return self.backend.decode(list(token_ids), skip_special_tokens=True)
 
+    def stream_decoder(self):
+        """A decoder of one growing sequence's text: tokenizers' own when it has one."""
+        return FastStreamDecoder(self) if DecodeStream is not None else StreamDecoder(self)
+
     def token_text(self, token_id: int) -> str:
         """One token's own text, special tokens included, as vLLM shows a token with its
         log-probability (a token holding part of a character shows U+FFFD)."""
@@ -99,3 +108,24 @@ class StreamDecoder:
             return ""
         self.prefix_offset, self.read_offset = self.read_offset, len(token_ids)
         return text[len(seen):]
+
+
+class FastStreamDecoder:
+    """StreamDecoder's text by tokenizers' DecodeStream, which keeps the same offsets in Rust:
+    one call per token instead of two decodes of Python lists (half the time a token)."""
+
+    def __init__(self, tokenizer: Tokenizer):
+        self.tokenizer = tokenizer
+        self.stream = DecodeStream(skip_special_tokens=True)
+        self.num_tokens = 0  # of token_ids fed to the stream
+        self.num_chars = 0  # of text handed out
+
+    def step(self, token_ids: list, is_last: bool = False) -> str:
+        """The new text after `token_ids` (all so far) grew; all of it when `is_last`."""
+        pieces = [self.stream.step(self.tokenizer.backend, t) for t in token_ids[self.num_tokens:]]
+        self.num_tokens = len(token_ids)
+        text = "".join(p for p in pieces if p)
+        if is_last:  # a character cut at the end, which the stream holds back, as a whole decode shows it
+            text += self.tokenizer.decode(token_ids)[self.num_chars + len(text):]
+        self.num_chars += len(text)
+        return text

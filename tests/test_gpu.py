@@ -1,5 +1,4 @@
 """GPU-only paths, run on the GPU machine (docs/PERF.md); skipped cleanly on CPU."""
-import asyncio
 import json
 import random
 
@@ -13,12 +12,10 @@ from fitness.loader import load_engine_module
 from fitness.model_config import ModelConfig
 from fitness.runner import OutputCopies, output_checksum
 from fitness.sandbox import judge
-from serve.llm_engine import LLMEngine
+from serve.engine_core import EngineCore
 from serve.model_runner import ModelRunner, load_engine
 from serve.sampling import SamplingParams
 from serve.scheduler import Scheduler, SchedulerConfig
-from serve.tokenizer import Tokenizer
-from target import toy_tokenizer
 from target.toy_weights import ensure
 from tests import planted
 from tests.conftest import FASTEST, REPO, SEED_ENGINE
@@ -259,14 +256,9 @@ def test_the_servers_steps_launched_ahead_give_the_engines_own_greedy_tokens(eng
     expected = [list(column) for column in zip(*expected)]  # per prompt
 
     runner = ModelRunner(load_engine(path, config_path, weight_dir, device), device)
-    llm = LLMEngine(runner, Scheduler(SchedulerConfig()), Tokenizer(toy_tokenizer.write(512, tmp_path / "tok")))
-
-    async def serve():
-        loop = asyncio.create_task(llm.run_forever())
-        _, seqs = llm.submit(prompts, SamplingParams(temperature=0.0, max_tokens=steps, ignore_eos=True))
-        while not all(s.is_finished for s in seqs):
-            await asyncio.sleep(0.01)
-        loop.cancel()
-        return [s.output_token_ids for s in seqs]
-
-    assert asyncio.run(serve()) == expected
+    core = EngineCore(runner, Scheduler(SchedulerConfig()), eos_token_id=None)
+    params = SamplingParams(temperature=0.0, max_tokens=steps, ignore_eos=True)
+    seqs = core.add([(2000 + i, prompt, params) for i, prompt in enumerate(prompts)])
+    while core.has_work():
+        core.step()
+    assert [s.output_token_ids for s in seqs] == expected

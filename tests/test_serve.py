@@ -9,8 +9,10 @@ import json
 import os
 import random
 import select
+import signal
 import subprocess
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -63,12 +65,53 @@ def start_server(target, log_path, *flags) -> tuple:
     raise RuntimeError(f"the server did not start: {log_path.read_text()[-2000:]}")
 
 
+def child_pids(pid: int) -> list:
+    """The processes whose parent is `pid` (the engine core's among them)."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            children.append(int(stat.parent.name))
+    return children
+
+
+def is_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def wait_gone(pids: list, seconds: float = 15) -> list:
+    """Those of `pids` still alive after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while any(map(is_alive, pids)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [pid for pid in pids if is_alive(pid)]
+
+
 def serving(target, log_dir, *flags):
-    """The URL of a server that lives as long as the fixture that yields from this."""
+    """The URL of a server that lives as long as the fixture that yields from this; once
+    stopped, none of its processes (the engine core's) is left."""
     process, url = start_server(target, log_dir / "server.log", *flags)
+    children = child_pids(process.pid)
     yield url
     process.terminate()
     process.wait(timeout=30)
+    assert children and not wait_gone(children)
+
+
+def test_a_server_killed_outright_leaves_no_engine_core_behind(target, tmp_path):
+    process, url = start_server(target, tmp_path / "server.log", "--max-num-seqs", "1")
+    children = child_pids(process.pid)
+    assert children and httpx.get(url + "/health").status_code == 200
+    process.send_signal(signal.SIGKILL)  # no shutdown runs: the core sees its pipe's end
+    process.wait(timeout=30)
+    assert not wait_gone(children)
 
 
 @pytest.fixture(scope="module")

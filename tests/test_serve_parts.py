@@ -1,22 +1,26 @@
 """The server's parts on their own: toy tokenizer, stream decoding, stop strings, sampling,
-the scheduler's admission, the app over an engine that breaks, and the offline yardstick."""
+the scheduler's admission, the engine core's steps, the app over an engine that breaks (and
+its core process's end), and the offline yardstick."""
 import asyncio
 import json
 import random
+from types import SimpleNamespace
 
 import pytest
 import torch
 from fastapi.testclient import TestClient
 
+from serve.__main__ import build, parse_args
 from serve.app import build_app
-from serve.llm_engine import LLMEngine
+from serve.engine_core import EngineCore
 from serve.logprobs import completion_logprobs
 from serve.model_runner import ModelRunner, Step
+from serve.output_processor import OutputProcessor, SequenceOutput, SequenceState
 from serve.sampling import SEED_LIMIT, SamplingParams, logprobs_of, make_generator, sample
 from serve.scheduler import QueueFull, Scheduler, SchedulerConfig
-from serve.sequence import Sequence, SequenceOutput, Status, TokenLogprobs
-from serve.serving import RequestError, ServedModel, best_of_each, merged
-from serve.tokenizer import StreamDecoder, Tokenizer
+from serve.sequence import Sequence, Status, TokenLogprobs
+from serve.serving import RequestError, best_of_each, merged
+from serve.tokenizer import FastStreamDecoder, StreamDecoder, Tokenizer
 from target import toy_tokenizer
 from tests.conftest import REPO, SEED_ENGINE
 from serve.bench import RequestResult, summarize
@@ -24,8 +28,13 @@ from tools import served_vs_offline, serve_offline
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    return Tokenizer(toy_tokenizer.write(512, tmp_path_factory.mktemp("tokenizer")))
+def tokenizer_dir(tmp_path_factory):
+    return toy_tokenizer.write(512, tmp_path_factory.mktemp("tokenizer"))
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tokenizer_dir):
+    return Tokenizer(tokenizer_dir)
 
 
 def test_the_toy_tokenizer_has_the_targets_vocab_size_and_is_the_same_every_time(tmp_path):
@@ -43,37 +52,65 @@ def test_the_chat_template_renders_the_messages_and_a_generation_prompt(tokenize
     assert text == "<|im_start|>user\nhi there<|im_end|>\n<|im_start|>assistant\n"
 
 
-def test_streamed_text_adds_up_to_the_whole_decode(tokenizer):
+@pytest.mark.parametrize("decoder", [StreamDecoder, FastStreamDecoder])
+def test_streamed_text_adds_up_to_the_whole_decode(tokenizer, decoder):
     # Random ids split characters across tokens: what is handed out must still add up.
     rng = random.Random(0)
-    ids = [rng.randrange(3, 512) for _ in range(200)]
-    decoder = StreamDecoder(tokenizer)
-    pieces = [decoder.step(ids[:n], is_last=n == len(ids)) for n in range(1, len(ids) + 1)]
-    assert "".join(pieces) == tokenizer.decode(ids)
+    for length in (1, 7, 200):
+        ids = [rng.randrange(3, 512) for _ in range(length)]
+        stream = decoder(tokenizer)
+        pieces = [stream.step(ids[:n], is_last=n == len(ids)) for n in range(1, len(ids) + 1)]
+        assert "".join(pieces) == tokenizer.decode(ids)
 
 
 def sequence(tokenizer, **params):
-    return Sequence([1, 2, 3], SamplingParams(**params), tokenizer, asyncio.Queue())
-
-
-def take(seq, token_id):
-    """What the serving loop does with a sampled token: append it, then its text."""
-    seq.append(token_id)
-    return seq.detokenize()
+    return SequenceState([1, 2, 3], SamplingParams(**params), tokenizer, asyncio.Queue())
 
 
 def test_a_stop_string_ends_the_sequence_and_is_never_handed_out(tokenizer):
     ids = tokenizer.encode(" bada kiro sofu bise")
     seq = sequence(tokenizer, max_tokens=50, stop=("kiro",))
-    sent = "".join(take(seq, t).text for t in ids if not seq.finish_reason)
-    assert seq.finish_reason == "stop"
+    processor = OutputProcessor()
+    processor.add([seq])
+    stopped = []
+    for token_id in ids:  # a step each, as the core sends them
+        _, ended = processor.take([step_outputs([seq.seq_id], [token_id])])
+        stopped += ended
+        processor.hand_out([seq])
+    sent = "".join(seq.outbox.get_nowait().text for _ in range(seq.outbox.qsize()))
+    assert seq.finish_reason == "stop" and stopped == [seq.seq_id]  # for the core to stop
     assert sent == seq.text == " bada "
+    assert seq.output_token_ids == ids[:len(seq.output_token_ids)] and len(seq.output_token_ids) < len(ids)
 
 
-def test_max_tokens_ends_the_sequence_with_length(tokenizer):
-    seq = sequence(tokenizer, max_tokens=2, ignore_eos=True)
-    reasons = [take(seq, t).finish_reason for t in (tokenizer.eos_token_id, 40)]
-    assert reasons == [None, "length"]
+def step_outputs(seq_ids, token_ids, finished=None):
+    return SimpleNamespace(seq_ids=seq_ids, token_ids=token_ids, finished=finished or {}, logprobs={})
+
+
+def test_steps_that_piled_up_go_to_a_handler_as_one_output(tokenizer):
+    seq = sequence(tokenizer, max_tokens=3)
+    processor = OutputProcessor()
+    processor.add([seq])
+    assert processor.num_waiting == 1
+    ids = tokenizer.encode(" bada kiro")[:3]
+    touched, _ = processor.take([step_outputs([seq.seq_id], [ids[0]]), step_outputs([seq.seq_id], [ids[1]]),
+                                 step_outputs([seq.seq_id], [ids[2]], {seq.seq_id: "length"})])
+    processor.hand_out(touched)
+    (output,) = [seq.outbox.get_nowait() for _ in range(seq.outbox.qsize())]
+    assert (output.token_ids, output.text, output.finish_reason) == (ids, tokenizer.decode(ids), "length")
+    assert processor.num_waiting == 0 and not processor.seqs
+
+
+def test_max_tokens_and_eos_end_a_core_sequence(tokenizer):
+    eos = tokenizer.eos_token_id
+    seq = Sequence([1, 2, 3], SamplingParams(max_tokens=2, ignore_eos=True), eos_token_id=eos)
+    seq.append(eos)
+    assert seq.finish_reason is None
+    seq.append(40)
+    assert seq.finish_reason == "length"
+    seq = Sequence([1, 2, 3], SamplingParams(max_tokens=5), eos_token_id=eos)
+    seq.append(eos)
+    assert seq.finish_reason == "stop"
 
 
 def test_outputs_that_piled_up_go_out_as_one_per_sequence():
@@ -100,7 +137,7 @@ def test_logprobs_are_the_models_own_and_only_for_the_rows_that_ask():
     assert torch.allclose(got.values, expected.gather(-1, got.token_ids))
     assert logprobs_of(logits, tokens, [SamplingParams()] * 3) is None
     # On the host, each row cut to the k its sequence asked for.
-    seqs = [Sequence([1], p, None, None) for p in params]
+    seqs = [Sequence([1], p) for p in params]
     by_row = Step(seqs, tokens, got).logprobs()
     assert sorted(by_row) == [0, 2] and len(by_row[0].top) == 2 and by_row[2].top == ()
     assert by_row[2].logprob == pytest.approx(expected[1, tokens[2]].item())
@@ -158,8 +195,7 @@ def test_top_p_keeps_only_the_smallest_set_reaching_p():
 
 
 def waiting_seqs(count, prompt_len=10, max_tokens=10):
-    return [Sequence([1] * prompt_len, SamplingParams(max_tokens=max_tokens), None, None)
-            for _ in range(count)]
+    return [Sequence([1] * prompt_len, SamplingParams(max_tokens=max_tokens)) for _ in range(count)]
 
 
 def test_admission_stops_at_the_running_limit_and_at_the_kv_budget():
@@ -190,19 +226,6 @@ def test_a_full_waiting_queue_refuses_a_whole_request_and_a_cancelled_one_leaves
     assert not scheduler.to_remove  # it never reached the engine
 
 
-class BrokenEngine:
-    """Prefills, then fails at its first decode, as a faulty engine file might."""
-
-    def prefill(self, request_ids, input_ids):
-        return torch.zeros(len(request_ids), 512)
-
-    def decode(self, request_ids, token_ids):
-        raise RuntimeError("the engine broke")
-
-    def remove(self, request_ids):
-        pass
-
-
 class ScriptedEngine:
     """Answers token 7, or EOS once a request has decoded `eos_after` times; checks that
     each decode is fed the token it answered last; counts decodes, records removals."""
@@ -231,51 +254,96 @@ class ScriptedEngine:
         self.removed += request_ids
 
 
-def test_a_step_is_launched_before_the_last_is_read_yet_no_token_past_the_end_is_handed_out(tokenizer):
+def test_a_step_is_launched_before_the_last_is_read_yet_no_token_past_the_end_is_sent(tokenizer):
     """The next step goes to the engine before the tokens of the one in flight are read
     back, so a sequence that meets EOS there is decoded once more; that token is dropped.
     One that reaches max_tokens is never decoded past it."""
     engine = ScriptedEngine(tokenizer.eos_token_id, eos_after=2)
-    llm = LLMEngine(ModelRunner(engine, "cpu"), Scheduler(SchedulerConfig()), tokenizer)
-
-    async def answer(params):
-        outbox, (seq,) = llm.submit([[5, 6]], params)
-        outputs = [await outbox.get()]
-        while outputs[-1].finish_reason is None:
-            outputs.append(await outbox.get())
-        return seq, [t for output in outputs for t in output.token_ids]
-
-    async def serve_two():
-        loop = asyncio.create_task(llm.run_forever())
-        results = await asyncio.gather(answer(SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True)),
-                                       answer(SamplingParams(temperature=0.0, max_tokens=10)))
-        for _ in range(200):  # the finished sequences' removal, at the next step
-            if len(engine.removed) == 2:
-                break
-            await asyncio.sleep(0.01)
-        loop.cancel()
-        return results
-
-    (long, long_tokens), (eos, eos_tokens) = asyncio.run(serve_two())
+    core = EngineCore(ModelRunner(engine, "cpu"), Scheduler(SchedulerConfig()), tokenizer.eos_token_id)
+    long, eos = core.add([(100, [5, 6], SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True)),
+                          (101, [5, 6], SamplingParams(temperature=0.0, max_tokens=10))])
+    sent = {100: [], 101: []}
+    finished = {}
+    while core.has_work():
+        outputs = core.step()  # one message a step, every sequence's token in it
+        for seq_id, token_id in zip(outputs.seq_ids, outputs.token_ids):
+            sent[seq_id].append(token_id)
+        finished.update(outputs.finished)
     # ignore_eos: EOS is its third token, not its end; max_tokens is
-    assert long.finish_reason == "length" and long_tokens == [7, 7, tokenizer.eos_token_id]
-    assert engine.decodes[long.seq_id] == 2  # tokens 2 and 3; never a 4th
-    assert eos.finish_reason == "stop" and eos_tokens == [7, 7, tokenizer.eos_token_id]
-    assert engine.decodes[eos.seq_id] == 3  # the EOS step's follower, launched before EOS was read
-    assert eos.output_token_ids == eos_tokens
-    assert sorted(engine.removed) == sorted([long.seq_id, eos.seq_id])
+    assert finished == {100: "length", 101: "stop"}
+    assert sent[100] == sent[101] == [7, 7, tokenizer.eos_token_id]
+    assert engine.decodes[100] == 2  # tokens 2 and 3; never a 4th
+    assert engine.decodes[101] == 3  # the EOS step's follower, launched before EOS was read
+    assert eos.output_token_ids == sent[101]
+    assert sorted(engine.removed) == [100, 101]
+    assert outputs.num_generated_tokens == 6 and outputs.num_running == 0
 
 
-def test_an_engine_that_fails_fails_its_requests_with_500_and_the_health_check(tokenizer):
-    llm = LLMEngine(ModelRunner(BrokenEngine(), "cpu"), Scheduler(SchedulerConfig()), tokenizer)
-    app = build_app(llm, ServedModel(name="broken", vocab_size=512, max_model_len=64))
-    with TestClient(app) as http:
+def test_an_aborted_sequence_sends_no_more_tokens_and_leaves_the_engine(tokenizer):
+    engine = ScriptedEngine(tokenizer.eos_token_id, eos_after=100)
+    core = EngineCore(ModelRunner(engine, "cpu"), Scheduler(SchedulerConfig()), tokenizer.eos_token_id)
+    core.add([(200, [5], SamplingParams(temperature=0.0, max_tokens=50))])
+    core.step(), core.step()  # launched, then its first token back
+    core.handle([("abort", [200]), ("abort", [200])])  # twice: a stop string, then its client leaving
+    assert not core.step().seq_ids
+    while core.has_work():
+        core.step()
+    assert engine.removed == [200] and not core.scheduler.running
+
+
+BROKEN_ENGINE = """
+import torch
+
+class BrokenEngine:  # warms up, then fails at its first decode served, as a faulty engine file might
+    num_decodes = 0
+
+    def prefill(self, request_ids, input_ids):
+        return torch.zeros(len(request_ids), 512)
+
+    def decode(self, request_ids, token_ids):
+        self.num_decodes += 1
+        if self.num_decodes > 1:
+            raise RuntimeError("the engine broke")
+        return torch.zeros(len(request_ids), 512)
+
+    def remove(self, request_ids):
+        pass
+
+def create_engine(model_config, weight_dir, device):
+    return BrokenEngine()
+"""
+
+
+def served(engine, small_target, tokenizer_dir) -> tuple:
+    """(LLMEngine, ServedModel) of `engine` on the small target, its core process started."""
+    config, weights = small_target
+    return build(parse_args(["--engine", str(engine), "--model-config", str(config), "--weight-dir",
+                             str(weights), "--tokenizer", str(tokenizer_dir), "--device", "cpu"]))
+
+
+def test_an_engine_that_fails_fails_its_requests_with_500_and_the_health_check(small_target, tokenizer_dir,
+                                                                               tmp_path):
+    engine = tmp_path / "broken.py"
+    engine.write_text(BROKEN_ENGINE)
+    llm, model = served(engine, small_target, tokenizer_dir)
+    with TestClient(build_app(llm, model)) as http:
         assert http.get("/health").status_code == 200
-        response = http.post("/v1/completions", json={"model": "broken", "prompt": [5], "max_tokens": 4})
+        response = http.post("/v1/completions", json={"model": model.name, "prompt": [5], "max_tokens": 4})
         assert response.status_code == 500 and "the engine broke" in response.json()["error"]["message"]
         assert http.get("/health").status_code == 503
-        later = http.post("/v1/completions", json={"model": "broken", "prompt": [5]})
+        later = http.post("/v1/completions", json={"model": model.name, "prompt": [5]})
         assert later.status_code == 503
+    assert llm.client.process.exitcode is not None  # the core's process left with the app
+
+
+def test_a_core_process_that_dies_fails_the_requests_and_the_health_check(small_target, tokenizer_dir):
+    llm, model = served(REPO / "tools" / "probes" / "fixed_step_engine.py", small_target, tokenizer_dir)
+    with TestClient(build_app(llm, model)) as http:
+        assert http.post("/v1/completions", json={"model": model.name, "prompt": [5], "max_tokens": 2}).status_code == 200
+        llm.client.process.kill()
+        response = http.post("/v1/completions", json={"model": model.name, "prompt": [5], "max_tokens": 100})
+        assert response.status_code in (500, 503) and "exited" in response.json()["error"]["message"]
+        assert http.get("/health").status_code == 503
 
 
 def test_the_offline_yardstick_measures_the_engine_alone(small_target, capsys):

@@ -1,0 +1,197 @@
+"""N requests at once through the real HTTP server, and where each engine step's time went.
+
+    python -m tools.serve_timeline [--engine tools/probes/fixed_step_engine.py] [--concurrency 64 300]
+        [--input-len 128] [--output-len 256] [--device cpu] [--rows 16] [--base-url URL]
+
+Starts `python -m serve --timeline` on a free port (or uses --base-url's), sends each level's
+N streamed completions at once, and prints per level: output tokens/s against the same engine
+offline (tools.serve_offline, in the same call, at a batch of N), TTFT and TPOT, and from the
+server's step timeline (GET /timeline) a table of --rows steps spread over the level and the
+medians: a step's wall time, the core's host time, its wait for the device, the API side's
+time, and whether the API side had handed a step out before the core sent the next one
+(it ran beside the next step). With the fixed-step engine (STEP_MS, default 2.7 here, an
+H100's step at 64 requests) the step itself is asleep, so what is left is the server's own.
+
+The client is a bare asyncio HTTP/1.1 reader that counts bytes and parses only the usage at
+the end, so that on a small machine it is not the client that is measured.
+"""
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+os.environ.setdefault("STEP_MS", "2.7")
+
+HERE = Path(__file__).resolve().parent
+STARTUP_SECONDS = 600
+COLUMNS = ("step", "seqs", "wall_ms", "core_host_ms", "device_wait_ms", "api_ms", "lag_ms", "overlapped")
+
+
+@dataclass
+class Answer:
+    ttft: float = 0.0  # s, to the first event
+    last: float = 0.0  # s, to the last byte
+    output_tokens: int = 0
+    error: str = ""
+
+
+async def stream_completion(host: str, port: int, body: bytes) -> Answer:
+    """One streamed completion over its own connection: when events came, and its usage."""
+    answer = Answer()
+    start = time.perf_counter()
+    try:
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (host.encode(), len(body), body))
+        tail = b""
+        while chunk := await reader.read(1 << 16):
+            answer.last = time.perf_counter() - start
+            if not answer.ttft and b"data: " in chunk:
+                answer.ttft = answer.last
+            tail = (tail + chunk)[-4096:]
+        writer.close()
+        usage = tail[tail.rindex(b'"usage":') + 8:]
+        answer.output_tokens = json.JSONDecoder().raw_decode(usage.decode())[0]["completion_tokens"]
+    except Exception as error:  # a failure is a result to count, not a reason to stop
+        answer.error = f"{type(error).__name__}: {error}"
+    return answer
+
+
+async def send_at_once(base_url: str, model: str, prompts: list, output_len: int) -> tuple:
+    """(answers, seconds) of every prompt sent at once."""
+    url = urlsplit(base_url)
+    bodies = [json.dumps({"model": model, "prompt": p, "max_tokens": output_len, "temperature": 0.0,
+                          "stream": True, "stream_options": {"include_usage": True},
+                          "ignore_eos": True}).encode() for p in prompts]
+    start = time.perf_counter()
+    answers = await asyncio.gather(*(stream_completion(url.hostname, url.port, b) for b in bodies))
+    return answers, time.perf_counter() - start
+
+
+def level_figures(answers: list, seconds: float) -> dict:
+    done = [a for a in answers if not a.error]
+    tokens = sum(a.output_tokens for a in done)
+    tpot = [(a.last - a.ttft) / (a.output_tokens - 1) for a in done if a.output_tokens > 1]
+    median = lambda xs: round(1e3 * statistics.median(xs), 2) if xs else None  # noqa: E731
+    return {"requests": len(answers), "completed": len(done), "errors": sorted({a.error for a in answers if a.error})[:3],
+            "seconds": round(seconds, 3), "output_tokens_per_s": round(tokens / seconds, 1),
+            "ttft_p50_ms": median([a.ttft for a in done]), "tpot_p50_ms": median(tpot)}
+
+
+def step_rows(timeline: list) -> list:
+    """A row of COLUMNS per step that read tokens back, from the server's raw timeline
+    (the core's schedule, launched, device_done, sent; the API's received, detokenized,
+    handed; and the step's number of sequences)."""
+    rows = []
+    for this, after in zip(timeline, timeline[1:]):
+        schedule, launched, done, sent, received, detokenized, handed, seqs = this
+        rows.append({"step": len(rows), "seqs": seqs,
+                     "wall_ms": after[0] - schedule, "core_host_ms": (launched - schedule) + (sent - done),
+                     "device_wait_ms": done - launched, "api_ms": handed - received,
+                     "lag_ms": received - sent, "overlapped": handed <= after[3]})
+    for row in rows:
+        for key in ("wall_ms", "core_host_ms", "device_wait_ms", "api_ms", "lag_ms"):
+            row[key] = round(row[key] * 1e3, 3)
+    return rows
+
+
+def print_table(rows: list, num_rows: int) -> None:
+    busy = [r for r in rows if r["seqs"]]
+    if not busy:
+        print("  (no timeline: the server was not started with --timeline)")
+        return
+    picked = busy[::max(1, len(busy) // num_rows)][:num_rows] if num_rows else busy
+    print("  " + "  ".join(f"{c:>14}" for c in COLUMNS))
+    for row in picked:
+        print("  " + "  ".join(f"{str(row[c]):>14}" for c in COLUMNS))
+    medians = {c: round(statistics.median(r[c] for r in busy), 3) for c in COLUMNS[1:-1]}
+    overlapped = sum(r["overlapped"] for r in busy) / len(busy)
+    print(f"  median of {len(busy)} steps: " + ", ".join(f"{k} {v}" for k, v in medians.items())
+          + f"; API side done before the next step was sent in {overlapped:.0%}")
+
+
+def offline(args, batch: int) -> dict:
+    """tools.serve_offline on a batch of `batch`, in a process of its own (its memory is freed)."""
+    command = [sys.executable, "-m", "tools.serve_offline", "--engine", str(args.engine),
+               "--model-config", str(args.model_config), "--weight-dir", str(args.weight_dir),
+               "--device", args.device, "--num-requests", str(batch), "--input-len", str(args.input_len),
+               "--output-len", str(args.output_len), "--repeats", "1"]
+    return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+
+
+def start_server(args, log_path: Path) -> tuple:
+    """(process, URL) of `python -m serve --timeline` on a free port."""
+    command = [sys.executable, "-m", "serve", "--engine", str(args.engine), "--model-config", str(args.model_config),
+               "--weight-dir", str(args.weight_dir), "--device", args.device, "--port", "0", "--timeline",
+               "--max-num-seqs", str(max(args.concurrency)), *args.server_flags]
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True)
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while time.monotonic() < deadline and process.poll() is None:
+        line = process.stdout.readline()
+        if line.startswith("serving "):
+            return process, line.split()[1]
+    process.kill()
+    raise RuntimeError(f"the server did not start: {log_path.read_text()[-2000:]}")
+
+
+def get(base_url: str, path: str):
+    import httpx
+    response = httpx.get(base_url + path, timeout=60)
+    return response.json() if response.status_code == 200 else None
+
+
+def run_levels(args, base_url: str) -> None:
+    model = get(base_url, "/v1/models")["data"][0]["id"]
+    rng = random.Random(0)
+    vocab_size = json.loads(args.model_config.read_text())["vocab_size"]
+    for concurrency in args.concurrency:
+        prompts = [[rng.randrange(3, vocab_size) for _ in range(args.input_len)] for _ in range(concurrency)]
+        get(base_url, "/timeline")  # what earlier levels left
+        answers, seconds = asyncio.run(send_at_once(base_url, model, prompts, args.output_len))
+        level = {"concurrency": concurrency, **level_figures(answers, seconds)}
+        if not args.no_offline:
+            level["offline_output_tokens_per_s"] = round(offline(args, concurrency)["batch_output_tokens_per_s"], 1)
+            level["served_over_offline"] = round(level["output_tokens_per_s"] / level["offline_output_tokens_per_s"], 3)
+        print(json.dumps(level), flush=True)
+        print_table(step_rows(get(base_url, "/timeline") or []), args.rows)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.serve_timeline", description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", type=Path, default=HERE / "probes" / "fixed_step_engine.py")
+    parser.add_argument("--model-config", type=Path, default=Path("target/model_config.json"))
+    parser.add_argument("--weight-dir", type=Path, default=Path("target/weights"))
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[64, 300])
+    parser.add_argument("--input-len", type=int, default=128)
+    parser.add_argument("--output-len", type=int, default=256)
+    parser.add_argument("--rows", type=int, default=16, help="steps printed per level (0: all)")
+    parser.add_argument("--base-url", help="a server already running (its own flags); default: start one")
+    parser.add_argument("--no-offline", action="store_true", help="skip the offline yardstick")
+    parser.add_argument("--server-flags", nargs=argparse.REMAINDER, default=[],
+                        help="the rest goes to python -m serve")
+    args = parser.parse_args(argv)
+    if args.base_url:
+        run_levels(args, args.base_url)
+        return 0
+    log_path = Path(os.environ.get("SERVE_LOG", "/tmp/serve_timeline_server.log"))
+    process, url = start_server(args, log_path)
+    try:
+        run_levels(args, url)
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
