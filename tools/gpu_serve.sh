@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # The server on one GPU: the recipe's program (fastest.txt) served on the 1B-class config and
-# measured by serve.bench, beside the same engine offline (tools.serve_offline).
-# One device command may run 10 minutes, so the sweep can go in parts:
-#   bash tools/gpu_serve.sh OUT                         # offline, levels 1..64, the 300-burst
-#   LEVELS=1,2,4 BURST=0 OFFLINE=0 CHECK=0 bash tools/gpu_serve.sh OUT   # a part of it
-# It also checks greedy outputs against the reference (tools.serve_greedy_check; CHECK=0: not).
+# measured by serve.bench, beside the same engine offline (tools.serve_offline), in one call:
+#   bash tools/gpu_serve.sh OUT       # offline; concurrency 1 and 64, 300 at once; the ratios;
+#                                     # then the per-step timeline at 64 and 300 (tools.serve_timeline)
+#   LEVELS=1,2,4,8,16,32,64 TIMELINE=0 bash tools/gpu_serve.sh OUT   # the whole sweep instead
+# One device command may run 10 minutes (the default takes about five). It also checks greedy
+# outputs against the reference (tools.serve_greedy_check; CHECK=0: not).
 # $ENGINE serves another file; $CONFIG another of target.targets (default one_b);
-# $BENCH_FLAGS go to serve.bench (e.g. "--num-requests 16").
+# $BENCH_FLAGS go to serve.bench (e.g. "--num-requests 16"), $TIMELINE_FLAGS to tools.serve_timeline.
 # The GPU image lacks the server's libraries: carry them in .whl (device README) beside deap
 # and libcst, as tested here: fastapi 0.165.0, starlette 1.10.0, uvicorn 0.54.0,
 # httptools 0.9.0, pydantic 2.13.4, pydantic-core 2.46.4, annotated-types 0.7.0,
-# typing-inspection 0.4.2, opentelemetry-api and its importlib-metadata (fastapi needs them);
-# httpx, anyio, h11, click, jinja2, tokenizers and annotated-doc are there.
+# typing-inspection 0.4.2, opentelemetry-api 1.45.2, annotated-doc 0.0.7 (the image's Python
+# is 3.12: pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl ...);
+# httpx, anyio, h11, click, jinja2 and tokenizers are there.
 set -uo pipefail
 out=$1; mkdir -p "$out"
 source tools/gpu_env.sh
@@ -39,5 +41,10 @@ if [[ "${CHECK:-1}" == 1 ]]; then  # greedy outputs against the reference's, 32 
     python3 -m tools.serve_greedy_check --base-url "$url" "${target[@]}" | tee "$out/greedy_check.json"
 fi
 python3 -m serve.bench --base-url "$url" --model-config "$config" --out "$out" \
-    --concurrency "${LEVELS:-1,2,4,8,16,32,64}" --burst "${BURST:-300}" ${BENCH_FLAGS:-}
+    --concurrency "${LEVELS:-1,64}" --burst "${BURST:-300}" ${BENCH_FLAGS:-}
 [[ -f "$out/offline.json" ]] && python3 -m tools.served_vs_offline "$out" | tee "$out/served_vs_offline.json"
+kill $server; wait $server 2>/dev/null  # its GPU memory, for the timeline's own server
+if [[ "${TIMELINE:-1}" == 1 ]]; then  # where each step's time goes, in the core and the API process
+    SERVE_LOG="$out/timeline_server.log" python3 -m tools.serve_timeline --engine "$engine" "${target[@]}" \
+        --device cuda --concurrency 64 300 ${TIMELINE_FLAGS:---input-len 1024 --output-len 1024} | tee "$out/timeline.txt"
+fi

@@ -1,8 +1,10 @@
 """The serving loop's own host cost a step, without HTTP: N sequences at once through the
-`LLMEngine` (schedule, launch, read back, append, detokenize, hand out), over an engine
-file, and where the time goes (cProfile's top functions). Issue 59 asks for host work off
-the step's critical path at 64 and 300 requests at once; this is its baseline apart from
-the device and the HTTP handlers.
+`LLMEngine` (the engine core's process: schedule, launch, read back, append; this one:
+detokenize, hand out), over an engine file, and where this process's time goes (cProfile's
+top functions). Issue 59 asks for host work off the step's critical path at 64 and 300
+requests at once; this was its baseline apart from the device and the HTTP handlers
+(docs/log/2026-11-28-serving-loop-host-cost.md, before the core had a process of its own).
+tools/serve_timeline.py times both processes step by step, through HTTP.
 
     python -m tools.probes.serving_loop_cost [--engine tools/probes/fixed_step_engine.py]
         [--seqs 64 300] [--prompt-len 128] [--output-len 64] [--profile 12]
@@ -32,14 +34,13 @@ async def serve_once(llm, num_seqs: int, prompt_len: int, output_len: int) -> tu
     loop = asyncio.create_task(llm.run_forever())
     params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True)
     prompts = [[(i * 7 + j) % 200 + 10 for j in range(prompt_len)] for i in range(num_seqs)]
-    steps_before = llm.num_generated_tokens
     started = time.perf_counter()
     outbox, seqs = llm.submit(prompts, params)
     while not all(seq.is_finished for seq in seqs):
         await outbox.get()  # what a handler does with each output
     seconds = time.perf_counter() - started
     loop.cancel()
-    return seconds, (llm.num_generated_tokens - steps_before) / num_seqs
+    return seconds, sum(len(seq.output_token_ids) for seq in seqs) / num_seqs
 
 
 def main(argv=None) -> int:
@@ -65,6 +66,7 @@ def main(argv=None) -> int:
         seconds, steps = asyncio.run(serve_once(llm, num_seqs, args.prompt_len, args.output_len))
         if profiler:
             profiler.disable()
+        llm.shutdown()
         print(f"{num_seqs} sequences: {steps:.0f} steps in {seconds:.3f} s, {seconds / steps * 1e3:.2f} ms a step, "
               f"{num_seqs * steps / seconds:,.0f} output tokens/s", flush=True)
         if profiler:
