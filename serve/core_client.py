@@ -81,7 +81,8 @@ class EngineCoreClient:
         """Lists of the StepOutputs that arrived together, as they arrive."""
         loop = asyncio.get_running_loop()
         readable = asyncio.Event()
-        loop.add_reader(self.outputs.fileno(), readable.set)
+        fd = self.outputs.fileno()  # kept: shutdown may close the pipe before this ends
+        loop.add_reader(fd, readable.set)
         try:
             while True:
                 await readable.wait()
@@ -92,13 +93,14 @@ class EngineCoreClient:
                 if arrived:
                     yield arrived
         finally:
-            loop.remove_reader(self.outputs.fileno())
+            loop.remove_reader(fd)
 
     def shutdown(self) -> None:
-        """Close the pipe to the core and wait for it to leave; kill it if it does not."""
+        """Close the pipes to and from the core and wait for it to leave; kill it if it does not."""
         if self.sender.is_alive():
             self.to_send.put(None)
             self.sender.join(SHUTDOWN_SECONDS)
+        self.outputs.close()  # a core blocked on sending a step gets a broken pipe
         self.process.join(SHUTDOWN_SECONDS)
         if self.process.is_alive():
             self.process.kill()

@@ -12,6 +12,8 @@
     python -m tools.transformers_bench   transformers itself on the large cases (the yardstick)
     python -m tools.serve_offline, served_vs_offline, serve_greedy_check   the server against
                                 the engine alone, and its greedy tokens against the reference
+    python -m tools.serve_timeline   N requests at once through the server, and each step's
+                                time in its two processes (the engine core's, the API's)
     python -m tools.bench_line, versus_recipe   `fitness bench` results as lines, and as
                                 ratios to the recipe's per case (read by the gpu_*.sh drivers)
     bash tools/gpu_search.sh    one device call each: a search, its winner against the recipe, its judge
