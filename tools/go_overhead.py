@@ -3,12 +3,21 @@
     python -m tools.go_overhead --engine E [--rounds 5] [--gap 1.0] [--cases public] [--variants V ...]
 
 Each variant times the same case on a fresh engine (a warm-up engine alive), `--rounds`
-times, and prints the median and range in ms:
+times, and prints the median and range in ms. The variants in this process take turns
+round by round (the order turned each round); the judged ones run one after another:
   bench       in this process: synchronise, the calls, synchronise (fitness.bench)
   go          in this process: the runner's `prepare` ending, then each call as the runner
               takes it (its inputs written to the slot and seen from the device, a copy of
               its output), the checksum: the judge's run without the other process
   go_copied   `go` with each call's inputs copied to the device, not seen there in place
+  go_staged   `go` with each call's inputs copied to the device on a stream of their own,
+              which the engine's stream waits for (the copy overlaps the call before)
+  go_no_wire  `go` with every header decoded and every input in the slot before the clock
+  go_device_inputs  `go` with each call's inputs on the device before the clock (no view)
+  go_no_copy  `go` without the copy of each output and the checksum (a synchronisation ends it)
+  go_parts    `go` with the host's seconds of each part added up per run (wire, views,
+              engine, copy): printed as a second line
+  bench_parts `bench` with the host's seconds in the engine's calls added up per run
   judge       a runner, `prepare`, `--gap` s idle (other contenders preparing), then the
               judge's run, each call sent when due, on its stage (fitness.judge.RunnerDriver.go)
   judge_now   the same with no gap: the runner is still polling when `go` comes
@@ -31,7 +40,7 @@ from fitness.bench import timed_run
 import fitness.judge
 from fitness.candidate import CandidateError, CandidateProcess
 from fitness.cases import select_cases
-from fitness.devices import core_siblings
+from fitness.devices import core_siblings, is_cuda
 from fitness.judge import RunnerDriver, Stage, TimingCores, kept_off
 from fitness.loader import load_engine_module
 from fitness.runner import Runner
@@ -39,35 +48,142 @@ from fitness.traces import call_message, materialize
 from fitness.wire import Slot, decode_call
 
 
-def in_process(slot, module, raw_config, weight_dir, device, events, rounds, variant) -> list:
+class Parts:
+    """Host seconds per part of a run, added up call by call (go_parts, bench_parts)."""
+
+    def __init__(self):
+        self.runs = []
+
+    def start(self) -> None:
+        self.runs.append({})
+
+    def timed(self, part, fn):
+        def call(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                run = self.runs[-1]
+                run[part] = run.get(part, 0.0) + time.perf_counter() - started
+        return call
+
+    def summary(self) -> str:
+        parts = sorted({part for run in self.runs for part in run})
+        return ", ".join(f"{part} {statistics.median(run.get(part, 0.0) for run in self.runs) * 1e3:.3f}"
+                         for part in parts) + " ms a run (host, median)"
+
+
+def timed_engine(engine, parts: Parts):
+    """The engine with its calls' host seconds added to `parts` (an attribute on the instance
+    shadows the class's method)."""
+    for name in ("prefill", "decode", "remove"):
+        setattr(engine, name, parts.timed("engine", getattr(engine, name)))
+    return engine
+
+
+class AheadInputs:
+    """Each call's inputs on the device before the run (go_device_inputs), looked up by start."""
+
+    def __init__(self, planned, device):
+        self.device = device
+        self.by_start = {start: torch.from_numpy(values.copy()).to(device)
+                         for _, start, values in planned if values is not None and len(values)}
+
+    def view(self, start: int, count: int) -> torch.Tensor:
+        return self.by_start[start] if count else torch.empty(0, dtype=torch.long, device=self.device)
+
+
+class StagedInputs:
+    """Each call's inputs copied from the slot (pinned) to a device region of their own on a
+    side stream as the call comes; the engine's stream waits for the copy (go_staged)."""
+
+    def __init__(self, host, device):
+        self.host, self.device = host, device
+        self.staged = torch.empty_like(host, device=device)
+        self.stream = torch.cuda.Stream(device)
+
+    def view(self, start: int, count: int) -> torch.Tensor:
+        place = self.staged[start:start + count]
+        with torch.cuda.stream(self.stream):
+            place.copy_(self.host[start:start + count], non_blocking=True)
+        torch.cuda.current_stream(self.device).wait_stream(self.stream)
+        return place
+
+
+def go_run(runner, slot, planned, device, variant, parts, staged) -> float:
+    """Seconds of one run through the runner's path, less what `variant` leaves out."""
+    inputs, copies = runner.inputs, runner.copies
+    mapped = inputs.on_device
+    if variant == "go_copied":  # each call's inputs copied to the device (pinned: no wait)
+        inputs.on_device = None
+    elif variant == "go_device_inputs":
+        runner.inputs = AheadInputs(planned, device)
+    elif variant == "go_staged":
+        runner.inputs = staged
+    if variant == "go_no_copy":
+        copies.keep = copies.outputs.append
+    if variant == "go_parts":
+        runner.inputs.view = parts.timed("views", runner.inputs.view)
+        copies.keep = parts.timed("copy", copies.keep)
+        timed_engine(runner.engine, parts)
+        parts.start()
+    headers = None
+    if variant == "go_no_wire":
+        for _, start, values in planned:
+            slot.inputs[start:start + len(values)] = values
+        headers = [decode_call(payload) for payload, _, _ in planned]
+    deliver = parts.timed("wire", slot.send) if variant == "go_parts" else slot.send
+    take = parts.timed("wire", slot.calls.take) if variant == "go_parts" else slot.calls.take
+    torch.cuda.synchronize() if is_cuda(device) else None
+    started = time.perf_counter()
+    if headers:
+        for header in headers:
+            runner.call(header)
+    else:
+        for payload, start, values in planned:
+            deliver(payload, start, values)
+            runner.call(decode_call(take()))
+    if variant == "go_no_copy":
+        torch.cuda.synchronize() if is_cuda(device) else None
+    else:
+        copies.checksum()  # its .item(): the device is idle after it
+    seconds = time.perf_counter() - started
+    runner.inputs, inputs.on_device = inputs, mapped
+    copies.__dict__.pop("keep", None)
+    inputs.__dict__.pop("view", None)
+    return seconds
+
+
+def in_process(slot, module, raw_config, weight_dir, device, events, rounds, variants) -> dict:
+    """variant -> seconds of its runs, the variants taking turns round by round."""
     messages = [call_message(call) for call in materialize(events, raw_config["vocab_size"], 0, "cpu")]
     calls = materialize(events, raw_config["vocab_size"], 0, device)
     runner = Runner(slot)
     runner.module, runner.device = module, device
-    seconds = []
+    seconds, parts, staged = {variant: [] for variant in variants}, {v: Parts() for v in variants}, None
     with torch.no_grad():
         warm = module.create_engine(dict(raw_config), str(weight_dir), device)
         timed_run(warm, calls, device)
-        for _ in range(rounds):
-            engine = module.create_engine(dict(raw_config), str(weight_dir), device)
-            if variant == "bench":
-                seconds.append(timed_run(engine, calls, device))
-            else:
-                runner.engine = engine
-                runner.ready(device)  # as the runner's `prepare` ends
-                mapped = runner.inputs.on_device
-                if variant == "go_copied":  # each call's inputs copied to the device (pinned: no wait)
-                    runner.inputs.on_device = None
-                planned = slot.plan(messages)[:-1]  # the run's calls, less its end
-                started = time.perf_counter()
-                for payload, start, values in planned:
-                    slot.send(payload, start, values)
-                    runner.call(decode_call(slot.calls.take()))
-                runner.copies.checksum()  # its .item(): the device is idle after it
-                runner.inputs.on_device = mapped
-                seconds.append(time.perf_counter() - started)
-            del engine
+        for i in range(rounds):
+            for variant in variants[i % len(variants):] + variants[:i % len(variants)]:
+                engine = module.create_engine(dict(raw_config), str(weight_dir), device)
+                if variant.startswith("bench"):
+                    if variant == "bench_parts":
+                        timed_engine(engine, parts[variant])
+                        parts[variant].start()
+                    seconds[variant].append(timed_run(engine, calls, device))
+                else:
+                    runner.engine = engine
+                    runner.ready(device)  # as the runner's `prepare` ends
+                    if variant == "go_staged" and staged is None:
+                        staged = StagedInputs(runner.inputs.host, device)
+                    planned = slot.plan(messages)[:-1]  # the run's calls, less its end
+                    seconds[variant].append(go_run(runner, slot, planned, device, variant, parts[variant], staged))
+                runner.engine = engine = None
         del warm
+    for variant, kept in parts.items():
+        if kept.runs:
+            print(f"  {variant}: {kept.summary()}", flush=True)
     return seconds
 
 
@@ -108,6 +224,17 @@ def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap, var
         process.close()
 
 
+IN_PROCESS = ("bench", "bench_parts", "go", "go_copied", "go_staged", "go_no_wire", "go_device_inputs", "go_no_copy",
+              "go_parts")
+JUDGED = ("judge", "judge_now", "judge_home", "judge_no_burst", "ping")
+
+
+def report(engine, case, variant, seconds) -> None:
+    ms = [s * 1e3 for s in seconds]
+    print(f"{engine.name} {case:8s} {variant:16s} median {statistics.median(ms):7.3f} ms "
+          f"(min {min(ms):.3f}, max {max(ms):.3f}) over {len(ms)}", flush=True)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.go_overhead", description=__doc__.splitlines()[0])
     parser.add_argument("--engine", type=Path, required=True)
@@ -123,19 +250,17 @@ def main(argv=None) -> int:
     weight_dir = args.weight_dir.resolve()
     module = load_engine_module(args.engine)
     slot = Slot()  # one for the process: its inputs are mapped into the device's space once
+    chosen = args.variants or IN_PROCESS + JUDGED
     for name, events in select_cases(args.cases).items():
-        here = functools.partial(in_process, slot, module, raw_config, weight_dir, args.device, events, args.rounds)
+        here = [variant for variant in IN_PROCESS if variant in chosen]
+        if here:
+            ran = in_process(slot, module, raw_config, weight_dir, args.device, events, args.rounds, here)
+            for variant in here:
+                report(args.engine, name, variant, ran[variant])
         judge = functools.partial(judged, args.engine, raw_config, weight_dir, args.device, events, args.rounds)
-        variants = {**{variant: functools.partial(here, variant) for variant in ("bench", "go", "go_copied")},
-                    "judge": functools.partial(judge, args.gap), "judge_now": functools.partial(judge, 0.0),
-                    **{variant: functools.partial(judge, args.gap, variant)
-                       for variant in ("judge_home", "judge_no_burst", "ping")}}
-        for variant, run in variants.items():
-            if args.variants and variant not in args.variants:
-                continue
-            ms = [s * 1e3 for s in run()]
-            print(f"{args.engine.name} {name:8s} {variant:14s} median {statistics.median(ms):7.3f} ms "
-                  f"(min {min(ms):.3f}, max {max(ms):.3f}) over {len(ms)}", flush=True)
+        for variant in (v for v in JUDGED if v in chosen):
+            gap = 0.0 if variant == "judge_now" else args.gap
+            report(args.engine, name, variant, judge(gap, "judge" if variant == "judge_now" else variant))
     return 0
 
 

@@ -7,6 +7,7 @@ figure can be measured again, not run by any driver.
     python -m tools.probes.bf16_exactness           RoPE and SwiGLU kernels against torch's bf16 rounding (GPU)
     python -m tools.probes.linear_bench             skinny matmuls: cuBLAS against skinny_matmul's kernels (GPU)
     python -m tools.probes.call_delivery_cost       what delivering a trace call by call costs a program (GPU)
+    python -m tools.probes.runner_view_cost         the runner's tensor work a call: slices, output copies (GPU)
     python -m tools.probes.host_profile             where a case's host time goes (GPU)
     python -m tools.probes.host_noise, core_noise   how noisy the host's cores are
     python -m tools.probes.swap_orders              pairs of swaps in both orders: one engine, one source?
