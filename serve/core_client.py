@@ -28,6 +28,8 @@ class EngineCoreClient:
         context = multiprocessing.get_context("spawn")
         requests_out, self.requests = context.Pipe(duplex=False)
         self.outputs, outputs_in = context.Pipe(duplex=False)
+        # Not a daemon: an engine may start processes of its own (compile workers); the
+        # pipe's end, shutdown() and atexit see that the core leaves.
         self.process = context.Process(target=run_engine_core, name="engine-core",
                                        args=(args, eos_token_id, requests_out, outputs_in))
         self.process.start()
