@@ -16,14 +16,14 @@ import importlib
 import sys
 from pathlib import Path
 
+from contract.checkpoint import load_checked_weights
+from contract.devices import resolve_device
+from contract.model_config import ConfigError, ModelConfig
 from evolve import checkpoint
 from evolve.config import BENCH_CHOICES, RunConfig, SettingsError, parse_duration
 from evolve.population import seed_sources
 from evolve.report import report
 from evolve.search import run
-from fitness.checkpoint import load_checked_weights
-from fitness.devices import resolve_device
-from fitness.model_config import ConfigError, ModelConfig
 from target.toy_weights import HERE as TARGET_DIR, ensure
 
 # flag's dest -> (RunConfig field, conversion)

@@ -19,7 +19,7 @@ import ast
 import json
 from dataclasses import dataclass
 
-from fitness.loader import source_hash
+from contract.loader import source_hash
 
 MERGE = "merge"  # the key under which a merge of (a, b, base) is spent
 MERGE_DECLINED = "merge declined"  # ... and (a, b) when it declined: b had nothing for a

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 import mutations
+from contract.loader import source_hash
 from evolve import history
 from evolve.library import LIBRARY
 from mutations import program, recipe
@@ -56,7 +57,7 @@ def first_lines(first: dict, candidate_id: str) -> list:
     if first["operator"] == LIBRARY:
         args = recorded_args(first["operator_args"])
         return [f"# from the library: {Path(args.get('recipe', '?')).name}", *args.get("steps", [])]
-    if first["operator"] != "seed" or first["candidate_id"] != recipe.source_hash(program.SEED_PATH.read_text()):
+    if first["operator"] != "seed" or first["candidate_id"] != source_hash(program.SEED_PATH.read_text()):
         raise LineageError(f"the lineage of {candidate_id} starts at {first['candidate_id']} ({first['operator']}), "
                            f"not at {program.SEED_PATH.name}: a recipe starts from the seed or the library")
     return []
@@ -94,8 +95,8 @@ def replayed(steps: list, source: str, number: int, step: dict) -> str:
         source = recipe.apply(steps, source)
     except recipe.RecipeError as err:
         raise LineageError(f"step {number} ({step['operator']}) does not replay: {err}") from None
-    if recipe.source_hash(source) != step["candidate_id"]:
-        raise LineageError(f"step {number} ({step['operator']}) replays to {recipe.source_hash(source)}, "
+    if source_hash(source) != step["candidate_id"]:
+        raise LineageError(f"step {number} ({step['operator']}) replays to {source_hash(source)}, "
                            f"not {step['candidate_id']}")
     return source
 

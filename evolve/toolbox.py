@@ -16,10 +16,10 @@ import numpy as np
 from deap import base, creator, tools
 
 import mutations
+from contract.loader import source_hash
 from evolve.memo import MERGE, MERGE_DECLINED, Known, Memo
 from evolve.operators import (DECLINED, DEMOTED, FAILED, OperatorSelector, Vocabulary, gain_pairs,
                               outcome, sweep_rank)
-from fitness.loader import source_hash
 
 MERGE_EVERY_GAIN = "merge_every_gain"
 

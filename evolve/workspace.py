@@ -20,12 +20,12 @@ import libcst as cst
 import libcst.matchers as m
 import torch
 
+from contract.devices import is_cuda
+from contract.loader import source_hash
+from contract.model_config import ModelConfig
 from evolve.library import LIBRARY
 from fitness import roofline
 from fitness.cases import select_cases
-from fitness.devices import is_cuda
-from fitness.loader import source_hash
-from fitness.model_config import ModelConfig
 
 
 def write_atomically(path: Path, text: str) -> None:

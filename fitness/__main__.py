@@ -6,10 +6,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from contract.devices import resolve_device
+from contract.loader import load_engine_module
+from contract.model_config import ModelConfig
 from fitness import bench, gate, roofline
-from fitness.devices import resolve_device
-from fitness.loader import load_engine_module
-from fitness.model_config import ModelConfig
 from fitness.judge import BENCH_CHOICES
 from fitness.sandbox import fresh_seed, judge
 from fitness.verdict import error_text

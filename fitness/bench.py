@@ -32,11 +32,11 @@ import torch
 
 from fitness import roofline
 # The cases live in fitness.cases, shared with the roofline; callers may take them from here.
-from fitness.checkpoint import load_checked_weights
+from contract.checkpoint import load_checked_weights
+from contract.devices import DEVICE_CHOICES, is_cuda, ramp_gpu_clocks, resolve_device
+from contract.loader import load_engine_module
+from contract.model_config import ConfigError, ModelConfig
 from fitness.cases import CASE_SETS, hidden_style_cases, public_cases, select_cases
-from fitness.devices import DEVICE_CHOICES, is_cuda, ramp_gpu_clocks, resolve_device
-from fitness.loader import load_engine_module
-from fitness.model_config import ConfigError, ModelConfig
 from fitness.traces import count_tokens, materialize, replay
 
 ROOT = Path(__file__).resolve().parents[1]

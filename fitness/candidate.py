@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fitness.devices import is_cuda
+from contract.devices import is_cuda
 from fitness.wire import DONE, NAP_S, WAKE, Channel, Slot, WireError, WireTimeout, parse
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

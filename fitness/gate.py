@@ -35,9 +35,10 @@ from pathlib import Path
 
 import torch
 
+from contract.families import FEATURES
+from contract.model_config import ConfigError, ModelConfig, derived_configs
 from fitness import traces, weight_files
 from fitness.candidate import RunnerFailure
-from fitness.model_config import ConfigError, ModelConfig, derived_configs
 from fitness.reference_logits import References
 from fitness.runner import retained_bytes
 from fitness.tolerance import error_ratio
@@ -51,10 +52,7 @@ FORBIDDEN_MODULES = {"importlib", "gc", "inspect", "ctypes", "subprocess", "sock
                      "multiprocessing", "builtins", "pickle", "marshal"}
 FORBIDDEN_CALLS = {"__import__", "eval", "exec", "globals", "breakpoint"}
 DERIVED_WEIGHT_SEED = 4321
-FAMILIES = "families"  # the derived config with every family feature on (fitness.model_config)
-# Each family feature: its config field -> (its name in a verdict, the field's value when off).
-FAMILY_FEATURES = {"tie_word_embeddings": ("the tied head", False), "qkv_bias": ("the q/k/v biases", False),
-                   "qk_norm": ("the q/k norms", False), "rope_scaling": ("llama3 RoPE scaling", None)}
+FAMILIES = "families"  # the derived config with every family's feature on (contract.model_config)
 # Raised in a check by the judge's side, not the candidate's: they keep their own verdicts.
 JUDGES_OWN = (ConfigError, weight_files.WeightsChanged)
 
@@ -316,11 +314,11 @@ def failure_site(stage: str, label: str, cfg: ModelConfig, err: Exception, probe
 def failing_features(families: ModelConfig, probe) -> str:
     """Which family features a program fails on: each alone on the families config, after a
     control with all of them off (a failure there is not the features')."""
-    off = {field: value for field, (_, value) in FAMILY_FEATURES.items()}
+    off = {feature.field: feature.off for feature in FEATURES}
     if probe(families.derive(**off), f"{FAMILIES}/none"):
         return "fails with no family feature on too"
-    failing = [f"{name} ({field})" for field, (name, _) in FAMILY_FEATURES.items()
-               if probe(families.derive(**{**off, field: getattr(families, field)}), f"{FAMILIES}/{field}")]
+    failing = [f"{f.name} ({f.field})" for f in FEATURES
+               if probe(families.derive(**{**off, f.field: getattr(families, f.field)}), f"{FAMILIES}/{f.field}")]
     return f"fails with {' and '.join(failing)}" if failing else "fails only with the features together"
 
 

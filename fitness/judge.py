@@ -26,22 +26,22 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from contract.devices import core_siblings, is_cuda, ramp_gpu_clocks
+from contract.loader import source_hash
+from contract.model_config import ConfigError, ModelConfig
 from fitness import gate, weight_files
 from fitness.candidate import CandidateError, RunnerFailure, Spares
 from fitness.cases import CASE_SETS, select_cases
-from fitness.devices import core_siblings, is_cuda, ramp_gpu_clocks
-from fitness.loader import source_hash
-from fitness.model_config import ConfigError, ModelConfig
 from fitness.reference_logits import References
 from fitness.runner import output_checksum
-from fitness.traces import call_message, materialize
 from fitness.timing import (CHECKED_ROWS, RESOLUTION, Contender, TimedOutputCheck, check_warm_up, measure,
                             warm_up)
+from fitness.traces import call_message, materialize
 from fitness.verdict import STATUSES, error_text, new_verdict
 
 LEVELS = ("none",) + gate.LEVELS
 # Before each timed run: the engine was just built on the host with the GPU idle, and an
-# idle GPU drops its clocks within milliseconds (fitness.devices.ramp_gpu_clocks); every
+# idle GPU drops its clocks within milliseconds (contract.devices.ramp_gpu_clocks); every
 # run starts from the same state.
 CLOCK_BURST_S = 0.02
 BENCH_CHOICES = ("none",) + CASE_SETS

@@ -2,7 +2,7 @@
 
 It runs one request's whole history at batch size 1, like the public evaluator's: slow,
 obviously right, and the thing every logit is compared with. It computes with the weights
-in the contract's layout (fitness.checkpoint reads either format into it), plus what the
+in the contract's layout (contract.checkpoint reads either format into it), plus what the
 Hugging Face families add: q/k/v biases (Qwen2), an RMSNorm over each head of q and k
 before RoPE (Qwen3), llama3 RoPE frequencies (Llama 3); tests/test_hf.py holds it to
 `transformers`' own models.
@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from fitness.model_config import ModelConfig
+from contract.model_config import ModelConfig
 
 
 class ReferenceModel:

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import torch
 
+from contract.checkpoint import load_checked_weights
+from contract.model_config import ModelConfig
 from fitness import weight_files
-from fitness.checkpoint import load_checked_weights
-from fitness.model_config import ModelConfig
 from fitness.reference import ReferenceModel
 from fitness.tolerance import error_ratio
 from fitness.traces import materialize, public_sequence

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import torch
 
+from contract.devices import is_cuda
+from contract.model_config import ConfigError, ModelConfig
 from fitness.cases import CASE_SETS, select_cases
-from fitness.devices import is_cuda
-from fitness.model_config import ConfigError, ModelConfig
 from fitness.traces import count_tokens
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "target" / "model_config.json"

@@ -28,8 +28,8 @@ import sys
 import numpy as np
 import torch
 
-from fitness.devices import is_cuda
-from fitness.loader import load_engine_module
+from contract.devices import is_cuda
+from contract.loader import load_engine_module
 from fitness.verdict import error_text
 from fitness.wire import DONE, NAP_S, CallHeader, Channel, Slot, decode_call, encode
 

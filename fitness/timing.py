@@ -21,7 +21,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-from fitness.devices import is_cuda
+from contract.devices import is_cuda
 from fitness.gate import CorrectnessError, error_ratio, snapshot
 from fitness.traces import count_tokens
 

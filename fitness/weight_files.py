@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from fitness.checkpoint import checkpoint_files
-from fitness.model_config import ConfigError
+from contract.checkpoint import checkpoint_files
+from contract.model_config import ConfigError
 
 
 class WeightsChanged(Exception):

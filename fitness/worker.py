@@ -17,7 +17,7 @@ import sys
 
 import torch
 
-from fitness.devices import parse_cpus
+from contract.devices import parse_cpus
 from fitness.judge import Judge
 
 

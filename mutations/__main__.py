@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import mutations
+from contract.loader import source_hash
 from mutations import recipe
 
 
@@ -31,7 +32,7 @@ def make_recipe(path: Path, output, check_hash) -> int:
     except recipe.RecipeError as err:
         print(f"{path}: {err}", file=sys.stderr)
         return 1
-    made = recipe.source_hash(source)
+    made = source_hash(source)
     if check_hash and made != check_hash:
         print(f"{path}: the recipe makes {made}, not {check_hash}", file=sys.stderr)
         return 1

@@ -11,7 +11,6 @@ allele swaps, then the rewrites, then the constant settings that turn its first 
 the child (`crossover_steps`), when some do.
 """
 import difflib
-import hashlib
 import json
 from dataclasses import dataclass, field
 
@@ -33,12 +32,6 @@ class Step:
 
     def line(self) -> str:
         return f"{self.operator} {json.dumps(self.args, sort_keys=True)}" if self.args else self.operator
-
-
-def source_hash(source: str) -> str:
-    """A program's candidate id, as the judge computes it (fitness.loader.source_hash,
-    repeated here: mutations never imports fitness)."""
-    return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
 def parse(text: str) -> list[Step]:

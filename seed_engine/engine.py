@@ -244,7 +244,7 @@ def norm_mlp(x, residual, weight, layer, eps):
     return mlp(h, layer), x
 
 # The Hugging Face families read (config.json's model_type), whose gate is fp32: the
-# judge's fitness.model_config.HF_FAMILIES, written here because an engine file stands alone.
+# judge's contract.families.HF_FAMILIES, written here because an engine file stands alone.
 HF_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 
 

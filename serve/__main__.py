@@ -15,7 +15,8 @@ from pathlib import Path
 
 import uvicorn
 
-from fitness.model_config import ModelConfig
+from contract.devices import resolve_device
+from contract.model_config import ModelConfig
 from serve.app import build_app
 from serve.core_client import EngineCoreClient
 from serve.llm_engine import LLMEngine

@@ -1,6 +1,6 @@
 """Executes scheduled steps through the engine's three calls, then samples.
 
-The engine file is imported the way the judge imports it (`fitness.loader`), and driven
+The engine file is imported the way the judge imports it (`contract.loader`), and driven
 only through the contract: prefill, decode and remove by request id.
 
 A step is launched before the one ahead of it is read back: its decodes take their
@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from fitness.loader import load_engine_module
+from contract.loader import load_engine_module
 from serve.sampling import SampledLogprobs, logprobs_of, make_generator, sample, to_device
 from serve.scheduler import Batch
 from serve.sequence import SEQUENCE_IDS, TokenLogprobs

@@ -25,8 +25,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from fitness.model_config import ModelConfig
-from target.toy_weights import weight_shapes
+from contract.layout import hf_name, weight_shapes
+from contract.model_config import ModelConfig
 
 MAX_SHARD_BYTES = 2 * 1024 ** 3
 LLAMA_3_2_1B = {
@@ -52,11 +52,6 @@ TINY_QWEN3 = {**QWEN3_0_6B, "hidden_size": 128, "intermediate_size": 256, "num_h
               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 512,
               "max_position_embeddings": 512, "bos_token_id": 0, "eos_token_id": 1}
 CHECKPOINTS = {"llama_3_2_1b": LLAMA_3_2_1B, "qwen3_0_6b": QWEN3_0_6B, "tiny_qwen3": TINY_QWEN3}
-
-
-def hf_name(name: str) -> str:
-    """The contract's tensor name as a Hugging Face checkpoint stores it."""
-    return name if name == "lm_head.weight" else "model." + name
 
 
 def random_tensors(config: dict, seed: int) -> dict:

@@ -1,7 +1,7 @@
 """Toy weights in the contract's format: a plain dict of fp32 CPU tensors in `model.pt`.
 
 The public initialisation is `torch.manual_seed(seed)`, then, in the order of
-`weight_shapes`, `randn(shape) * 0.02` for every matrix and ones for every norm.
+`contract.layout.weight_shapes`, `randn(shape) * 0.02` for every matrix and ones for every norm.
 
 A config with the Hugging Face families' features adds q/k/v biases (`qkv_bias`), per-head
 q/k norm weights (`qk_norm`) and drops `lm_head.weight` (`tie_word_embeddings`); those
@@ -21,38 +21,11 @@ from pathlib import Path
 
 import torch
 
+from contract.layout import weight_shapes
+
 HERE = Path(__file__).resolve().parent
 PUBLIC_STD = 0.02
 DEFAULT_SEED = 1234
-
-
-def weight_shapes(config: dict) -> dict[str, tuple[int, ...]]:
-    """Every tensor of the checkpoint, in the contract's (generation) order."""
-    hidden, vocab = config["hidden_size"], config["vocab_size"]
-    inter, head_dim = config["intermediate_size"], config["head_dim"]
-    q_dim = config["num_attention_heads"] * head_dim
-    kv_dim = config["num_key_value_heads"] * head_dim
-    shapes = {"embed_tokens.weight": (vocab, hidden)}
-    for i in range(config["num_hidden_layers"]):
-        p = f"layers.{i}."
-        shapes[p + "input_layernorm.weight"] = (hidden,)
-        shapes[p + "self_attn.q_proj.weight"] = (q_dim, hidden)
-        shapes[p + "self_attn.k_proj.weight"] = (kv_dim, hidden)
-        shapes[p + "self_attn.v_proj.weight"] = (kv_dim, hidden)
-        if config.get("qkv_bias"):
-            shapes.update({p + "self_attn.q_proj.bias": (q_dim,), p + "self_attn.k_proj.bias": (kv_dim,),
-                           p + "self_attn.v_proj.bias": (kv_dim,)})
-        if config.get("qk_norm"):
-            shapes.update({p + "self_attn.q_norm.weight": (head_dim,), p + "self_attn.k_norm.weight": (head_dim,)})
-        shapes[p + "self_attn.o_proj.weight"] = (hidden, q_dim)
-        shapes[p + "post_attention_layernorm.weight"] = (hidden,)
-        shapes[p + "mlp.gate_proj.weight"] = (inter, hidden)
-        shapes[p + "mlp.up_proj.weight"] = (inter, hidden)
-        shapes[p + "mlp.down_proj.weight"] = (hidden, inter)
-    shapes["norm.weight"] = (hidden,)
-    if not config.get("tie_word_embeddings"):
-        shapes["lm_head.weight"] = (vocab, hidden)
-    return shapes
 
 
 def generate(config: dict, seed: int = DEFAULT_SEED, std: float | str = PUBLIC_STD) -> dict:

@@ -8,10 +8,10 @@ import types
 import pytest
 import torch
 
+from contract.loader import load_engine_module
+from contract.model_config import ModelConfig
 from fitness import bench
 from fitness.cases import decode_events, select_cases
-from fitness.loader import load_engine_module
-from fitness.model_config import ModelConfig
 from fitness.traces import count_tokens, materialize, public_sequence, replay
 from target import toy_weights
 from tools.memory_peak import live_at_peak

@@ -4,11 +4,11 @@ import random
 import pytest
 import torch
 
+from contract.loader import load_engine_module
+from contract.model_config import ModelConfig
 from fitness import traces
 from fitness.gate import (DEFAULT_MARGIN, InProcessDriver, Tally, check_module, check_traces,
                           generated_weights, judging_weights, static_problems)
-from fitness.loader import load_engine_module
-from fitness.model_config import ModelConfig
 from fitness.reference_logits import References, histories, row_logits
 from fitness.traces import materialize
 from fitness.weight_files import TRUSTED, WeightsChanged

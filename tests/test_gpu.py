@@ -6,12 +6,12 @@ import pytest
 import torch
 
 import mutations
-from mutations import recipe
+from contract.loader import load_engine_module
+from contract.model_config import ModelConfig
 from fitness.gate import check_module
-from fitness.loader import load_engine_module
-from fitness.model_config import ModelConfig
 from fitness.runner import OutputCopies, output_checksum
 from fitness.sandbox import judge
+from mutations import recipe
 from serve.engine_core import EngineCore
 from serve.model_runner import ModelRunner, load_engine
 from serve.sampling import SamplingParams

@@ -21,15 +21,15 @@ from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCa
                           Qwen3ForCausalLM)
 
 import mutations
-from fitness.checkpoint import load_checked_weights
+from contract.checkpoint import load_checked_weights
+from contract.layout import weight_shapes
+from contract.loader import load_engine_module
+from contract.model_config import ConfigError, ModelConfig
 from fitness.gate import check_module
-from fitness.loader import load_engine_module
-from fitness.model_config import ConfigError, ModelConfig
 from fitness.reference import ReferenceModel
 from fitness.reference_logits import References
 from fitness.weight_files import TrustedFiles, WeightsChanged, fingerprint
 from target import hf_checkpoints
-from target.toy_weights import weight_shapes
 from tests.conftest import REPO, SEED_ENGINE, in_bf16
 
 SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,

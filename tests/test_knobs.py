@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 import mutations
+from contract.loader import load_engine_module
+from contract.model_config import ModelConfig
 from fitness.cases import call_bounds, select_cases
 from fitness.gate import check_module
-from fitness.loader import load_engine_module
-from fitness.model_config import ModelConfig
 from mutations import program, recipe
 from mutations.rewrites.tune_constant import declared, declared_values, fitted_to, tunable
 

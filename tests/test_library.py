@@ -4,13 +4,13 @@ import json
 
 import pytest
 
+from contract.loader import source_hash
 from evolve import history, library
 from evolve.__main__ import build_parser, given_settings
 from evolve.config import RunConfig
 from evolve.recipe import lineage_recipe
 from evolve.workspace import describe_step
 from fitness.gate import static_problems
-from fitness.loader import source_hash
 from mutations import recipe
 from tests.conftest import REPO, SEED_ENGINE
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import mutations
+from contract.loader import load_engine_module
+from contract.model_config import ModelConfig
 from fitness.gate import check_module, static_problems
-from fitness.loader import load_engine_module
-from fitness.model_config import ModelConfig
 from mutations import alleles, program, requirements
 from tests.conftest import REPO, SEED_ENGINE, SMALL_CONFIG, in_bf16, write_weights
 

@@ -8,11 +8,11 @@ import sys
 import pytest
 
 import mutations
+from contract.loader import source_hash
 from evolve import history
 from evolve.recipe import LineageError, lineage_recipe
 from evolve.report import report
 from fitness.gate import static_problems
-from fitness.loader import source_hash
 from mutations import program, recipe
 from tests.conftest import FASTEST, REPO, SEED_ENGINE
 

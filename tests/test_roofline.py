@@ -4,9 +4,9 @@ from dataclasses import replace
 
 import pytest
 
+from contract.model_config import ModelConfig
 from fitness import roofline
 from fitness.cases import public_cases
-from fitness.model_config import ModelConfig
 from fitness.traces import decode, prefill
 
 PUBLIC = ModelConfig.load("target/model_config.json")

@@ -2,7 +2,7 @@
 import os
 import time
 
-from fitness.devices import core_siblings, parse_cpus
+from contract.devices import core_siblings, parse_cpus
 from fitness.judge import Judge, kept_off
 from fitness.sandbox import judge
 from fitness.wire import spin_until_readable

@@ -19,7 +19,7 @@ import pytest
 import torch
 from openai import AsyncOpenAI, OpenAI
 
-from fitness.model_config import ModelConfig
+from contract.model_config import ModelConfig
 from fitness.reference import ReferenceModel
 from fitness.tolerance import ATOL, RTOL
 from serve import bench

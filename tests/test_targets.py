@@ -4,10 +4,10 @@ import subprocess
 
 import pytest
 
+from contract.checkpoint import load_checked_weights
+from contract.model_config import ModelConfig
 from evolve.__main__ import build_parser
 from fitness.cases import select_cases
-from fitness.checkpoint import load_checked_weights
-from fitness.model_config import ModelConfig
 from target import targets
 from tests.conftest import REPO, SMALL_CONFIG
 

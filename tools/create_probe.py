@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 
+from contract.devices import resolve_device
+from contract.loader import load_engine_module
 from fitness.bench import synchronize
 from fitness.cases import select_cases
-from fitness.devices import resolve_device
-from fitness.loader import load_engine_module
 from fitness.traces import materialize, replay
 
 

@@ -36,13 +36,13 @@ from pathlib import Path
 
 import torch
 
-from fitness.bench import timed_run
 import fitness.judge
+from contract.devices import core_siblings, is_cuda
+from contract.loader import load_engine_module
+from fitness.bench import timed_run
 from fitness.candidate import CandidateError, CandidateProcess
 from fitness.cases import select_cases
-from fitness.devices import core_siblings, is_cuda
 from fitness.judge import RunnerDriver, Stage, TimingCores, kept_off
-from fitness.loader import load_engine_module
 from fitness.runner import Runner
 from fitness.traces import call_message, materialize
 from fitness.wire import Slot, decode_call

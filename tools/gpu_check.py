@@ -19,10 +19,10 @@ import tempfile
 from pathlib import Path
 
 import mutations
+from contract.model_config import ModelConfig
 from fitness import roofline
 from fitness.__main__ import prepare_weights
 from fitness.cases import public_cases
-from fitness.model_config import ModelConfig
 from fitness.sandbox import judge as sandbox_judge
 from mutations import program
 

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from fitness.devices import resolve_device
+from contract.devices import resolve_device
 from fitness.judge import Judge
 from fitness.sandbox import fresh_seed
 

@@ -21,9 +21,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from contract.devices import resolve_device
 from evolve.config import visible_gpus
 from evolve.judging import core_shares
-from fitness.devices import resolve_device
 from fitness.sandbox import JudgeProcess
 from tools.judge_probe import geometric_mean
 

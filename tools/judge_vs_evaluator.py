@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fitness.devices import resolve_device
+from contract.devices import resolve_device
 from fitness.sandbox import JudgeProcess
 
 

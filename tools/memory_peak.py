@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
+from contract.loader import load_engine_module
 from fitness.bench import CASE_SEED, run_calls
 from fitness.cases import select_cases
-from fitness.loader import load_engine_module
 from fitness.traces import materialize
 from tools.profile_case import case_arguments
 

@@ -20,8 +20,8 @@ import sys
 import httpx
 import torch
 
-from fitness.checkpoint import load_checked_weights
-from fitness.model_config import ModelConfig
+from contract.checkpoint import load_checked_weights
+from contract.model_config import ModelConfig
 from fitness.reference import ReferenceModel
 from fitness.tolerance import ATOL, RTOL
 

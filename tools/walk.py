@@ -14,7 +14,6 @@ A measuring tool on top of the packages (tools/): the operators and crossover ne
 fitness; this script does, to judge what they make.
 """
 import argparse
-import hashlib
 import json
 import random
 import sys
@@ -25,9 +24,9 @@ from pathlib import Path
 import torch
 
 import mutations
+from contract.loader import load_engine_module, source_hash
+from contract.model_config import ModelConfig
 from fitness.gate import check_module, static_problems
-from fitness.loader import load_engine_module
-from fitness.model_config import ModelConfig
 from mutations import program
 from target.toy_weights import write as write_weights
 
@@ -48,7 +47,7 @@ class Judge:
         self.verdicts = {}
 
     def __call__(self, source: str) -> dict:
-        key = hashlib.sha256(source.encode()).hexdigest()[:16]
+        key = source_hash(source)
         if key not in self.verdicts:
             self.verdicts[key] = self.judge(source, key)
         return self.verdicts[key]

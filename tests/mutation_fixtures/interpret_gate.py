@@ -23,10 +23,10 @@ FULL = os.environ.get("INTERPRET_FULL") == "1"  # the batch-64 and long-prompt t
 assert os.environ.get("TRITON_INTERPRET") == "1", "set TRITON_INTERPRET=1"
 
 import mutations  # noqa: E402
+from contract.loader import load_engine_module  # noqa: E402
+from contract.model_config import ModelConfig, derived_configs  # noqa: E402
 from fitness import gate  # noqa: E402
-from fitness.loader import load_engine_module  # noqa: E402
 from fitness.reference_logits import References  # noqa: E402
-from fitness.model_config import ModelConfig, derived_configs  # noqa: E402
 
 
 def judge(op_name, config, weight_dir, scratch) -> dict:

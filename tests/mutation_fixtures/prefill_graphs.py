@@ -24,7 +24,7 @@ assert os.environ.get("TRITON_INTERPRET") == "1", "set TRITON_INTERPRET=1"
 import torch  # noqa: E402
 
 import mutations  # noqa: E402
-from fitness.loader import load_engine_module  # noqa: E402
+from contract.loader import load_engine_module  # noqa: E402
 
 OPERATORS = ("allele.Engine.cuda_graphs_prefill", "allele.apply_rope.triton")
 

@@ -17,7 +17,7 @@ assert os.environ.get("TRITON_INTERPRET") == "1", "set TRITON_INTERPRET=1"
 
 import torch  # noqa: E402
 
-from fitness.loader import load_engine_module  # noqa: E402
+from contract.loader import load_engine_module  # noqa: E402
 from mutations import recipe  # noqa: E402
 from tests.conftest import FASTEST  # noqa: E402
 from tests.test_hf import assert_engine_matches, make_checkpoint  # noqa: E402

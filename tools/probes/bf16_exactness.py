@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from fitness.loader import load_engine_module
+from contract.loader import load_engine_module
 from mutations.program import SEED_PATH
 from tools.probes.alleles import load_allele
 

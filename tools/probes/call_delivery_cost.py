@@ -23,9 +23,9 @@ from pathlib import Path
 
 import torch
 
+from contract.devices import is_cuda, ramp_gpu_clocks
+from contract.loader import load_engine_module
 from fitness.cases import select_cases
-from fitness.devices import is_cuda, ramp_gpu_clocks
-from fitness.loader import load_engine_module
 from fitness.traces import Call, materialize, replay
 
 VARIANTS = ("bench", "copy_each", "proof_each", "proof_lag")

@@ -24,10 +24,10 @@ import json
 
 import torch
 
+from contract.devices import is_cuda, ramp_gpu_clocks
+from contract.loader import load_engine_module
 from fitness.bench import CASE_SEED, fresh_engine_runs, timed_run
 from fitness.cases import CASE_SETS, select_cases
-from fitness.devices import is_cuda, ramp_gpu_clocks
-from fitness.loader import load_engine_module
 from fitness.traces import materialize
 
 

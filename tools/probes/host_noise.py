@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 
+from contract.devices import ramp_gpu_clocks, resolve_device
+from contract.loader import load_engine_module
 from fitness.cases import public_cases
-from fitness.devices import ramp_gpu_clocks, resolve_device
-from fitness.loader import load_engine_module
 from fitness.traces import materialize, replay
 
 WINDOW_S = 10.0

@@ -12,9 +12,9 @@ import statistics
 
 import torch
 
+from contract.loader import load_engine_module
 from fitness.bench import CASE_SEED, timed_run
 from fitness.cases import select_cases
-from fitness.loader import load_engine_module
 from fitness.traces import materialize
 from tools.profile_case import case_arguments
 

@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from contract.loader import load_engine_module
 from fitness.bench import CASE_SEED
 from fitness.cases import select_cases
-from fitness.loader import load_engine_module
 from fitness.traces import materialize, replay
 from tools.profile_case import case_arguments
 

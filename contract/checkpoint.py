@@ -9,19 +9,16 @@ of each head gives the same rotation and the same q.k, so one interleaved RoPE s
 (gpt-fast's scripts/convert_hf_checkpoint.py undoes the same permutation).
 """
 import json
-import re
 from pathlib import Path
 
 import torch
 
-from fitness.model_config import ConfigError, ModelConfig
-from target.toy_weights import weight_shapes
+from contract.layout import ROTATED, contract_name, weight_shapes
+from contract.model_config import ConfigError, ModelConfig
 
 CONTRACT_FILE = "model.pt"
 SAFETENSORS_FILE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
-# Tensors whose rows are laid out per head for RoPE: permuted from rotate-half order.
-ROTATED = re.compile(r"self_attn\.(q_proj|k_proj|q_norm|k_norm)\.")
 
 
 def checkpoint_files(weight_dir) -> list:
@@ -66,7 +63,7 @@ def read_weights(weight_dir, head_dim: int) -> dict:
 
 def from_hf_layout(stored: dict, head_dim: int) -> dict:
     """Hugging Face names and rotate-half rows -> the contract's names and interleaved rows."""
-    weights = {name.removeprefix("model."): tensor for name, tensor in stored.items()}
+    weights = {contract_name(name): tensor for name, tensor in stored.items()}
     return {name: interleave_pairs(t, head_dim) if ROTATED.search(name) else t for name, t in weights.items()}
 
 
@@ -77,7 +74,6 @@ def interleave_pairs(rows: torch.Tensor, head_dim: int) -> torch.Tensor:
     order = torch.arange(head_dim).view(2, half).T.reshape(-1)  # [0, half, 1, half + 1, ...]
     per_head = rows.reshape(-1, head_dim, *rows.shape[1:])  # [heads, head_dim, ...]
     return per_head[:, order].reshape(rows.shape)
-
 
 
 def load_checked_weights(config: ModelConfig, weight_dir) -> dict:

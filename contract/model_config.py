@@ -1,18 +1,21 @@
 """The model config: read, validated with messages, defaults in one place, never changed.
 
 Two formats come in: the contract's model_config.json, and a Hugging Face config.json
-(model_type llama, qwen2 or qwen3, as `transformers` writes it). Both become one
-ModelConfig, whose features (q/k/v biases, per-head q/k norms, tied embeddings, llama3 RoPE
-frequencies) are explicit fields.
+(its model_type one of the families in contract/families/, as `transformers` writes it).
+Both become one ModelConfig, whose features (q/k/v biases, per-head q/k norms, tied
+embeddings, llama3 RoPE frequencies) are explicit fields.
 
 Also the derived configs the gate judges a candidate on (GQA, bf16, another head_dim,
-more layers, every family feature), each small enough to judge in seconds.
+more layers, every family's feature), each small enough to judge in seconds.
 """
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
+
+from contract.families import FAMILIES, FEATURES, HF_FAMILIES
+from contract.families.llama import LLAMA3_KEYS
 
 REQUIRED_KEYS = (
     "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -21,12 +24,6 @@ REQUIRED_KEYS = (
 DEFAULTS = {"torch_dtype": "float16", "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
             "max_position_embeddings": 4096}
 BF16_NAMES = ("bfloat16", "bf16")
-HF_FAMILIES = ("llama", "qwen2", "qwen3")
-LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
-# The llama3 rule with a short original context, so that it changes most frequencies even
-# on the gate's short traces (Llama 3's own 8192 would leave them untouched).
-PROBE_LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 64}
 
 
 class ConfigError(ValueError):
@@ -47,10 +44,11 @@ class ModelConfig:
     rope_theta: float = DEFAULTS["rope_theta"]
     max_position_embeddings: int = DEFAULTS["max_position_embeddings"]
     model_type: str = "tiny_llama"
-    qkv_bias: bool = False  # biases on q, k and v (Qwen2)
-    qk_norm: bool = False  # RMSNorm over each head of q and k before RoPE (Qwen3)
-    tie_word_embeddings: bool = False  # the output head is the embedding table
-    rope_scaling: dict | None = None  # llama3 frequency rule: rope_type and LLAMA3_KEYS
+    # The families' features (contract/families/), each off by default.
+    qkv_bias: bool = False  # biases on q, k and v (qwen2)
+    qk_norm: bool = False  # RMSNorm over each head of q and k before RoPE (qwen3)
+    tie_word_embeddings: bool = False  # the output head is the embedding table (dense)
+    rope_scaling: dict | None = None  # llama3 frequency rule: rope_type and LLAMA3_KEYS (llama)
 
     def __post_init__(self):
         for key in REQUIRED_KEYS + ("max_position_embeddings",):
@@ -125,11 +123,10 @@ def hf_fields(raw: dict) -> dict:
         raise ConfigError(f"{family} config asks for what no engine here serves: {', '.join(unsupported)}")
     theta, scaling = hf_rope(raw)
     heads = raw.get("num_attention_heads")
+    # A feature switched on by its own key in any family's config, or implied by the family.
+    switches = {f.field: bool(raw.get(f.field)) for f in FEATURES if f.off is False} | FAMILIES[family].TURNS_ON
     fields = dict(raw, rope_theta=theta, rope_scaling=scaling,
-                  torch_dtype=raw.get("dtype") or raw.get("torch_dtype") or "float32",
-                  qkv_bias=family == "qwen2" or bool(raw.get("qkv_bias")),
-                  qk_norm=family == "qwen3" or bool(raw.get("qk_norm")),
-                  tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)))
+                  torch_dtype=raw.get("dtype") or raw.get("torch_dtype") or "float32", **switches)
     if isinstance(heads, int) and heads > 0:  # else the config's own check says what is wrong
         fields["num_key_value_heads"] = raw.get("num_key_value_heads") or heads
         if raw.get("head_dim") is None and isinstance(raw.get("hidden_size"), int):
@@ -179,8 +176,7 @@ def derived_configs(base: ModelConfig, small: bool = True) -> dict[str, ModelCon
         "deeper": base.derive(num_hidden_layers=base.num_hidden_layers + 2),
         "head_dim_256": base.derive(head_dim=256, num_attention_heads=2, num_key_value_heads=1,
                                     hidden_size=512),
-        # Every feature of the Hugging Face families at once, each a fault of its own when
-        # missed: biases and per-head norms drawn at random, a tied head, llama3 frequencies.
-        "families": base.derive(qkv_bias=True, qk_norm=True, tie_word_embeddings=True,
-                                rope_scaling=PROBE_LLAMA3),
+        # Every family's feature at once, each a fault of its own when missed: biases and
+        # per-head norms drawn at random, a tied head, llama3 frequencies.
+        "families": base.derive(**{feature.field: feature.probe for feature in FEATURES}),
     }

@@ -1,0 +1,50 @@
+"""The weight layout: every tensor a config implies, by name and shape, and the name a
+Hugging Face checkpoint stores it under.
+
+The contract's names carry no `model.` prefix (`layers.0.self_attn.q_proj.weight`); a
+Hugging Face checkpoint's do, except the head's (`lm_head.weight`). Its q/k rows are also
+in another RoPE order: `ROTATED` names the tensors whose rows checkpoint.py permutes.
+"""
+import re
+
+from contract.families import LAYOUTS
+
+
+def weight_shapes(config: dict) -> dict[str, tuple[int, ...]]:
+    """Every tensor of the checkpoint, in the contract's (generation) order."""
+    hidden, vocab = config["hidden_size"], config["vocab_size"]
+    inter, head_dim = config["intermediate_size"], config["head_dim"]
+    q_dim = config["num_attention_heads"] * head_dim
+    kv_dim = config["num_key_value_heads"] * head_dim
+    shapes = {"embed_tokens.weight": (vocab, hidden)}
+    for i in range(config["num_hidden_layers"]):
+        p = f"layers.{i}."
+        shapes[p + "input_layernorm.weight"] = (hidden,)
+        shapes[p + "self_attn.q_proj.weight"] = (q_dim, hidden)
+        shapes[p + "self_attn.k_proj.weight"] = (kv_dim, hidden)
+        shapes[p + "self_attn.v_proj.weight"] = (kv_dim, hidden)
+        for family in LAYOUTS:
+            shapes.update(family.attention_weights(config, p))
+        shapes[p + "self_attn.o_proj.weight"] = (hidden, q_dim)
+        shapes[p + "post_attention_layernorm.weight"] = (hidden,)
+        shapes[p + "mlp.gate_proj.weight"] = (inter, hidden)
+        shapes[p + "mlp.up_proj.weight"] = (inter, hidden)
+        shapes[p + "mlp.down_proj.weight"] = (hidden, inter)
+    shapes["norm.weight"] = (hidden,)
+    if not config.get("tie_word_embeddings"):
+        shapes["lm_head.weight"] = (vocab, hidden)
+    return shapes
+
+
+def hf_name(name: str) -> str:
+    """The contract's tensor name as a Hugging Face checkpoint stores it."""
+    return name if name == "lm_head.weight" else "model." + name
+
+
+def contract_name(stored: str) -> str:
+    """A Hugging Face checkpoint's tensor name in the contract's names."""
+    return stored.removeprefix("model.")
+
+
+# Tensors whose rows are laid out per head for RoPE: permuted from rotate-half order.
+ROTATED = re.compile(r"self_attn\.(%s)\." % "|".join(name for family in LAYOUTS for name in family.ROTATED))
