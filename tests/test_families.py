@@ -1,0 +1,72 @@
+"""Each model family is declared in one module of contract/families/; what it points at
+exists, and what the engine files repeat of it (they stand alone) agrees with it."""
+import ast
+
+import pytest
+
+from contract.families import FAMILIES, FEATURES, HF_FAMILIES, LAYOUTS
+from contract.families.llama import LLAMA3_KEYS
+from contract.layout import ROTATED, weight_shapes
+from contract.model_config import ModelConfig, derived_configs
+from tests.conftest import REPO, SEED_ENGINE, SMALL_CONFIG
+
+
+def top_level_names(path) -> set:
+    """Functions, classes and assigned names at a module's top level, and Class.method."""
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            if isinstance(node, ast.ClassDef):
+                names.update(f"{node.name}.{item.name}" for item in node.body if isinstance(item, ast.FunctionDef))
+        elif isinstance(node, ast.Assign):
+            names.update(target.id for target in node.targets if isinstance(target, ast.Name))
+    return names
+
+
+@pytest.mark.parametrize("family", LAYOUTS, ids=lambda family: family.__name__.rsplit(".", 1)[-1])
+def test_a_familys_reference_math_and_seed_genes_are_where_it_says(family):
+    assert set(family.REFERENCE) <= top_level_names(REPO / "fitness" / "reference.py")
+    assert set(family.SEED_GENES) <= top_level_names(SEED_ENGINE)
+
+
+def test_the_seed_reads_the_families_the_contract_declares():
+    seed = {}
+    for node in ast.parse(SEED_ENGINE.read_text()).body:
+        if isinstance(node, ast.Assign) and node.targets[0].id in ("HF_MODEL_TYPES", "LLAMA3_KEYS"):
+            seed[node.targets[0].id] = ast.literal_eval(node.value)
+    assert set(seed["HF_MODEL_TYPES"]) == set(HF_FAMILIES)
+    assert seed["LLAMA3_KEYS"] == LLAMA3_KEYS
+
+
+def test_the_families_config_turns_every_feature_on():
+    families = derived_configs(ModelConfig.from_dict(SMALL_CONFIG))["families"]
+    assert {f.field: getattr(families, f.field) for f in FEATURES} == {f.field: f.probe for f in FEATURES}
+    assert all(f.probe != f.off for f in FEATURES)
+
+
+@pytest.mark.parametrize("model_type", HF_FAMILIES)
+def test_a_hugging_face_config_turns_on_what_its_family_implies(model_type):
+    config = ModelConfig.from_dict({**SMALL_CONFIG, "model_type": model_type})
+    assert config.is_hf
+    for field, value in FAMILIES[model_type].TURNS_ON.items():
+        assert getattr(config, field) == value
+
+
+@pytest.mark.parametrize("feature", FEATURES, ids=lambda f: f.field)
+def test_a_feature_alone_changes_only_its_own_tensors(feature):
+    off = weight_shapes(SMALL_CONFIG)
+    on = weight_shapes({**SMALL_CONFIG, feature.field: feature.probe})
+    added, dropped = set(on) - set(off), set(off) - set(on)
+    expected = {"tie_word_embeddings": (set(), {"lm_head.weight"}),
+                "qkv_bias": ({f"layers.{i}.self_attn.{x}_proj.bias" for i in range(2) for x in "qkv"}, set()),
+                "qk_norm": ({f"layers.{i}.self_attn.{x}_norm.weight" for i in range(2) for x in "qk"}, set()),
+                "rope_scaling": (set(), set())}[feature.field]
+    assert (added, dropped) == expected
+
+
+def test_the_rotated_rows_are_q_and_ks_and_their_norms():
+    names = weight_shapes({**SMALL_CONFIG, "qkv_bias": True, "qk_norm": True})
+    assert {n for n in names if ROTATED.search(n)} == {
+        f"layers.{i}.self_attn.{x}" for i in range(2)
+        for x in ("q_proj.weight", "k_proj.weight", "q_proj.bias", "k_proj.bias", "q_norm.weight", "k_norm.weight")}
