@@ -2,8 +2,9 @@
 
 Every prefill or decode call is one forward pass, and the passes run one after another.
 A pass must at least
-  - read every weight once in the compute dtype, except the embedding, of which only the
-    rows of its tokens are read (lm_head is read whole: every request needs its logits);
+  - read every weight of the config's layout (contract.layout) once in the compute dtype,
+    except the embedding, of which only the rows of its tokens are read (lm_head, or the
+    embedding table when the head is tied, is read whole: every request needs its logits);
   - read the cached K/V of its requests (decode) and write the K/V of its new tokens;
   - write the logits of each request's last token;
   - do 2 FLOPs per weight per token in the linears (lm_head on each request's last token
@@ -15,6 +16,7 @@ but loose for small models, where launches dominate (../shared/DESIGN.md, "Where
 """
 import argparse
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,7 @@ from pathlib import Path
 import torch
 
 from contract.devices import is_cuda
+from contract.layout import weight_shapes
 from contract.model_config import ConfigError, ModelConfig
 from fitness.cases import CASE_SETS, select_cases
 from fitness.traces import count_tokens
@@ -72,26 +75,34 @@ def forward_passes(events) -> list:
     return passes
 
 
-def layer_matmul_params(c: ModelConfig) -> int:
-    q_dim, kv_dim = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
-    return c.hidden_size * (q_dim + 2 * kv_dim) + q_dim * c.hidden_size + 3 * c.hidden_size * c.intermediate_size
+@dataclass(frozen=True)
+class WeightCounts:
+    """Weights of a config, counted from its layout (contract.layout), in elements."""
+    read_per_pass: int  # every weight but the embedding, plus the head (the embedding table when tied)
+    layer_matmul: int  # one layer's matrices: 2 FLOPs each per token
+
+    @classmethod
+    def of(cls, c: ModelConfig) -> "WeightCounts":
+        shapes = weight_shapes(c.to_dict())
+        read = sum(math.prod(shape) for name, shape in shapes.items() if name != "embed_tokens.weight")
+        head = 0 if "lm_head.weight" in shapes else c.vocab_size * c.hidden_size
+        layer = sum(math.prod(shape) for name, shape in shapes.items() if name.startswith("layers.0.") and len(shape) == 2)
+        return cls(read + head, layer)
 
 
-def pass_bytes(c: ModelConfig, p: ForwardPass) -> int:
+def pass_bytes(c: ModelConfig, w: WeightCounts, p: ForwardPass) -> int:
     num_tokens, num_requests = sum(p.num_new), len(p.num_new)
-    layer_weights = layer_matmul_params(c) + 2 * c.hidden_size  # plus the two norms
-    weights = c.num_hidden_layers * layer_weights + c.hidden_size + c.vocab_size * c.hidden_size
     embedding_rows = num_tokens * c.hidden_size
     kv_per_token = c.num_hidden_layers * 2 * c.num_key_value_heads * c.head_dim
     kv = kv_per_token * (sum(p.num_cached) + num_tokens)  # cached read, new written
     logits = num_requests * c.vocab_size
     element_bytes = c.compute_dtype("cuda").itemsize
-    return element_bytes * (weights + embedding_rows + kv + logits)
+    return element_bytes * (w.read_per_pass + embedding_rows + kv + logits)
 
 
-def pass_flops(c: ModelConfig, p: ForwardPass) -> int:
+def pass_flops(c: ModelConfig, w: WeightCounts, p: ForwardPass) -> int:
     num_tokens, num_requests = sum(p.num_new), len(p.num_new)
-    linears = 2 * num_tokens * c.num_hidden_layers * layer_matmul_params(c)
+    linears = 2 * num_tokens * c.num_hidden_layers * w.layer_matmul
     lm_head = 2 * num_requests * c.hidden_size * c.vocab_size
     # The query at offset j of n new tokens sees cached + j + 1 keys (causal).
     pairs = sum(n * cached + n * (n + 1) // 2 for cached, n in zip(p.num_cached, p.num_new))
@@ -106,10 +117,11 @@ def peaks_of(gpu) -> GpuPeaks:
 def case_bound(config: ModelConfig, events, gpu="h100") -> dict:
     """The least time `events` can take on `gpu` (a name in GPUS or a GpuPeaks)."""
     peaks = peaks_of(gpu)
+    weights = WeightCounts.of(config)
     total_bytes = total_flops = 0
     seconds = {"memory": 0.0, "compute": 0.0}  # time of the passes each term bounds
     for p in forward_passes(events):
-        num_bytes, flops = pass_bytes(config, p), pass_flops(config, p)
+        num_bytes, flops = pass_bytes(config, weights, p), pass_flops(config, weights, p)
         memory_s, compute_s = num_bytes / peaks.bytes_per_second, flops / peaks.flops_per_second
         seconds["memory" if memory_s >= compute_s else "compute"] += max(memory_s, compute_s)
         total_bytes, total_flops = total_bytes + num_bytes, total_flops + flops

@@ -65,3 +65,12 @@ def test_cli_table_and_json(capsys):
     assert roofline.cli(parser.parse_args(["--json", "--gpu", "h200"])) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["case_name"] for r in rows] == ["prefill", "decode", "mixed"]
+
+
+def test_the_weights_read_are_the_layouts_a_familys_tensors_included():
+    events = [prefill([0], [4])]
+    with_biases = replace(TINY, qkv_bias=True, qk_norm=True)
+    added = 2 * (32 + 32 + 32 + 16 + 16)  # per layer: q, k, v biases and the q, k norm weights
+    assert roofline.case_bound(with_biases, events)["bytes"] == roofline.case_bound(TINY, events)["bytes"] + 2 * added
+    tied = replace(TINY, tie_word_embeddings=True)  # the head is the embedding table, read whole all the same
+    assert roofline.case_bound(tied, events) == roofline.case_bound(TINY, events)
