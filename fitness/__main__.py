@@ -6,6 +6,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from contract.families import FEATURES
 from contract.devices import resolve_device
 from contract.loader import load_engine_module
 from contract.model_config import ModelConfig
@@ -75,9 +76,9 @@ def print_failed(case: str, error: str, seed: int) -> int:
 # What the derived configs hold a program to, and why: in `judge --help` and `check --help`.
 DERIVED_CONFIGS = (
     "Past the target config, the gate runs derived configs: GQA, bf16, other head_dims, more layers, and "
-    "'families', with every Hugging Face family feature on: a tied head (tie_word_embeddings), q/k/v biases "
-    "(qkv_bias), q/k norms (qk_norm) and llama3 RoPE scaling (rope_scaling). A program is held to all four "
-    "even on the contract's own model, which has none: a hidden evaluation or a `run.sh --model` run may "
+    "'families', with every family's feature on (contract/families/): "
+    + ", ".join(f"{feature.name} ({feature.field})" for feature in FEATURES) + ". A program is held to all of "
+    "them even on the contract's own model, which has none: a hidden evaluation or a `run.sh --model` run may "
     "bring them, and an allele that drops one would silently be wrong there. A failure there is at stage "
     "'derived', its case the config, and on 'families' the error names the features that fail alone. "
     "--no-derived leaves the derived configs out.")
