@@ -5,8 +5,9 @@ The public initialisation is `torch.manual_seed(seed)`, then, in the order of
 
 A config with the Hugging Face families' features adds q/k/v biases (`qkv_bias`), per-head
 q/k norm weights (`qk_norm`) and drops `lm_head.weight` (`tie_word_embeddings`); those
-biases and norm weights are drawn, `randn * std` and `1 + randn / 2`, so that one read in
-another's place shows. A config without them gives the same weights as before.
+biases and norm weights are drawn as their family says (`toy_weight` in contract/families/:
+`randn * std` and `1 + randn / 2`), so that one read in another's place shows. A config
+without them gives the same weights as before.
 
 `std="unit"` draws each matrix with std 1/sqrt(fan_in) instead. Small models judged
 with the public 0.02 have logits so close to zero that `atol=1e-2` hides real faults;
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from contract.families import LAYOUTS
 from contract.layout import weight_shapes
 
 HERE = Path(__file__).resolve().parent
@@ -33,11 +35,9 @@ def generate(config: dict, seed: int = DEFAULT_SEED, std: float | str = PUBLIC_S
     torch.manual_seed(seed)
     weights = {}
     for name, shape in weight_shapes(config).items():
-        if name.endswith("proj.bias"):
-            weights[name] = torch.randn(shape) * (1.0 if std == "unit" else float(std))
-            continue
-        if name.endswith(("q_norm.weight", "k_norm.weight")):
-            weights[name] = 1 + torch.randn(shape) / 2
+        drawn = drawn_by_its_family(name, shape, std)
+        if drawn is not None:
+            weights[name] = drawn
             continue
         if len(shape) == 1:
             weights[name] = torch.ones(shape)
@@ -45,6 +45,15 @@ def generate(config: dict, seed: int = DEFAULT_SEED, std: float | str = PUBLIC_S
         scale = 1.0 / math.sqrt(shape[1]) if std == "unit" else float(std)
         weights[name] = torch.randn(shape) * scale
     return weights
+
+
+def drawn_by_its_family(name: str, shape: tuple, std: float | str):
+    """The tensor drawn as the family that adds it says (contract/families/), or None."""
+    for family in LAYOUTS:
+        drawn = family.toy_weight(name, shape, std)
+        if drawn is not None:
+            return drawn
+    return None
 
 
 def write(config: dict, output: Path, seed: int = DEFAULT_SEED, std: float | str = PUBLIC_STD) -> Path:

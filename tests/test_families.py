@@ -3,11 +3,13 @@ exists, and what the engine files repeat of it (they stand alone) agrees with it
 import ast
 
 import pytest
+import torch
 
 from contract.families import FAMILIES, FEATURES, HF_FAMILIES, LAYOUTS
 from contract.families.llama import LLAMA3_KEYS
 from contract.layout import ROTATED, weight_shapes
 from contract.model_config import ModelConfig, derived_configs
+from target.toy_weights import generate
 from tests.conftest import REPO, SEED_ENGINE, SMALL_CONFIG
 
 
@@ -70,3 +72,11 @@ def test_the_rotated_rows_are_q_and_ks_and_their_norms():
     assert {n for n in names if ROTATED.search(n)} == {
         f"layers.{i}.self_attn.{x}" for i in range(2)
         for x in ("q_proj.weight", "k_proj.weight", "q_proj.bias", "k_proj.bias", "q_norm.weight", "k_norm.weight")}
+
+
+def test_toy_weights_draw_a_familys_tensors_as_it_says():
+    weights = generate({**SMALL_CONFIG, "qkv_bias": True, "qk_norm": True}, seed=3, std="unit")
+    assert 0.5 < weights["layers.0.self_attn.q_proj.bias"].std() < 2  # qwen2: N(0, 1) when unit-scaled
+    q_norm = weights["layers.0.self_attn.q_norm.weight"]  # qwen3: around 1, not 1
+    assert not torch.equal(q_norm, torch.ones_like(q_norm)) and 0.5 < q_norm.mean() < 1.5
+    assert torch.equal(weights["layers.0.input_layernorm.weight"], torch.ones(SMALL_CONFIG["hidden_size"]))

@@ -1,22 +1,42 @@
-"""Model families, one module each. A family module declares:
+"""Model families, one module each, discovered: every module here but feature.py declares
 
-  MODEL_TYPE         config.json's model_type (a Hugging Face family)
+  ORDER              its place: in the gate's feature order and toy weights' draws (a new
+                     family takes the next free number, and no number ever moves)
+  MODEL_TYPE         config.json's model_type (a Hugging Face family; dense.py, the
+                     contract's own model, has none)
   FEATURE            the config field it brings, as the gate probes it (feature.Feature)
   TURNS_ON           the fields its config.json implies without saying them
   attention_weights  the tensors it adds to a layer's attention, by name and shape
   ROTATED            tensors of its own whose rows are laid out per head for RoPE
+  toy_weight         how toy weights draw a tensor of its own (None: as any other)
   REFERENCE          where its math is in fitness/reference.py
   SEED_GENES         the seed engine's genes that carry it (seed_engine/engine.py)
 
-Adding a family: a module here, its name in FAMILIES, its config field in
-model_config.ModelConfig, its math in fitness/reference.py and its genes in the seed.
+Adding a family: a module here, its config field in model_config.ModelConfig, its math in
+fitness/reference.py, its genes in the seed (a new gene named in mutations/program.GENES),
+and its alleles (tests/test_families.py checks the pointers).
 """
-from contract.families import dense, llama, qwen2, qwen3
+import importlib
+import pkgutil
 
-# In the order the gate tries their features alone, and toy weights draw their tensors.
-FAMILIES = {family.MODEL_TYPE: family for family in (qwen2, qwen3, llama)}
+
+def discovered() -> list:
+    """Every family module of this package, by ORDER."""
+    found = {}
+    for info in pkgutil.iter_modules(__path__):
+        if info.name == "feature":
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        order = getattr(module, "ORDER", None)
+        if not isinstance(order, int) or order in found:
+            raise TypeError(f"{module.__name__}.ORDER = {order!r}: each family needs its own integer "
+                            f"(taken: {sorted(found)})")
+        found[order] = module
+    return [found[order] for order in sorted(found)]
+
+
+LAYOUTS = tuple(discovered())  # the contract's dense layout first, then what each family adds
+FAMILIES = {family.MODEL_TYPE: family for family in LAYOUTS if hasattr(family, "MODEL_TYPE")}
 HF_FAMILIES = tuple(FAMILIES)
-# Every family's feature, the contract's tied head first: the gate's `families` config
-# turns them all on (model_config.derived_configs).
-FEATURES = (dense.FEATURE,) + tuple(family.FEATURE for family in FAMILIES.values())
-LAYOUTS = (dense,) + tuple(FAMILIES.values())  # what adds to the contract's weight layout
+# Every family's feature: the gate's `families` config turns them all on (model_config.derived_configs).
+FEATURES = tuple(family.FEATURE for family in LAYOUTS)

@@ -3,6 +3,7 @@ attention with RoPE and a SwiGLU MLP, which every family below extends. Its one 
 is the tied head: the output head is the embedding table (tie_word_embeddings)."""
 from contract.families.feature import Feature
 
+ORDER = 0
 FEATURE = Feature("tie_word_embeddings", "the tied head", off=False, probe=True)
 TURNS_ON = {}
 ROTATED = ("q_proj", "k_proj")  # tensors whose rows a checkpoint lays out per head for RoPE
@@ -15,3 +16,8 @@ SEED_GENES = ("read_config", "read_tensors", "read_checkpoint", "load_weights", 
 def attention_weights(config: dict, prefix: str) -> dict:
     """The dense attention adds nothing past q, k and v (layout.weight_shapes writes those)."""
     return {}
+
+
+def toy_weight(name: str, shape: tuple, std):
+    """Its tensors are drawn as toy weights draw any (target/toy_weights.py)."""
+    return None

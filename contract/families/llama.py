@@ -2,6 +2,7 @@
 (rope_scaling, read from config.json's `rope_parameters` or `rope_scaling`)."""
 from contract.families.feature import Feature
 
+ORDER = 3
 MODEL_TYPE = "llama"
 LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 # The llama3 rule with a short original context, so that it changes most frequencies even
@@ -18,3 +19,8 @@ SEED_GENES = ("rope_frequencies",)  # seed_engine/engine.py
 def attention_weights(config: dict, prefix: str) -> dict:
     """Its scaling changes frequencies, not weights."""
     return {}
+
+
+def toy_weight(name: str, shape: tuple, std):
+    """Its tensors are drawn as toy weights draw any (target/toy_weights.py)."""
+    return None

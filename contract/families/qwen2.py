@@ -1,6 +1,9 @@
 """Qwen2 (Hugging Face model_type "qwen2"): biases on the q, k and v projections."""
+import torch
+
 from contract.families.feature import Feature
 
+ORDER = 1
 MODEL_TYPE = "qwen2"
 FEATURE = Feature("qkv_bias", "the q/k/v biases", off=False, probe=True)
 TURNS_ON = {"qkv_bias": True}  # what its config.json implies without saying
@@ -17,3 +20,11 @@ def attention_weights(config: dict, prefix: str) -> dict:
     kv_dim = config["num_key_value_heads"] * config["head_dim"]
     return {prefix + "self_attn.q_proj.bias": (q_dim,), prefix + "self_attn.k_proj.bias": (kv_dim,),
             prefix + "self_attn.v_proj.bias": (kv_dim,)}
+
+
+def toy_weight(name: str, shape: tuple, std):
+    """A bias drawn at the matrices' scale (1 for "unit"), so that one read in another's place
+    shows; None for a tensor not its own."""
+    if not name.endswith("proj.bias"):
+        return None
+    return torch.randn(shape) * (1.0 if std == "unit" else float(std))

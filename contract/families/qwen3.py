@@ -1,6 +1,9 @@
 """Qwen3 (Hugging Face model_type "qwen3"): an RMSNorm over each head of q and k, before RoPE."""
+import torch
+
 from contract.families.feature import Feature
 
+ORDER = 2
 MODEL_TYPE = "qwen3"
 FEATURE = Feature("qk_norm", "the q/k norms", off=False, probe=True)
 TURNS_ON = {"qk_norm": True}  # what its config.json implies without saying
@@ -15,3 +18,11 @@ def attention_weights(config: dict, prefix: str) -> dict:
         return {}
     return {prefix + "self_attn.q_norm.weight": (config["head_dim"],),
             prefix + "self_attn.k_norm.weight": (config["head_dim"],)}
+
+
+def toy_weight(name: str, shape: tuple, std):
+    """A norm weight drawn around 1 (1 + N(0, 1/4)), so that one read in the wrong order
+    shows; None for a tensor not its own."""
+    if not name.endswith(("q_norm.weight", "k_norm.weight")):
+        return None
+    return 1 + torch.randn(shape) / 2
