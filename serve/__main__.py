@@ -15,7 +15,6 @@ from pathlib import Path
 
 import uvicorn
 
-from contract.devices import resolve_device
 from contract.model_config import ModelConfig
 from serve.app import build_app
 from serve.core_client import EngineCoreClient

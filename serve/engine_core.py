@@ -20,7 +20,8 @@ from typing import Optional
 
 import torch
 
-from fitness.model_config import ModelConfig
+from contract.devices import resolve_device
+from contract.model_config import ModelConfig
 from serve.model_runner import ModelRunner, Step, load_engine
 from serve.scheduler import Scheduler, SchedulerConfig
 from serve.sequence import Sequence
@@ -130,12 +131,6 @@ class EngineCore:
                 self.abort(payload)
             else:
                 raise ValueError(f"unknown message to the engine core: {kind!r}")
-
-
-def resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
 
 
 def max_num_kv_tokens(args, config: ModelConfig, device: str, max_model_len: int) -> int:
