@@ -1,5 +1,5 @@
 """The contract's own model (model_config.json's "tiny_llama"): a dense decoder of RMSNorm,
-attention with RoPE and a SwiGLU MLP, which every family below extends. Its one feature
+attention with RoPE and a SwiGLU MLP, which every other family here extends. Its one feature
 is the tied head: the output head is the embedding table (tie_word_embeddings)."""
 from contract.families.feature import Feature
 
