@@ -37,9 +37,9 @@ from pathlib import Path
 import torch
 
 import fitness.judge
-from contract.devices import core_siblings, is_cuda
+from contract.devices import core_siblings
 from contract.loader import load_engine_module
-from fitness.bench import timed_run
+from fitness.bench import synchronize, timed_run
 from fitness.candidate import CandidateError, CandidateProcess
 from fitness.cases import select_cases
 from fitness.judge import RunnerDriver, Stage, TimingCores, kept_off
@@ -134,7 +134,7 @@ def go_run(runner, slot, planned, device, variant, parts, staged) -> float:
         headers = [decode_call(payload) for payload, _, _ in planned]
     deliver = parts.timed("wire", slot.send) if variant == "go_parts" else slot.send
     take = parts.timed("wire", slot.calls.take) if variant == "go_parts" else slot.calls.take
-    torch.cuda.synchronize() if is_cuda(device) else None
+    synchronize(device)
     started = time.perf_counter()
     if headers:
         for header in headers:
@@ -144,7 +144,7 @@ def go_run(runner, slot, planned, device, variant, parts, staged) -> float:
             deliver(payload, start, values)
             runner.call(decode_call(take()))
     if variant == "go_no_copy":
-        torch.cuda.synchronize() if is_cuda(device) else None
+        synchronize(device)
     else:
         copies.checksum()  # its .item(): the device is idle after it
     seconds = time.perf_counter() - started
