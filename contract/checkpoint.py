@@ -89,6 +89,11 @@ def load_checked_weights(config: ModelConfig, weight_dir) -> dict:
         if tuple(weights[name].shape) != shape:
             raise ConfigError(f"{weight_dir}: {name} has shape {tuple(weights[name].shape)}, "
                               f"the config implies {shape}")
+    # An MLP tensor the config does not name: more experts than it says, or experts where it has none.
+    unexpected = sorted(name for name in weights if ".mlp." in name and name not in expected)
+    if unexpected:
+        raise ConfigError(f"{weight_dir} stores {len(unexpected)} MLP tensors its config does not imply "
+                          f"(num_experts {config.num_experts}), e.g. {unexpected[0]}")
     if config.tie_word_embeddings:
         weights.setdefault("lm_head.weight", weights["embed_tokens.weight"])
     return weights

@@ -7,7 +7,7 @@ in another RoPE order: `ROTATED` names the tensors whose rows checkpoint.py perm
 """
 import re
 
-from contract.families import LAYOUTS
+from contract.families import LAYOUTS, MLP_FAMILIES
 
 
 def weight_shapes(config: dict) -> dict[str, tuple[int, ...]]:
@@ -27,13 +27,22 @@ def weight_shapes(config: dict) -> dict[str, tuple[int, ...]]:
             shapes.update(family.attention_weights(config, p))
         shapes[p + "self_attn.o_proj.weight"] = (hidden, q_dim)
         shapes[p + "post_attention_layernorm.weight"] = (hidden,)
-        shapes[p + "mlp.gate_proj.weight"] = (inter, hidden)
-        shapes[p + "mlp.up_proj.weight"] = (inter, hidden)
-        shapes[p + "mlp.down_proj.weight"] = (hidden, inter)
+        shapes.update(mlp_weights(config, p, i))
     shapes["norm.weight"] = (hidden,)
     if not config.get("tie_word_embeddings"):
         shapes["lm_head.weight"] = (vocab, hidden)
     return shapes
+
+
+def mlp_weights(config: dict, prefix: str, layer: int) -> dict:
+    """A layer's MLP tensors: a family's own where it replaces the dense SwiGLU (experts), else those."""
+    for family in MLP_FAMILIES:
+        shapes = family.mlp_weights(config, prefix, layer)
+        if shapes is not None:
+            return shapes
+    hidden, inter = config["hidden_size"], config["intermediate_size"]
+    return {prefix + "mlp.gate_proj.weight": (inter, hidden), prefix + "mlp.up_proj.weight": (inter, hidden),
+            prefix + "mlp.down_proj.weight": (hidden, inter)}
 
 
 def hf_name(name: str) -> str:

@@ -3,7 +3,7 @@
 Two formats come in: the contract's model_config.json, and a Hugging Face config.json
 (its model_type one of the families in contract/families/, as `transformers` writes it).
 Both become one ModelConfig, whose features (q/k/v biases, per-head q/k norms, tied
-embeddings, llama3 RoPE frequencies) are explicit fields.
+embeddings, llama3 RoPE frequencies, mixture-of-experts MLPs) are explicit fields.
 
 Also the derived configs the gate judges a candidate on (GQA, bf16, another head_dim,
 more layers, every family's feature), each small enough to judge in seconds.
@@ -16,6 +16,7 @@ import torch
 
 from contract.families import FAMILIES, FEATURES, HF_FAMILIES
 from contract.families.llama import LLAMA3_KEYS
+from contract.families.qwen3_moe import is_sparse_layer
 
 REQUIRED_KEYS = (
     "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -49,6 +50,13 @@ class ModelConfig:
     qk_norm: bool = False  # RMSNorm over each head of q and k before RoPE (qwen3)
     tie_word_embeddings: bool = False  # the output head is the embedding table (dense)
     rope_scaling: dict | None = None  # llama3 frequency rule: rope_type and LLAMA3_KEYS (llama)
+    # Mixture-of-experts MLPs (qwen3_moe), structural: num_experts 0 leaves every layer dense.
+    num_experts: int = 0  # experts in each sparse layer
+    num_experts_per_tok: int = 0  # the top-k the router picks per token
+    norm_topk_prob: bool = False  # the top-k probabilities renormalised to sum to 1
+    moe_intermediate_size: int = 0  # each expert's SwiGLU width
+    decoder_sparse_step: int = 1  # every step-th layer is sparse...
+    mlp_only_layers: tuple = ()  # ...but these, dense
 
     def __post_init__(self):
         for key in REQUIRED_KEYS + ("max_position_embeddings",):
@@ -66,6 +74,9 @@ class ModelConfig:
                               f"{self.rms_norm_eps!r} and {self.rope_theta!r}")
         if self.rope_scaling is not None:
             check_llama3(self.rope_scaling)
+        object.__setattr__(self, "mlp_only_layers", tuple(self.mlp_only_layers))  # JSON gives a list
+        if self.num_experts:
+            check_experts(self)
 
     @classmethod
     def from_dict(cls, raw: dict) -> "ModelConfig":
@@ -111,6 +122,23 @@ class ModelConfig:
     def derive(self, **changes) -> "ModelConfig":
         return replace(self, **changes)
 
+    def is_sparse_layer(self, layer: int) -> bool:
+        """Whether layer `layer`'s MLP is a mixture of experts."""
+        return is_sparse_layer(self.to_dict(), layer)
+
+
+def check_experts(config: ModelConfig) -> None:
+    sizes = {k: getattr(config, k) for k in ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                                             "decoder_sparse_step")}
+    bad = {k: v for k, v in sizes.items() if not isinstance(v, int) or isinstance(v, bool) or v < 1}
+    if bad:
+        raise ConfigError(f"a mixture of experts needs positive integers, got {bad}")
+    if config.num_experts_per_tok > config.num_experts:
+        raise ConfigError(f"num_experts_per_tok ({config.num_experts_per_tok}) exceeds num_experts "
+                          f"({config.num_experts})")
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in config.mlp_only_layers):
+        raise ConfigError(f"mlp_only_layers must be layer indices, got {list(config.mlp_only_layers)}")
+
 
 def hf_fields(raw: dict) -> dict:
     """A transformers config.json in this config's fields: head_dim and KV heads made
@@ -127,6 +155,8 @@ def hf_fields(raw: dict) -> dict:
     switches = {f.field: bool(raw.get(f.field)) for f in FEATURES if f.off is False} | FAMILIES[family].TURNS_ON
     fields = dict(raw, rope_theta=theta, rope_scaling=scaling,
                   torch_dtype=raw.get("dtype") or raw.get("torch_dtype") or "float32", **switches)
+    if hasattr(FAMILIES[family], "hf_fields"):  # keys of its own, or spelled its own way
+        fields.update(FAMILIES[family].hf_fields(raw))
     if isinstance(heads, int) and heads > 0:  # else the config's own check says what is wrong
         fields["num_key_value_heads"] = raw.get("num_key_value_heads") or heads
         if raw.get("head_dim") is None and isinstance(raw.get("hidden_size"), int):
@@ -163,6 +193,10 @@ def derived_configs(base: ModelConfig, small: bool = True) -> dict[str, ModelCon
                            intermediate_size=min(base.intermediate_size, 4 * 128),
                            num_hidden_layers=min(base.num_hidden_layers, 2),
                            max_position_embeddings=min(base.max_position_embeddings, 512))
+        if base.num_experts:  # 16 experts of 512 keep a judgement cheap; top-k as the target's
+            experts = min(base.num_experts, 16)
+            base = base.derive(num_experts=experts, num_experts_per_tok=min(base.num_experts_per_tok, experts),
+                               moe_intermediate_size=min(base.moe_intermediate_size, 4 * 128))
     heads = base.num_attention_heads
     # Two KV heads at least: with one, a wrong head mapping (repeat for repeat_interleave)
     # gives the same answer and slips through.

@@ -4,8 +4,8 @@ It runs one request's whole history at batch size 1, like the public evaluator's
 obviously right, and the thing every logit is compared with. It computes with the weights
 in the contract's layout (contract.checkpoint reads either format into it), plus what the
 Hugging Face families add: q/k/v biases (Qwen2), an RMSNorm over each head of q and k
-before RoPE (Qwen3), llama3 RoPE frequencies (Llama 3); tests/test_hf.py holds it to
-`transformers`' own models.
+before RoPE (Qwen3), llama3 RoPE frequencies (Llama 3), mixture-of-experts MLPs routed in
+fp32 (Qwen3-MoE); tests/test_hf.py and tests/test_moe.py hold it to `transformers`' own models.
 """
 import math
 
@@ -21,6 +21,7 @@ class ReferenceModel:
         self.device = device
         self.dtype = dtype or config.compute_dtype(device)
         self.w = {name: t.to(device=device, dtype=self.dtype) for name, t in weights.items()}
+        self.routing = None  # a list while routing is recorded: each sparse layer's router logits [T, E]
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         # Normalise in fp32, cast back, *then* multiply by the weight.
@@ -75,6 +76,32 @@ class ReferenceModel:
         up = x @ self.w[p + "up_proj.weight"].T
         return (torch.nn.functional.silu(gate) * up) @ self.w[p + "down_proj.weight"].T
 
+    def route(self, x: torch.Tensor, layer: int) -> tuple:
+        """(weights [N, k] in the compute dtype, experts [N, k], router logits [N, E] in fp32) for
+        x [N, hidden]: softmax over every expert in fp32, the top k, renormalised to sum to 1
+        when the config says so (transformers' Qwen3MoeTopKRouter)."""
+        logits = x @ self.w[f"layers.{layer}.mlp.gate.weight"].T  # [N, E], in the compute dtype
+        probs = torch.softmax(logits.float(), dim=-1)
+        top, experts = torch.topk(probs, self.config.num_experts_per_tok, dim=-1)  # [N, k]
+        if self.config.norm_topk_prob:
+            top = top / top.sum(-1, keepdim=True)
+        return top.to(self.dtype), experts, logits.float()
+
+    def moe(self, x: torch.Tensor, layer: int) -> torch.Tensor:
+        """A sparse layer's MLP: each token's chosen experts' SwiGLU, weighted by the router and summed."""
+        flat = x.reshape(-1, x.shape[-1])  # [N, hidden]
+        weights, experts, logits = self.route(flat, layer)
+        if self.routing is not None:
+            self.routing.append(logits)
+        out = torch.zeros_like(flat)
+        for e in experts.unique().tolist():
+            rows, slot = torch.where(experts == e)  # the tokens that chose e, and where in their top k
+            p = f"layers.{layer}.mlp.experts.{e}."
+            hidden = torch.nn.functional.silu(flat[rows] @ self.w[p + "gate_proj.weight"].T) \
+                * (flat[rows] @ self.w[p + "up_proj.weight"].T)
+            out.index_add_(0, rows, (hidden @ self.w[p + "down_proj.weight"].T) * weights[rows, slot, None])
+        return out.view(x.shape)
+
     @torch.no_grad()
     def forward(self, tokens: torch.Tensor, positions=None) -> torch.Tensor:
         """Logits [T, vocab] of one whole sequence (a 1-D tensor of token ids), or only at
@@ -85,7 +112,7 @@ class ReferenceModel:
         for i in range(self.config.num_hidden_layers):
             x = x + self.attention(self.rms_norm(x, w[f"layers.{i}.input_layernorm.weight"]), i)
             h = self.rms_norm(x, w[f"layers.{i}.post_attention_layernorm.weight"])
-            x = x + self.mlp(h, i)
+            x = x + (self.moe(h, i) if self.config.is_sparse_layer(i) else self.mlp(h, i))
         if positions is not None:
             x = x[:, list(positions)]
         x = self.rms_norm(x, w["norm.weight"])

@@ -1,7 +1,7 @@
 """Seed engine: the simplest correct KV-cached engine, written in gene form.
 
 It reads the contract's format (model_config.json, model.pt) and a Hugging Face directory
-(config.json, safetensors) of Llama, Qwen2 or Qwen3: `read_config` and `read_tensors` turn
+(config.json, safetensors) of Llama, Qwen2, Qwen3 or Qwen3-MoE: `read_config` and `read_tensors` turn
 the latter into the former's keys, names and interleaved RoPE rows, so everything after
 them sees one layout.
 
@@ -21,7 +21,13 @@ Each concern is one top-level name (a gene) that a rewrite can find and swap:
   attention_inputs  q and k normed and rotated, k and v into the cache (one boundary, so a
                   kernel can fuse them)
   mlp             SwiGLU
-  norm_mlp        the norm before the MLP, then the MLP (one boundary, as norm_qkv)
+  route           an MoE router (Qwen3-MoE): softmax over experts in fp32, top-k, renormalised
+  dispatch        the packed tokens grouped by the expert they go to
+  experts_swiglu  each expert's SwiGLU over its tokens
+  combine         the experts' outputs weighted by the router and summed per token
+  moe             a sparse layer's MLP: route, dispatch, experts_swiglu, combine
+  norm_mlp        the norm before the MLP, then the MLP or, in a sparse layer, moe (one
+                  boundary, as norm_qkv)
   KVCache         where K/V live: one tensor per request and layer
   attend_prefill  prompt attention, one request at a time
   attend_decode   one-token attention: gather, pad, mask
@@ -82,20 +88,33 @@ def read_tensors(weight_dir, head_dim):
     return {name.removeprefix("model."): interleave_pairs(t, head_dim) if ROTATE_HALF_ROWS.search(name) else t
             for name, t in tensors.items()}
 
-# Per layer: the seed's key -> the checkpoint's name, then those only some families have.
+# Per layer: the seed's key -> the checkpoint's name, then those only some families have,
+# then a dense layer's MLP (a sparse one has a router and experts instead: EXPERT_TENSORS).
 LAYER_TENSORS = {"input_norm": "input_layernorm.weight", "q": "self_attn.q_proj.weight",
                  "k": "self_attn.k_proj.weight", "v": "self_attn.v_proj.weight",
-                 "o": "self_attn.o_proj.weight", "post_norm": "post_attention_layernorm.weight",
-                 "gate": "mlp.gate_proj.weight", "up": "mlp.up_proj.weight", "down": "mlp.down_proj.weight"}
+                 "o": "self_attn.o_proj.weight", "post_norm": "post_attention_layernorm.weight"}
 
 OPTIONAL_LAYER_TENSORS = {"q_bias": "self_attn.q_proj.bias", "k_bias": "self_attn.k_proj.bias",
                           "v_bias": "self_attn.v_proj.bias", "q_norm": "self_attn.q_norm.weight",
                           "k_norm": "self_attn.k_norm.weight"}
 
 
+def is_sparse_layer(model_config, index):
+    """Whether layer `index` has experts (transformers' Qwen3MoeDecoderLayer's rule)."""
+    num_experts = model_config.get("num_experts") or 0
+    step = model_config.get("decoder_sparse_step") or 1
+    return index not in (model_config.get("mlp_only_layers") or ()) and num_experts > 0 and (index + 1) % step == 0
+
+EXPERT_TENSORS = {"experts_gate": "gate_proj.weight", "experts_up": "up_proj.weight",
+                  "experts_down": "down_proj.weight"}  # under mlp.experts.{e}., stacked [E, ...]
+
+DENSE_MLP_TENSORS = {"gate": "mlp.gate_proj.weight", "up": "mlp.up_proj.weight", "down": "mlp.down_proj.weight"}
+
+
 def read_checkpoint(model_config, weight_dir, device, dtype):
     """The checkpoint on the device in the compute dtype: one dict per layer (LAYER_TENSORS'
-    keys, and those of OPTIONAL_LAYER_TENSORS it has), the embedding, final norm and head."""
+    keys, those of OPTIONAL_LAYER_TENSORS it has, and DENSE_MLP_TENSORS' or, in a sparse layer,
+    "router" and EXPERT_TENSORS'), the embedding, final norm and head."""
     raw = read_tensors(weight_dir, model_config["head_dim"])
 
     def get(name):
@@ -106,6 +125,13 @@ def read_checkpoint(model_config, weight_dir, device, dtype):
         p = f"layers.{i}."
         layer = {key: get(p + name) for key, name in LAYER_TENSORS.items()}
         layer.update({key: get(p + name) for key, name in OPTIONAL_LAYER_TENSORS.items() if p + name in raw})
+        if is_sparse_layer(model_config, i):
+            layer["router"] = get(p + "mlp.gate.weight")  # [E, hidden]
+            layer["top_k"], layer["renormalise"] = model_config["num_experts_per_tok"], model_config["norm_topk_prob"]
+            for key, name in EXPERT_TENSORS.items():  # [E, inter, hidden], down [E, hidden, inter]
+                layer[key] = torch.stack([get(f"{p}mlp.experts.{e}.{name}") for e in range(model_config["num_experts"])])
+        else:
+            layer.update({key: get(p + name) for key, name in DENSE_MLP_TENSORS.items()})
         layers.append(layer)
     embed = get("embed_tokens.weight")
     # Tied: the head is the embedding table itself, unless the checkpoint stores a head of
@@ -238,14 +264,59 @@ def mlp(x, layer):
     return (F.silu(x @ layer["gate"].T) * (x @ layer["up"].T)) @ layer["down"].T
 
 
+def route(x, layer):
+    """(weights [N, k] in x's dtype, experts [N, k]) for x [N, hidden]: softmax over every
+    expert in fp32, the top k, renormalised to sum to 1 where the config says so."""
+    probs = torch.softmax((x @ layer["router"].T).float(), dim=-1)  # [N, E]
+    weights, experts = torch.topk(probs, layer["top_k"], dim=-1)
+    if layer["renormalise"]:
+        weights = weights / weights.sum(-1, keepdim=True)
+    return weights.to(x.dtype), experts
+
+
+def dispatch(experts, num_experts):
+    """(order, counts): the flat indices into experts [N, k] of every (token, slot) pair,
+    sorted by expert, and how many pairs go to each expert [E]."""
+    order = torch.argsort(experts.flatten(), stable=True)  # [N*k]
+    return order, torch.bincount(experts.flatten(), minlength=num_experts)
+
+
+def experts_swiglu(rows, counts, layer):
+    """Each expert's SwiGLU over the rows sent to it: rows [N*k, hidden] grouped by expert
+    (counts [E] of them each) -> [N*k, hidden] in the same order."""
+    outs = []
+    for e, rows_e in enumerate(rows.split(counts.tolist())):  # rows_e [count_e, hidden]
+        hidden = F.silu(rows_e @ layer["experts_gate"][e].T) * (rows_e @ layer["experts_up"][e].T)
+        outs.append(hidden @ layer["experts_down"][e].T)
+    return torch.cat(outs)
+
+
+def combine(outs, order, weights):
+    """The experts' outputs [N*k, hidden] (dispatch's order) weighted by the router and summed
+    per token: [N, hidden]."""
+    n, k = weights.shape
+    weighted = outs * weights.flatten()[order, None]
+    total = torch.zeros(n, outs.shape[1], dtype=outs.dtype, device=outs.device)
+    return total.index_add_(0, order // k, weighted)  # flat index // k: the token
+
+
+def moe(x, layer):
+    """A sparse layer's MLP over x [N, hidden]: route, dispatch, each expert's SwiGLU, combine."""
+    weights, experts = route(x, layer)
+    order, counts = dispatch(experts, layer["router"].shape[0])
+    rows = x[order // experts.shape[1]]  # [N*k, hidden]: each token once per expert it goes to
+    return combine(experts_swiglu(rows, counts, layer), order, weights)
+
+
 def norm_mlp(x, residual, weight, layer, eps):
-    """(mlp(rms_norm(x + residual)), x + residual): the MLP's output and the new residual stream."""
+    """(mlp(rms_norm(x + residual)), x + residual): the MLP's output (the experts' in a sparse
+    layer, which has a router) and the new residual stream."""
     h, x = add_rms_norm(x, residual, weight, eps)
-    return mlp(h, layer), x
+    return (moe(h, layer) if "router" in layer else mlp(h, layer)), x
 
 # The Hugging Face families read (config.json's model_type), whose gate is fp32: the
 # judge's contract.families.HF_FAMILIES, written here because an engine file stands alone.
-HF_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+HF_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe")
 
 
 def rounds_like_reference(model_config, dtype):
@@ -421,8 +492,10 @@ def read_config(model_config):
     """The contract's keys, explicit, for a Hugging Face config.json too: head_dim and KV
     heads derived when absent, the dtype and RoPE read from either spelling (transformers 5
     writes `dtype` and `rope_parameters`; before, `torch_dtype`, `rope_theta`, `rope_scaling`).
-    "rope_scaling" becomes None or the llama3 rule's LLAMA3_KEYS values, in order."""
+    "rope_scaling" becomes None or the llama3 rule's LLAMA3_KEYS values, in order; a
+    Qwen3-MoE's expert count is read under either name (transformers 5.24 writes num_local_experts)."""
     config = dict(model_config)
+    config["num_experts"] = config.get("num_experts") or config.get("num_local_experts") or 0
     heads = config["num_attention_heads"]
     config["num_key_value_heads"] = config.get("num_key_value_heads") or heads
     config["head_dim"] = config.get("head_dim") or config["hidden_size"] // heads

@@ -5,7 +5,7 @@ import ast
 import pytest
 import torch
 
-from contract.families import FAMILIES, FEATURES, HF_FAMILIES, LAYOUTS
+from contract.families import FAMILIES, FEATURES, HF_FAMILIES, LAYOUTS, STRUCTURAL
 from contract.families.llama import LLAMA3_KEYS
 from contract.layout import ROTATED, weight_shapes
 from contract.model_config import ModelConfig, derived_configs
@@ -80,3 +80,29 @@ def test_toy_weights_draw_a_familys_tensors_as_it_says():
     q_norm = weights["layers.0.self_attn.q_norm.weight"]  # qwen3: around 1, not 1
     assert not torch.equal(q_norm, torch.ones_like(q_norm)) and 0.5 < q_norm.mean() < 1.5
     assert torch.equal(weights["layers.0.input_layernorm.weight"], torch.ones(SMALL_CONFIG["hidden_size"]))
+
+
+def test_the_families_config_leaves_structural_features_off():
+    """An MoE MLP changes what a layer is: a dense target's `families` config has no experts,
+    and its tensors are the dense MLP's, as before."""
+    assert STRUCTURAL and not {f.field for f in STRUCTURAL} & {f.field for f in FEATURES}
+    families = derived_configs(ModelConfig.from_dict(SMALL_CONFIG))["families"]
+    assert all(getattr(families, f.field) == f.off for f in STRUCTURAL)
+    assert not any(".mlp.experts." in name for name in weight_shapes(families.to_dict()))
+
+
+def test_an_moe_target_keeps_its_experts_in_every_derived_config():
+    config = ModelConfig.from_dict({**SMALL_CONFIG, "model_type": "qwen3_moe", "num_local_experts": 64,
+                                    "num_experts_per_tok": 8, "moe_intermediate_size": 768, "mlp_only_layers": [0]})
+    for name, derived in derived_configs(config).items():
+        assert (derived.num_experts, derived.num_experts_per_tok, derived.mlp_only_layers) == (16, 8, (0,)), name
+        assert derived.moe_intermediate_size == 512 and derived.is_sparse_layer(1) and not derived.is_sparse_layer(0)
+
+
+def test_a_sparse_layer_has_a_router_and_experts_in_place_of_the_dense_mlp():
+    names = weight_shapes({**SMALL_CONFIG, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 8,
+                           "mlp_only_layers": [1]})
+    assert names["layers.0.mlp.gate.weight"] == (4, SMALL_CONFIG["hidden_size"])
+    assert names["layers.0.mlp.experts.3.down_proj.weight"] == (SMALL_CONFIG["hidden_size"], 8)
+    assert "layers.0.mlp.gate_proj.weight" not in names and "layers.1.mlp.gate_proj.weight" in names
+    assert not any(name.startswith("layers.1.mlp.experts") for name in names)

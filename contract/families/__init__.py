@@ -7,6 +7,8 @@
   FEATURE            the config field it brings, as the gate probes it (feature.Feature)
   TURNS_ON           the fields its config.json implies without saying them
   attention_weights  the tensors it adds to a layer's attention, by name and shape
+  mlp_weights        (only a family whose layers may replace the dense MLP) the tensors of a
+                     layer's MLP, or None where that layer keeps the dense one
   ROTATED            tensors of its own whose rows are laid out per head for RoPE
   toy_weight         how toy weights draw a tensor of its own (None: as any other)
   REFERENCE          where its math is in fitness/reference.py
@@ -39,4 +41,7 @@ LAYOUTS = tuple(discovered())  # the contract's dense layout first, then what ea
 FAMILIES = {family.MODEL_TYPE: family for family in LAYOUTS if hasattr(family, "MODEL_TYPE")}
 HF_FAMILIES = tuple(FAMILIES)
 # Every family's feature: the gate's `families` config turns them all on (model_config.derived_configs).
-FEATURES = tuple(family.FEATURE for family in LAYOUTS)
+FEATURES = tuple(family.FEATURE for family in LAYOUTS if not family.FEATURE.is_structural)
+# Features that change what a layer is (an MoE MLP): only their own checkpoints have them.
+STRUCTURAL = tuple(family.FEATURE for family in LAYOUTS if family.FEATURE.is_structural)
+MLP_FAMILIES = tuple(family for family in LAYOUTS if hasattr(family, "mlp_weights"))

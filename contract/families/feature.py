@@ -1,4 +1,5 @@
-"""A family feature: one config field the gate's `families` derived config turns on."""
+"""A family feature: one config field the gate's `families` derived config turns on, unless
+it is structural (it changes what a layer is, so no dense target's program is held to it)."""
 from dataclasses import dataclass
 
 
@@ -8,3 +9,4 @@ class Feature:
     name: str  # what a verdict calls it ("fails with the q/k norms (qk_norm)")
     off: object  # the field's value without the feature
     probe: object  # its value in the `families` derived config
+    is_structural: bool = False  # only its own checkpoints have it: the `families` config leaves it off
