@@ -330,7 +330,8 @@ def test_prefetched_linears():
     graphs = mutations.get_operator("allele.Engine.cuda_graphs").apply(seed, random.Random(0)).source
     result = mutations.get_operator("prefetched_linears").apply(graphs, random.Random(0))
     assert isinstance(result, mutations.Applied), result
-    assert len(result.args["sites"]) == graphs.count('"].T')  # every matmul by a subscripted weight
+    # every matmul by a subscripted weight: a layer's, and an expert's of it (layer["experts_up"][e])
+    assert len(result.args["sites"]) == graphs.count('"].T') + graphs.count('"][e].T')
     source = result.source
     assert "@ layer[" not in source and 'prefetched_linear(x, layer["q"])' in source
     assert 'prefetched_linear(F.silu(prefetched_linear(x, layer["gate"])) * prefetched_linear(x, layer["up"]), ' \
