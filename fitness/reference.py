@@ -22,6 +22,7 @@ class ReferenceModel:
         self.dtype = dtype or config.compute_dtype(device)
         self.w = {name: t.to(device=device, dtype=self.dtype) for name, t in weights.items()}
         self.routing = None  # a list while routing is recorded: each sparse layer's router logits [T, E]
+        self.flips = {}  # layer -> positions whose k-th expert is swapped for the (k+1)-th
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         # Normalise in fp32, cast back, *then* multiply by the weight.
@@ -79,10 +80,16 @@ class ReferenceModel:
     def route(self, x: torch.Tensor, layer: int) -> tuple:
         """(weights [N, k] in the compute dtype, experts [N, k], router logits [N, E] in fp32) for
         x [N, hidden]: softmax over every expert in fp32, the top k, renormalised to sum to 1
-        when the config says so (transformers' Qwen3MoeTopKRouter)."""
+        when the config says so (transformers' Qwen3MoeTopKRouter). At the positions `flips`
+        names for this layer, the (k+1)-th expert in place of the k-th: where the two tie
+        within rounding, what an engine may pick (fitness.reference_logits)."""
+        k = self.config.num_experts_per_tok
         logits = x @ self.w[f"layers.{layer}.mlp.gate.weight"].T  # [N, E], in the compute dtype
         probs = torch.softmax(logits.float(), dim=-1)
-        top, experts = torch.topk(probs, self.config.num_experts_per_tok, dim=-1)  # [N, k]
+        top, experts = torch.topk(probs, min(k + 1, probs.shape[-1]), dim=-1)  # and the (k+1)-th, for a flip
+        flipped = self.flips.get(layer, [])  # positions routed to the (k+1)-th in place of the k-th
+        top[flipped, k - 1], experts[flipped, k - 1] = top[flipped, k], experts[flipped, k]
+        top, experts = top[:, :k], experts[:, :k]
         if self.config.norm_topk_prob:
             top = top / top.sum(-1, keepdim=True)
         return top.to(self.dtype), experts, logits.float()

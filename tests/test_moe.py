@@ -15,6 +15,9 @@ from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 from contract.checkpoint import load_checked_weights
 from contract.loader import load_engine_module
 from contract.model_config import ConfigError, ModelConfig
+from fitness import reference_logits
+from fitness.gate import check_module
+from fitness.traces import public_sequence
 from tests.conftest import SEED_ENGINE
 from tests.test_hf import assert_engine_matches, assert_reference_matches, randomize
 
@@ -117,3 +120,76 @@ def test_experts_the_config_does_not_have_are_named(checkpoints, tmp_path):
     folder = rewritten(checkpoints["fp32", False], tmp_path / "extra", add_experts)
     with pytest.raises(ConfigError, match=r"MLP tensors its config does not imply .* e\.g\. layers\.1\.mlp\.experts\.0"):
         load_checked_weights(ModelConfig.load(folder), folder)
+
+
+# --- routing near-ties in the gate (fitness/reference_logits.py) -----------------------------
+
+SEED = SEED_ENGINE.read_text()
+TOP_K = '    weights, experts = torch.topk(probs, layer["top_k"], dim=-1)\n'
+
+
+def routed_as(new: str, old: str = TOP_K) -> str:
+    assert SEED.count(old) == 1, old
+    return SEED.replace(old, new)
+
+
+WRONG_ROUTERS = {  # bug -> (checkpoint, the seed with it)
+    "no renormalisation": (("fp32", False), routed_as("    if False:\n", '    if layer["renormalise"]:\n')),
+    "the (k+1)-th expert in place of the k-th": (("fp32", False), routed_as(
+        '    weights, experts = torch.topk(probs, layer["top_k"] + 1, dim=-1)\n'
+        '    weights, experts = torch.cat((weights[:, :-2], weights[:, -1:]), 1), '
+        'torch.cat((experts[:, :-2], experts[:, -1:]), 1)\n')),
+    "softmax after the top k": (("fp32", "no_norm"), routed_as(
+        '    weights, experts = torch.topk(x @ layer["router"].T, layer["top_k"], dim=-1)\n'
+        '    weights = torch.softmax(weights.float(), dim=-1)\n')),
+}
+# Where two experts tie, the other one: top k over the experts in reverse order.
+OTHER_AT_A_TIE = routed_as('    weights, experts = torch.topk(probs.flip(-1), layer["top_k"], dim=-1)\n'
+                           '    experts = probs.shape[-1] - 1 - experts  # the indices in the forward order\n')
+
+
+def gate(source, folder, scratch, tmp_path):
+    path = tmp_path / "candidate.py"
+    path.write_text(source)
+    return check_module(load_engine_module(path), ModelConfig.load(folder), folder, "cpu", 5, scratch, derived=False)
+
+
+@pytest.fixture(scope="module")
+def tied(checkpoints, tmp_path_factory):
+    """The fp32 checkpoint with experts 0 and 1 of layer 2 routed alike (one router row, 10x
+    its own: a tie is then rare, and its request's later rows are excused)."""
+    folder = shutil.copytree(checkpoints["fp32", False], tmp_path_factory.mktemp("tied") / "tied")
+    tensors = load_file(folder / "model.safetensors")
+    router = tensors["model.layers.2.mlp.gate.weight"]
+    router[0] = router[1] = 10 * router[0]
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
+
+
+def test_an_exact_engine_that_picks_the_other_expert_at_a_tie_passes(tied, scratch, tmp_path, monkeypatch):
+    assert gate(SEED, tied, scratch, tmp_path).passed
+    result = gate(OTHER_AT_A_TIE, tied, scratch, tmp_path)
+    assert result.passed, result.error
+    # The rule is what lets it through: held to the reference's own choice, it fails.
+    monkeypatch.setattr(reference_logits, "boundary_gaps", lambda routing, k: torch.full(
+        (len(routing), routing[0].shape[0]), float("inf")))
+    result = gate(OTHER_AT_A_TIE, tied, scratch, tmp_path)
+    assert not result.passed and result.stage == "target", result
+
+
+@pytest.mark.parametrize("bug", WRONG_ROUTERS)
+def test_the_gate_fails_a_wrong_router(checkpoints, scratch, tmp_path, bug):
+    key, source = WRONG_ROUTERS[bug]
+    result = gate(source, checkpoints[key], scratch, tmp_path)
+    assert not result.passed and result.stage == "target", result
+
+
+def test_a_checkpoint_whose_routing_ties_too_often_cannot_be_judged(checkpoints, tmp_path):
+    """Every router row alike: every row ties, and the judge says so rather than judge nothing."""
+    def one_router(tensors):
+        for name in [n for n in tensors if n.endswith("mlp.gate.weight")]:
+            tensors[name][:] = tensors[name][0]
+    folder = rewritten(checkpoints["fp32", False], tmp_path / "all_tied", one_router)
+    with pytest.raises(ConfigError, match="routing near-ties"):
+        reference_logits.References("cpu").row_alternatives(ModelConfig.load(folder), folder, public_sequence(), 0)
+
