@@ -11,6 +11,14 @@ writes OUT/NAME/ for each of
   qwen3_0_6b    Qwen3-0.6B's shape: hidden 1024, 28 layers, 16 / 8 heads of 128 (not
                 1024 / 16), intermediate 3072, vocab 151936, tied, q/k norms (1.2 GB)
   tiny_qwen3    a Qwen3-style model small enough for `bash run.sh --model` on a CPU
+  qwen3_30b_a3b Qwen3-30B-A3B's shape: hidden 2048, 48 layers, 32 / 4 heads of 128, 128
+                experts of 768 (top 8, renormalised) in every layer, vocab 151936, untied
+                (30.5 B parameters, 57 GiB: write it only where the disk has room)
+  qwen3_30b_a3b_4_layers  the same width, 4 layers (5.8 GiB): beside transformers on one GPU
+  tiny_qwen3_moe  a Qwen3-MoE small enough for a CPU: 8 experts of 64, top 2, a dense layer
+
+Shards are written one at a time, each drawn just before it is saved: the writer holds one
+shard (MAX_SHARD_BYTES) in memory, not the model.
 
 Every matrix is drawn with std 1/sqrt(fan_in) and every norm weight (q/k norms too) as
 1 + N(0, 1/16): logits of order 1, where the gate sees a fault (the families' own 0.02
@@ -51,50 +59,61 @@ QWEN3_0_6B = {
 TINY_QWEN3 = {**QWEN3_0_6B, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 512,
               "max_position_embeddings": 512, "bos_token_id": 0, "eos_token_id": 1}
-CHECKPOINTS = {"llama_3_2_1b": LLAMA_3_2_1B, "qwen3_0_6b": QWEN3_0_6B, "tiny_qwen3": TINY_QWEN3}
+# Qwen3's attention and config keys, experts in every layer's MLP.
+QWEN3_30B_A3B = {**QWEN3_0_6B, "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+                 "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 48, "num_attention_heads": 32,
+                 "num_key_value_heads": 4, "tie_word_embeddings": False, "num_experts": 128, "num_experts_per_tok": 8,
+                 "moe_intermediate_size": 768, "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": []}
+TINY_QWEN3_MOE = {**QWEN3_30B_A3B, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 3,
+                  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 512,
+                  "max_position_embeddings": 512, "num_experts": 8, "num_experts_per_tok": 2,
+                  "moe_intermediate_size": 64, "mlp_only_layers": [1], "bos_token_id": 0, "eos_token_id": 1}
+CHECKPOINTS = {"llama_3_2_1b": LLAMA_3_2_1B, "qwen3_0_6b": QWEN3_0_6B, "tiny_qwen3": TINY_QWEN3,
+               "qwen3_30b_a3b": QWEN3_30B_A3B, "qwen3_30b_a3b_4_layers": {**QWEN3_30B_A3B, "num_hidden_layers": 4},
+               "tiny_qwen3_moe": TINY_QWEN3_MOE}
+BF16_BYTES = 2
 
 
-def random_tensors(config: dict, seed: int) -> dict:
-    """{Hugging Face name: bf16 tensor} for every tensor the config implies."""
-    generator = torch.Generator().manual_seed(seed)
-    tensors = {}
-    for name, shape in weight_shapes(ModelConfig.from_dict(config).to_dict()).items():
-        if len(shape) == 1:
-            drawn = 1 + torch.randn(shape, generator=generator) / 4
-        else:
-            drawn = torch.randn(shape, generator=generator) / math.sqrt(shape[1])
-        tensors[hf_name(name)] = drawn.to(torch.bfloat16)
-    return tensors
+def hf_shapes(config: dict) -> dict:
+    """{Hugging Face name: shape} of every tensor the config implies, in the draw order."""
+    return {hf_name(name): shape for name, shape in weight_shapes(ModelConfig.from_dict(config).to_dict()).items()}
 
 
-def shards(tensors: dict) -> list:
-    """Consecutive groups of tensors of at most MAX_SHARD_BYTES each (one tensor may exceed it)."""
-    groups, size = [{}], 0
-    for name, tensor in tensors.items():
-        nbytes = tensor.numel() * tensor.element_size()
+def draw(shape: tuple, generator) -> torch.Tensor:
+    """A bf16 tensor: 1 + N(0, 1/16) for a norm weight, N(0, 1/fan_in) for a matrix."""
+    if len(shape) == 1:
+        return (1 + torch.randn(shape, generator=generator) / 4).to(torch.bfloat16)
+    return (torch.randn(shape, generator=generator) / math.sqrt(shape[1])).to(torch.bfloat16)
+
+
+def shards(sizes: dict) -> list:
+    """Consecutive groups of names of at most MAX_SHARD_BYTES each ({name: bytes}; one tensor
+    may exceed it)."""
+    groups, size = [[]], 0
+    for name, nbytes in sizes.items():
         if groups[-1] and size + nbytes > MAX_SHARD_BYTES:
-            groups.append({})
+            groups.append([])
             size = 0
-        groups[-1][name] = tensor
+        groups[-1].append(name)
         size += nbytes
     return groups
 
 
 def write(out: Path, name: str, seed: int = 0) -> Path:
-    """OUT/name: its config.json and safetensors; the directory."""
+    """OUT/name: its config.json and safetensors, each shard drawn just before it is saved; the directory."""
     config = CHECKPOINTS[name]
     folder = Path(out) / name
     folder.mkdir(parents=True, exist_ok=True)
-    groups = shards(random_tensors(config, seed))
-    if len(groups) == 1:
-        save_file(groups[0], folder / "model.safetensors", metadata={"format": "pt"})
-    else:
-        weight_map = {}
-        for i, group in enumerate(groups, start=1):
-            file = f"model-{i:05d}-of-{len(groups):05d}.safetensors"
-            save_file(group, folder / file, metadata={"format": "pt"})
-            weight_map.update(dict.fromkeys(group, file))
-        total = sum(t.numel() * t.element_size() for group in groups for t in group.values())
+    shapes = hf_shapes(config)
+    groups = shards({n: math.prod(shape) * BF16_BYTES for n, shape in shapes.items()})
+    generator = torch.Generator().manual_seed(seed)
+    files = ["model.safetensors"] if len(groups) == 1 else \
+        [f"model-{i:05d}-of-{len(groups):05d}.safetensors" for i in range(1, len(groups) + 1)]
+    for file, group in zip(files, groups):
+        save_file({n: draw(shapes[n], generator) for n in group}, folder / file, metadata={"format": "pt"})
+    if len(groups) > 1:
+        total = sum(math.prod(shape) * BF16_BYTES for shape in shapes.values())
+        weight_map = {n: file for file, group in zip(files, groups) for n in group}
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
         (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")

@@ -5,6 +5,7 @@ whose config and tensors disagree is an error naming the tensor.
 Every model is tiny (hidden 32, 8 experts of 16, top 2, 3 layers, the middle one dense
 through mlp_only_layers) with every parameter drawn at random (tests/test_hf.py's randomize)."""
 import json
+import math
 import shutil
 
 import pytest
@@ -13,11 +14,13 @@ from safetensors.torch import load_file, save_file
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 from contract.checkpoint import load_checked_weights
+from contract.layout import weight_shapes
 from contract.loader import load_engine_module
 from contract.model_config import ConfigError, ModelConfig
 from fitness import reference_logits
 from fitness.gate import check_module
 from fitness.traces import public_sequence
+from target import hf_checkpoints
 from tests.conftest import SEED_ENGINE
 from tests.test_hf import assert_engine_matches, assert_reference_matches, randomize
 
@@ -193,3 +196,29 @@ def test_a_checkpoint_whose_routing_ties_too_often_cannot_be_judged(checkpoints,
     with pytest.raises(ConfigError, match="routing near-ties"):
         reference_logits.References("cpu").row_alternatives(ModelConfig.load(folder), folder, public_sequence(), 0)
 
+
+# --- checkpoints the repository makes (target/hf_checkpoints.py) ------------------------------
+
+def test_qwen3_30b_a3b_has_its_parameter_count():
+    """30.5 B parameters, 57 GiB in bf16: its shape, checked without writing it."""
+    config = ModelConfig.from_dict(hf_checkpoints.CHECKPOINTS["qwen3_30b_a3b"])
+    shapes = weight_shapes(config.to_dict())
+    assert sum(math.prod(shape) for shape in shapes.values()) / 1e9 == pytest.approx(30.532, abs=0.001)
+    assert all(config.is_sparse_layer(i) for i in range(48)) and "lm_head.weight" in shapes
+    assert shapes["layers.47.mlp.experts.127.down_proj.weight"] == (2048, 768)
+    four = ModelConfig.from_dict(hf_checkpoints.CHECKPOINTS["qwen3_30b_a3b_4_layers"])
+    assert four == config.derive(num_hidden_layers=4)
+
+
+def test_the_writer_holds_one_shard_and_transformers_reads_what_it_wrote(tmp_path, monkeypatch):
+    monkeypatch.setattr(hf_checkpoints, "MAX_SHARD_BYTES", 200_000)
+    saved = []
+    save_file_as_written = hf_checkpoints.save_file
+    monkeypatch.setattr(hf_checkpoints, "save_file", lambda tensors, *args, **kwargs: (
+        saved.append(sum(t.numel() * t.element_size() for t in tensors.values())),
+        save_file_as_written(tensors, *args, **kwargs)))
+    folder = hf_checkpoints.write(tmp_path, "tiny_qwen3_moe")
+    assert len(saved) > 2 and max(saved) <= 200_000  # the embedding alone is 131,072 bytes
+    assert (folder / "model.safetensors.index.json").is_file()
+    assert_reference_matches(folder)
+    assert_engine_matches(load_engine_module(SEED_ENGINE), folder)
