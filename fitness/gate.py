@@ -136,11 +136,10 @@ class Tally:
 
 
 def check_outputs(outputs: list, references: list, events, label: str, tally: Tally,
-                  vocab_size: int, allowance: float = 1.0, alternatives: list = None) -> None:
+                  vocab_size: int, allowance: float = 1.0, rules: list = None) -> None:
     """Compare one trace's outputs (one per call, None for removes) with its references;
     errors count in units of `allowance` tolerances (fitness.reference_logits says why). A row
-    whose routing is a near-tie counts against the nearest of its reference and `alternatives`
-    (per call, per row: [] for none, None where the row is excused)."""
+    routed near a tie is checked by its TieRule (`rules`: per call, per row)."""
     if len(outputs) != len(events):
         raise CorrectnessError(f"{label}: {len(outputs)} outputs for {len(events)} calls")
     for i, (output, expected, event) in enumerate(zip(outputs, references, events)):
@@ -148,17 +147,19 @@ def check_outputs(outputs: list, references: list, events, label: str, tally: Ta
             continue
         where = f"{label}/{event.name or event.kind}#{i}"
         output = snapshot(output, where, (len(event.request_ids), vocab_size))
-        if alternatives is None or not any(alternatives[i]):  # no row routed at a near-tie
+        if rules is None or all(rule.clear for rule in rules[i]):  # no row routed near a tie
             tally.record(error_ratio(output, expected) / allowance, where)
         else:
-            tally.record(nearest_error(output, expected, alternatives[i]) / allowance, where)
+            tally.record(max((tied_error(output[r], expected[r], rule) for r, rule in enumerate(rules[i])),
+                             default=0.0) / allowance, where)
 
 
-def nearest_error(output, expected, alternatives: list) -> float:
-    """The worst row's error against the nearest of its reference and its alternatives (rows
-    whose alternatives are None are excused)."""
-    return max((min(error_ratio(output[r], e) for e in (expected[r], *alts))
-                for r, alts in enumerate(alternatives) if alts is not None), default=0.0)
+def tied_error(row, expected, rule) -> float:
+    """A row's error by its TieRule: against the nearest of its reference and alternatives,
+    counted past its reach; 0 where it is excused."""
+    if rule.excused:
+        return 0.0
+    return min(error_ratio(row, e, rule.reach) for e in (expected, *rule.alternatives))
 
 
 def snapshot(output, where: str, shape: tuple):
@@ -205,7 +206,7 @@ def check_traces(driver, references: References, config: ModelConfig, weight_dir
         expected = references.trace(config, weight_dir, events, seed)
         check_outputs(outputs, expected, events, f"{label}/{name}", tally, config.vocab_size,
                       references.allowance(config, weight_dir),
-                      references.row_alternatives(config, weight_dir, events, seed))
+                      references.row_rules(config, weight_dir, events, seed))
 
 
 def check_churn(driver, references: References, config: ModelConfig, weight_dir, seed: int,
@@ -219,7 +220,7 @@ def check_churn(driver, references: References, config: ModelConfig, weight_dir,
         outputs = driver.run_trace(config, weight_dir, events, seed + r, new_engine=r == 0)
         check_outputs(outputs, references.trace(config, weight_dir, events, seed + r), events,
                       f"{label}/round{r}", tally, config.vocab_size, references.allowance(config, weight_dir),
-                      references.row_alternatives(config, weight_dir, events, seed + r))
+                      references.row_rules(config, weight_dir, events, seed + r))
         held = driver.retained_bytes()
         baseline = held if baseline is None else baseline
         if held > baseline:

@@ -19,15 +19,20 @@ contract's rule: the reference in the compute dtype, an allowance of 1.
 A mixture of experts routes each token to its top k experts, a discrete choice: where the
 router's k-th and (k+1)-th logits are equal within the engine's rounding, an honest engine
 may pick the other expert, and that row's logits move by far more than rounding. So the
-reference records every sparse layer's router logits (fp32), and where a row the trace asks
-for is a near-tie at some layers (its k-th and (k+1)-th logits no further apart than the tie
-bound), it also computes that row with the (k+1)-th expert in place of the k-th at each
-combination of those layers: the row passes against whichever of them it is nearest
-(`row_alternatives`). An exact engine that flips there matches one of them; a wrong router
-still misses every one, and every row that is not a near-tie. A flip changes that position's
-K/V, so the later rows of its request are excused, as is a row with more than MAX_TIES_A_ROW
-near-tie layers; at least MIN_CHECKED_SHARE of a trace's rows must be left to check, or the
-judge says it cannot judge (a ConfigError, its own verdict, not the candidate's).
+reference records every sparse layer's router logits (fp32) and finds the near-ties (a k-th
+and (k+1)-th logit no further apart than the tie bound). Each row the trace asks for gets a
+`TieRule`:
+- its own near-tie layers: its logits also computed with the (k+1)-th expert in place of the
+  k-th at each combination of them (`alternatives`); the row passes against the nearest;
+- near-ties at earlier positions of its request: each flipped alone, what that moves this
+  row's logits by (through the K/V of that position), summed per logit (`reach`): the row's
+  error is counted past it. To first order a set of flips moves a row by the sum of what each
+  moves it by, and an engine flips some set of them.
+An exact engine that flips matches one alternative within its reach; a wrong router (every
+row, every layer) misses them all. Excused: a row with more than MAX_TIES_A_ROW near-tie
+layers, past MAX_FLIPS_A_LIFE earlier flips, or whose reach exceeds MAX_REACH allowances (it
+would hide a wrong row); at least MIN_CHECKED_SHARE of a trace's rows must be left to check,
+or the judge says it cannot judge (a ConfigError, its own verdict, not the candidate's).
 The tie bound is TIE_HEADROOM times the router's noise in the dtype an engine computes in on
 the judging device (fp32 on a CPU, where it is the rounding of fp32 itself; bf16 or fp16 on a
 GPU): twice the largest change of any router logit (a gap is a difference of two) from the
@@ -40,6 +45,7 @@ import itertools
 import json
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -48,7 +54,7 @@ from contract.checkpoint import load_checked_weights
 from contract.model_config import ConfigError, ModelConfig
 from fitness import weight_files
 from fitness.reference import ReferenceModel
-from fitness.tolerance import error_ratio
+from fitness.tolerance import ATOL, RTOL, error_ratio
 from fitness.traces import materialize, public_sequence
 
 MAX_TRACES = 256  # kept traces, least recently used dropped first
@@ -64,11 +70,25 @@ CALIBRATION_SEED = 0
 # round its router differently from the reference's, not less (as LOW_PRECISION_HEADROOM).
 TIE_HEADROOM = 2
 MAX_TIES_A_ROW = 3  # sparse layers at a near-tie in one row: 2^3 - 1 alternatives at the most
+MAX_FLIPS_A_LIFE = 32  # earlier near-ties whose reach is measured: one forward of the life each
+MAX_REACH = 1.0  # allowances: past it a row's reach would let through twice the error it bounds
 MIN_CHECKED_SHARE = 0.5
-# A row is a near-tie within TIE_HEADROOM x the router's measured noise: an engine's kernels
-# round its router differently from the reference's, not less (as LOW_PRECISION_HEADROOM).
-TIE_HEADROOM = 2
-MIN_CHECKED_SHARE = 0.5
+
+
+@dataclass
+class TieRule:
+    """How one row is checked (the module's docstring): against the nearest of its reference
+    and `alternatives`, its error counted past `reach` [vocab] (None: no earlier near-tie)."""
+    alternatives: list = field(default_factory=list)
+    reach: torch.Tensor | None = None
+    excused: bool = False
+
+    @property
+    def clear(self) -> bool:
+        return not (self.alternatives or self.excused) and self.reach is None
+
+
+CLEAR, EXCUSED = TieRule(), TieRule(excused=True)
 
 
 def histories(calls) -> list:
@@ -95,7 +115,7 @@ class References:
         self.models, self.traces = OrderedDict(), OrderedDict()
         self.allowances = {}  # (config, weight dir) -> tolerances one tolerance is worth
         self.tie_bounds = {}  # (config, weight dir) -> the router gap under which a row is a near-tie
-        self.alternatives = {}  # trace key -> per call, each row's alternative logits (None for a remove)
+        self.rules = {}  # trace key -> per call, each row's TieRule (None for a remove)
         # A group's gates run in threads: one computes a reference at a time, and the
         # others find it made.
         self.lock = threading.RLock()
@@ -110,7 +130,7 @@ class References:
             return self.locked_model(config, weight_dir, dtype or self.dtype(config))
 
     def locked_model(self, config: ModelConfig, weight_dir, dtype) -> ReferenceModel:
-        key = (json.dumps(config.to_dict(), sort_keys=True), str(Path(weight_dir).resolve()), str(dtype))
+        key = (*model_key(config, weight_dir), str(dtype))
         if key not in self.models:
             if len(self.models) >= MAX_MODELS:
                 self.models.popitem(last=False)
@@ -135,38 +155,45 @@ class References:
             bound = self.tie_bound(config, weight_dir) if config.num_experts else None
             # One forward per request's life, not one per call: 2-core CPU judgements spent
             # 57 of their 91 s recomputing histories (a 1,496-token one four times).
-            logits, alternatives = {}, {}
+            logits, rules = {}, {}
             for life, (tokens, positions) in enumerate(lives):
-                out, flipped = life_logits(model, tokens, positions, bound)
+                out, tied = life_logits(model, tokens, positions, bound)
                 logits.update({(life, p): row for p, row in zip(positions, out.float().cpu())})
-                alternatives.update({(life, p): rows for p, rows in flipped.items()})
+                rules.update({(life, p): rule for p, rule in tied.items()})
             self.traces[key] = [None if row is None else torch.stack([logits[r] for r in row]) for row in rows]
-            self.alternatives[key] = [None if row is None else [alternatives.get(r, []) for r in row] for row in rows]
+            self.rules[key] = [None if row is None else [rules.get(r, CLEAR) for r in row] for row in rows]
             if len(self.traces) > MAX_TRACES:
-                self.alternatives.pop(self.traces.popitem(last=False)[0], None)
+                self.rules.pop(self.traces.popitem(last=False)[0], None)
         self.traces.move_to_end(key)
         return self.traces[key]
 
-    def row_alternatives(self, config: ModelConfig, weight_dir, events, seed: int, dtype=None) -> list:
-        """Per call (None for a remove), each row's alternative logits (the module's docstring):
-        [] where its routing is clear, None where it is excused; a ConfigError where fewer than
-        MIN_CHECKED_SHARE of the rows are left to check."""
+    def row_rules(self, config: ModelConfig, weight_dir, events, seed: int) -> list:
+        """Per call (None for a remove), each row's TieRule (the module's docstring), a reach
+        past MAX_REACH allowances excused; a ConfigError where fewer than MIN_CHECKED_SHARE of
+        the rows are left to check."""
         with self.lock:
-            dtype = dtype or self.dtype(config)
-            self.locked_trace(config, weight_dir, events, seed, dtype)
-            alternatives = self.alternatives[trace_key(config, weight_dir, events, seed, dtype)]
-        rows = [row for call in alternatives if call is not None for row in call]
-        checked = sum(row is not None for row in rows)
+            expected, rules = self.trace(config, weight_dir, events, seed), self.trace_rules(config, weight_dir, events, seed)
+            limit = MAX_REACH * self.allowance(config, weight_dir)
+        rules = [None if call is None else [within_reach(rule, row, limit) for rule, row in zip(call, reference)]
+                 for call, reference in zip(rules, expected)]
+        rows = [rule for call in rules if call is not None for rule in call]
+        checked = sum(not rule.excused for rule in rows)
         if checked < MIN_CHECKED_SHARE * len(rows):
-            raise ConfigError(f"{weight_dir}: only {checked} of {len(rows)} rows have at most {MAX_TIES_A_ROW} "
+            raise ConfigError(f"{weight_dir}: only {checked} of {len(rows)} rows can be checked beside their "
                               f"routing near-ties (router gap under {self.tie_bound(config, weight_dir):.3g}): "
                               f"too few to judge on (at least {MIN_CHECKED_SHARE:.0%})")
-        return alternatives
+        return rules
+
+    def trace_rules(self, config: ModelConfig, weight_dir, events, seed: int) -> list:
+        """Per call (None for a remove), each row's TieRule as the reference found it."""
+        with self.lock:
+            self.trace(config, weight_dir, events, seed)
+            return self.rules[trace_key(config, weight_dir, events, seed, self.dtype(config))]
 
     def tie_bound(self, config: ModelConfig, weight_dir) -> float:
         """TIE_HEADROOM x the router's noise in the engine's dtype (the module's docstring)."""
         with self.lock:
-            key = (json.dumps(config.to_dict(), sort_keys=True), str(Path(weight_dir).resolve()))
+            key = model_key(config, weight_dir)
             if key not in self.tie_bounds:
                 exact = self.model(config, weight_dir, torch.float32)
                 rounded = self.model(config, weight_dir, config.compute_dtype(self.device))
@@ -177,7 +204,7 @@ class References:
         """How many tolerances one tolerance of error is worth on this config (the module's
         docstring says why): 1 for the contract's format."""
         with self.lock:
-            key = (json.dumps(config.to_dict(), sort_keys=True), str(Path(weight_dir).resolve()))
+            key = model_key(config, weight_dir)
             if key not in self.allowances:
                 self.allowances[key] = self.calibrated(config, weight_dir) if config.is_hf else 1.0
             return self.allowances[key]
@@ -187,20 +214,28 @@ class References:
         computes in on a GPU against the fp32 reference, at least 1."""
         events = public_sequence()
         exact = self.trace(config, weight_dir, events, CALIBRATION_SEED, torch.float32)
-        ties = self.alternatives[trace_key(config, weight_dir, events, CALIBRATION_SEED, torch.float32)]
+        ties = self.rules[trace_key(config, weight_dir, events, CALIBRATION_SEED, torch.float32)]
         rounded = self.trace(config, weight_dir, events, CALIBRATION_SEED, config.compute_dtype("cuda"))
         noise = max(error_ratio(r[kept], e[kept]) for r, e, kept in zip(rounded, exact, clear_rows(ties))
                     if e is not None)
         return max(1.0, LOW_PRECISION_HEADROOM * noise)
 
     def rows(self, config: ModelConfig, weight_dir, events, seed: int, picks) -> dict:
-        """{(call index, row): reference logits [vocab]} for the picked rows only (not kept:
-        timed runs draw fresh tokens every time)."""
+        """{(call index, row): (reference logits [vocab], its TieRule)} for the picked rows only
+        (not kept: timed runs draw fresh tokens every time)."""
         calls = materialize(events, config.vocab_size, seed, "cpu")
         held = histories(calls)
-        model = self.model(config, weight_dir)
         with self.lock:
-            return {(i, row): row_logits(model, held[i][calls[i].event.request_ids[row]]) for i, row in picks}
+            model = self.model(config, weight_dir)
+            bound = self.tie_bound(config, weight_dir) if config.num_experts else None
+            limit = MAX_REACH * self.allowance(config, weight_dir)
+            picked = {}
+            for i, row in picks:
+                tokens = held[i][calls[i].event.request_ids[row]]
+                out, tied = life_logits(model, tokens, [len(tokens) - 1], bound)
+                logits = out[0].float().cpu()
+                picked[i, row] = logits, within_reach(tied.get(len(tokens) - 1, CLEAR), logits, limit)
+            return picked
 
 
 def lifetimes(calls, held) -> tuple:
@@ -228,8 +263,8 @@ def lifetimes(calls, held) -> tuple:
     return [(tokens, sorted(positions)) for tokens, positions in zip(ends, wanted)], rows
 
 
-def row_logits(model: ReferenceModel, tokens) -> torch.Tensor:
-    return model.last_logits(tokens).float().cpu()
+def model_key(config: ModelConfig, weight_dir) -> tuple:
+    return json.dumps(config.to_dict(), sort_keys=True), str(Path(weight_dir).resolve())
 
 
 def trace_key(config: ModelConfig, weight_dir, events, seed: int, dtype) -> str:
@@ -237,9 +272,16 @@ def trace_key(config: ModelConfig, weight_dir, events, seed: int, dtype) -> str:
                                       seed, str(dtype)], sort_keys=True, default=str).encode()).hexdigest()
 
 
-def clear_rows(alternatives: list) -> list:
-    """Per call, the indices of its rows whose routing is no near-tie (None for a remove)."""
-    return [None if call is None else [i for i, alts in enumerate(call) if alts == []] for call in alternatives]
+def clear_rows(rules: list) -> list:
+    """Per call, the indices of its rows whose routing meets no near-tie (None for a remove)."""
+    return [None if call is None else [i for i, rule in enumerate(call) if rule.clear] for call in rules]
+
+
+def within_reach(rule: TieRule, reference, limit: float) -> TieRule:
+    """`rule`, or EXCUSED where its reach exceeds `limit` tolerances of `reference` somewhere."""
+    if rule.reach is None or (rule.reach / (ATOL + RTOL * reference.abs())).max().item() <= limit:
+        return rule
+    return EXCUSED
 
 
 def routed_forward(model: ReferenceModel, tokens, positions=None) -> tuple:
@@ -252,32 +294,61 @@ def routed_forward(model: ReferenceModel, tokens, positions=None) -> tuple:
 
 
 def boundary_gaps(routing: list, k: int) -> torch.Tensor:
-    """[sparse layers, T]: the gap between each position's k-th and (k+1)-th router logits."""
-    if k == routing[0].shape[-1]:  # every expert taken: no boundary to fall on either side of
-        return torch.full((len(routing), routing[0].shape[0]), float("inf"))
-    top = torch.stack([layer.topk(k + 1, dim=-1).values for layer in routing])  # [layers, T, k+1]
-    return top[..., k - 1] - top[..., k]
+    """[3, sparse layers, T]: each position's gaps between its (k-1)-th and k-th, k-th and
+    (k+1)-th, (k+1)-th and (k+2)-th router logits (inf where there is no such expert)."""
+    values = torch.stack([layer.sort(dim=-1, descending=True).values for layer in routing])  # [layers, T, E]
+    if k == values.shape[-1]:  # every expert taken: no boundary to fall on either side of
+        return torch.full((3, *values.shape[:2]), float("inf"))
+    inf = torch.full((*values.shape[:2], 1), float("inf"))
+    ranked = torch.cat((inf, values, -inf, -inf), -1)  # ranked[..., r] is the r-th largest, from 1
+    return torch.stack([ranked[..., r] - ranked[..., r + 1] for r in (k - 1, k, k + 1)]).nan_to_num(float("inf"))
 
 
 def life_logits(model: ReferenceModel, tokens, positions, bound) -> tuple:
-    """(logits at `positions`, {position: its alternatives}) for the positions whose routing is
-    a near-tie (a gap of at most `bound` at some sparse layer): its logits with the (k+1)-th
-    expert at each non-empty combination of those layers; None (excused) past MAX_TIES_A_ROW
-    of them, or after an earlier position's near-tie. `bound` None for a dense model."""
+    """(logits at `positions`, {position: its TieRule} for those routed near a tie: a gap of at
+    most `bound` at some sparse layer, at that position or an earlier one). `bound` None for a
+    dense model."""
     if bound is None:
         return model.forward(tokens, positions), {}
     out, routing = routed_forward(model, tokens, positions)
-    near = boundary_gaps(routing, model.config.num_experts_per_tok) <= bound  # [sparse layers, T]
+    gaps = boundary_gaps(routing, model.config.num_experts_per_tok) <= bound  # [3, sparse layers, T]
+    near = gaps[1]
+    # Three or more experts within the bound across the boundary: one swap does not cover what
+    # an engine may pick there, so that row and every later one of the life are excused.
+    wide = (near & (gaps[0] | gaps[2])).any(0).nonzero().flatten().tolist()
     sparse = [i for i in range(model.config.num_hidden_layers) if model.config.is_sparse_layer(i)]
-    ties = near.any(0).nonzero().flatten().tolist()
-    flipped = {}
+    ties = sorted((q, sparse[j]) for j, q in near.nonzero().tolist() if not wide or q < wide[0])
+    reach = flips_reach(model, tokens, positions, out, ties + ([(wide[0], None)] if wide else []))
+    rules = {}
     for p in positions:
         layers = [sparse[j] for j in near[:, p].nonzero().flatten().tolist()]
-        if ties and ties[0] < p or len(layers) > MAX_TIES_A_ROW:  # an earlier flip changed its K/V
-            flipped[p] = None
-        elif layers:
-            flipped[p] = flipped_rows(model, tokens[:p + 1], layers)
-    return out, flipped
+        if p in reach and reach[p] is None or len(layers) > MAX_TIES_A_ROW or wide and p >= wide[0]:
+            rules[p] = EXCUSED
+        elif layers or p in reach:
+            rules[p] = TieRule(flipped_rows(model, tokens[:p + 1], layers) if layers else [], reach.get(p))
+    return out, rules
+
+
+def flips_reach(model: ReferenceModel, tokens, positions, out, ties: list) -> dict:
+    """{position: what flipping each near-tie (position, layer) before it, one at a time, moves
+    its logits by, summed per logit [vocab]}; None past MAX_FLIPS_A_LIFE of them or past a
+    wide tie (layer None)."""
+    reach, index = {}, {p: i for i, p in enumerate(positions)}
+    for n, (q, layer) in enumerate(ties):
+        later = [p for p in positions if p > q]
+        if not later:
+            break
+        if n == MAX_FLIPS_A_LIFE or layer is None:  # too many to measure, or a wide tie
+            reach.update({p: None for p in later})
+            break
+        model.flips = {layer: [q]}
+        try:
+            moved = model.forward(tokens[:later[-1] + 1], later).float()
+        finally:
+            model.flips = {}
+        for p, change in zip(later, (moved - out[[index[p] for p in later]].float()).abs().cpu()):
+            reach[p] = reach[p] + change if p in reach else change
+    return reach
 
 
 def flipped_rows(model: ReferenceModel, tokens, layers: list) -> list:
@@ -296,20 +367,30 @@ def flipped_rows(model: ReferenceModel, tokens, layers: list) -> list:
 
 def public_lives(config: ModelConfig) -> list:
     """The tokens each request holds at the end of its life in the public sequence."""
+    return [tokens for tokens, _ in public_lives_with_positions(config)]
+
+
+def public_lives_with_positions(config: ModelConfig) -> list:
+    """(tokens, the positions the calls ask for) of each life in the public sequence."""
     calls = materialize(public_sequence(), config.vocab_size, CALIBRATION_SEED, "cpu")
-    return [tokens for tokens, _ in lifetimes(calls, histories(calls))[0]]
+    return lifetimes(calls, histories(calls))[0]
 
 
 def router_noise(exact: ReferenceModel, rounded: ReferenceModel, lives: list) -> float:
     """2 x the largest change of a router logit from `exact` to `rounded`, over each life's
-    positions up to the first where `rounded` picks other experts (past it, that one's hidden
-    states took another path); at least the rounding of `rounded`'s dtype at the largest logit."""
+    positions before the first where `rounded` picks other experts, and that one's layers up to
+    the one where it does (past it, `rounded`'s hidden states took another path); at least the
+    rounding of `rounded`'s dtype at the largest logit."""
     k, worst = exact.config.num_experts_per_tok, 0.0
     for tokens in lives:
         a = torch.stack(routed_forward(exact, tokens, [len(tokens) - 1])[1])  # [layers, T, E]
         b = torch.stack(routed_forward(rounded, tokens, [len(tokens) - 1])[1])
         chosen = [x.topk(k, dim=-1).indices.sort(-1).values for x in (a, b)]
-        differs = (chosen[0] != chosen[1]).any(-1).any(0)  # [T]
-        upto = int(differs.nonzero()[0]) + 1 if differs.any() else len(tokens)
-        worst = max(worst, (a - b)[:, :upto].abs().max().item(), torch.finfo(rounded.dtype).eps * a.abs().max().item())
+        differs = (chosen[0] != chosen[1]).any(-1)  # [layers, T]
+        change = (a - b).abs().amax(-1)  # [layers, T]
+        if differs.any():  # the positions before the first other route; at it, its layers up to that one
+            upto = int(differs.any(0).nonzero()[0])
+            layer = int(differs[:, upto].nonzero()[0])
+            change = torch.cat((change[:, :upto].flatten(), change[:layer + 1, upto]))
+        worst = max(worst, change.max().item(), torch.finfo(rounded.dtype).eps * a.abs().max().item())
     return 2 * worst

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from contract.devices import is_cuda
-from fitness.gate import CorrectnessError, error_ratio, snapshot
+from fitness.gate import CorrectnessError, snapshot, tied_error
 from fitness.traces import count_tokens
 
 CLEAR_LOSS = 1 / 3  # a candidate this much slower than its baseline in every round so far leaves
@@ -178,7 +178,7 @@ class TimedOutputCheck:
         for i, r in picks:
             where = f"{label}/{events[i].name or events[i].kind}#{i} row {r}"
             got = snapshot(outputs[i], where, (len(events[i].request_ids), self.config.vocab_size))
-            ratio = error_ratio(got[r:r + 1], expected[(i, r)][None]) / allowance
+            ratio = tied_error(got[r], *expected[i, r]) / allowance
             if not ratio <= self.margin:
                 raise CorrectnessError(f"{where}: a timed call's logits are off by {ratio:.3g} x tolerance "
                                        f"(limit {self.margin})")

@@ -5,9 +5,12 @@ The error of a call is max |s - r| / (atol + rtol * |r|): 1.0 is the evaluator's
 ATOL = RTOL = 1e-2
 
 
-def error_ratio(student, reference) -> float:
-    """Worst |s - r| / (atol + rtol |r|); inf for NaN or inf in the student's logits."""
+def error_ratio(student, reference, past=None) -> float:
+    """Worst |s - r| / (atol + rtol |r|), each |s - r| counted past `past` where given (what a
+    routing flip elsewhere may move it by: fitness.reference_logits); inf for NaN or inf in
+    the student's logits."""
     s, r = student.float().cpu(), reference.float().cpu()
-    ratio = (s - r).abs() / (ATOL + RTOL * r.abs())
+    error = (s - r).abs() if past is None else ((s - r).abs() - past).clamp(min=0)
+    ratio = error / (ATOL + RTOL * r.abs())
     worst = ratio.max().item() if ratio.numel() else 0.0
     return float("inf") if worst != worst else worst

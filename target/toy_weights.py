@@ -7,7 +7,9 @@ A config with the Hugging Face families' features adds q/k/v biases (`qkv_bias`)
 q/k norm weights (`qk_norm`) and drops `lm_head.weight` (`tie_word_embeddings`); those
 biases and norm weights are drawn as their family says (`toy_weight` in contract/families/:
 `randn * std` and `1 + randn / 2`), so that one read in another's place shows. A config
-without them gives the same weights as before.
+without them gives the same weights as before. After the draws a family may settle what its
+tensors must hold together (`settle_toy_weights`: Qwen3-MoE's routers read a per-token code,
+so that routing is decisive; contract/families/qwen3_moe.py).
 
 `std="unit"` draws each matrix with std 1/sqrt(fan_in) instead. Small models judged
 with the public 0.02 have logits so close to zero that `atol=1e-2` hides real faults;
@@ -44,6 +46,9 @@ def generate(config: dict, seed: int = DEFAULT_SEED, std: float | str = PUBLIC_S
             continue
         scale = 1.0 / math.sqrt(shape[1]) if std == "unit" else float(std)
         weights[name] = torch.randn(shape) * scale
+    for family in LAYOUTS:
+        if hasattr(family, "settle_toy_weights"):
+            family.settle_toy_weights(config, weights, seed)
     return weights
 
 

@@ -9,7 +9,7 @@ from contract.model_config import ModelConfig
 from fitness import traces
 from fitness.gate import (DEFAULT_MARGIN, InProcessDriver, Tally, check_module, check_traces,
                           generated_weights, judging_weights, static_problems)
-from fitness.reference_logits import References, histories, row_logits
+from fitness.reference_logits import References, histories
 from fitness.traces import materialize
 from fitness.weight_files import TRUSTED, WeightsChanged
 from target.toy_weights import write as write_weights
@@ -123,6 +123,6 @@ def test_references_read_once_per_request_life_equal_a_history_recomputed_per_ca
             if call.event.kind == "remove":
                 assert got[i] is None
                 continue
-            expected = torch.stack([row_logits(model, held[i][rid]) for rid in call.event.request_ids])
+            expected = torch.stack([model.last_logits(held[i][rid]).float().cpu() for rid in call.event.request_ids])
             assert got[i].shape == expected.shape
             assert torch.allclose(got[i], expected, atol=1e-4, rtol=0), (i, (got[i] - expected).abs().max())

@@ -18,9 +18,9 @@ from contract.layout import weight_shapes
 from contract.loader import load_engine_module
 from contract.model_config import ConfigError, ModelConfig
 from fitness import reference_logits
-from fitness.gate import check_module
+from fitness.gate import check_module, tied_error
 from fitness.traces import public_sequence
-from target import hf_checkpoints
+from target import hf_checkpoints, toy_weights
 from tests.conftest import SEED_ENGINE
 from tests.test_hf import assert_engine_matches, assert_reference_matches, randomize
 
@@ -157,16 +157,27 @@ def gate(source, folder, scratch, tmp_path):
     return check_module(load_engine_module(path), ModelConfig.load(folder), folder, "cpu", 5, scratch, derived=False)
 
 
-@pytest.fixture(scope="module")
-def tied(checkpoints, tmp_path_factory):
-    """The fp32 checkpoint with experts 0 and 1 of layer 2 routed alike (one router row, 10x
-    its own: a tie is then rare, and its request's later rows are excused)."""
-    folder = shutil.copytree(checkpoints["fp32", False], tmp_path_factory.mktemp("tied") / "tied")
+def tied_at(source, folder, layer: int):
+    """A copy of `source` with experts 0 and 1 of `layer` routed alike (one router row, 10x its
+    own: a tie is then rare, but exact)."""
+    folder = shutil.copytree(source, folder)
     tensors = load_file(folder / "model.safetensors")
-    router = tensors["model.layers.2.mlp.gate.weight"]
+    router = tensors[f"model.layers.{layer}.mlp.gate.weight"]
     router[0] = router[1] = 10 * router[0]
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
     return folder
+
+
+@pytest.fixture(scope="module")
+def tied(checkpoints, tmp_path_factory):
+    """Tied at the last layer: a flip there moves its own row only."""
+    return tied_at(checkpoints["fp32", False], tmp_path_factory.mktemp("tied") / "tied", 2)
+
+
+@pytest.fixture(scope="module")
+def tied_first(checkpoints, tmp_path_factory):
+    """Tied at the first layer: a flip there moves the later rows of its request too."""
+    return tied_at(checkpoints["fp32", False], tmp_path_factory.mktemp("tied_first") / "tied", 0)
 
 
 def test_an_exact_engine_that_picks_the_other_expert_at_a_tie_passes(tied, scratch, tmp_path, monkeypatch):
@@ -175,15 +186,78 @@ def test_an_exact_engine_that_picks_the_other_expert_at_a_tie_passes(tied, scrat
     assert result.passed, result.error
     # The rule is what lets it through: held to the reference's own choice, it fails.
     monkeypatch.setattr(reference_logits, "boundary_gaps", lambda routing, k: torch.full(
-        (len(routing), routing[0].shape[0]), float("inf")))
+        (3, len(routing), routing[0].shape[0]), float("inf")))
     result = gate(OTHER_AT_A_TIE, tied, scratch, tmp_path)
     assert not result.passed and result.stage == "target", result
+
+
+def test_rows_after_a_tie_are_checked_within_the_reach_of_its_flips(tied_first, scratch, tmp_path, monkeypatch):
+    """Every later row of a request is checked, its error counted past what the earlier
+    near-ties move it by (each flipped alone, summed); flipping them all at once, as an engine
+    may, stays within that sum."""
+    config, references = ModelConfig.load(tied_first), reference_logits.References("cpu")
+    events = public_sequence()
+    rules = [rule for call in references.row_rules(config, tied_first, events, 0) if call for rule in call]
+    assert not any(rule.excused for rule in rules) and sum(rule.reach is not None for rule in rules) >= 3
+    model, compared = references.model(config, tied_first), 0
+    for tokens, positions in reference_logits.public_lives_with_positions(config):
+        out, routing = reference_logits.routed_forward(model, tokens, positions)
+        near = reference_logits.boundary_gaps(routing, 2)[1, 0] <= references.tie_bound(config, tied_first)
+        ties = near.nonzero().flatten().tolist()
+        _, tied = reference_logits.life_logits(model, tokens, positions, references.tie_bound(config, tied_first))
+        model.flips = {0: ties}
+        every = model.forward(tokens, positions)
+        model.flips = {}
+        for p, moved, base in zip(positions, every, out):
+            if ties and p > ties[-1]:  # past every flip: not its own row's alternatives
+                assert ((moved - base).abs() <= 1.5 * tied[p].reach + 1e-6).all()
+                compared += 1
+    assert compared >= 2
+    result = gate(OTHER_AT_A_TIE, tied_first, scratch, tmp_path)
+    assert result.passed, result.error
+    # The reach is what lets it through (a lifecycle trace's decode row is 5.8 tolerances out).
+    monkeypatch.setattr(reference_logits, "flips_reach", lambda *args: {})
+    result = gate(OTHER_AT_A_TIE, tied_first, scratch, tmp_path)
+    assert not result.passed and result.stage == "target", result
+
+
+def test_an_error_counts_past_a_rows_reach_and_not_within_it():
+    expected, reach = torch.zeros(4), torch.tensor([0.0, 0.05, 0.0, 0.0])
+    within, past = torch.tensor([0.0, 0.05, 0.0, 0.0]), torch.tensor([0.0, 0.07, 0.0, 0.0])
+    rule = reference_logits.TieRule(reach=reach)
+    assert tied_error(within, expected, rule) == 0.0
+    assert tied_error(past, expected, rule) == pytest.approx(2.0)
+    assert tied_error(past, expected, reference_logits.CLEAR) == pytest.approx(7.0)
+    assert tied_error(past, expected, reference_logits.EXCUSED) == 0.0
+
+
+def test_timed_rows_are_checked_by_the_same_rule(tied_first):
+    """A timed row's reference and TieRule are the gate's for the same row."""
+    config, references = ModelConfig.load(tied_first), reference_logits.References("cpu")
+    events = public_sequence()
+    expected, rules = references.trace(config, tied_first, events, 0), references.row_rules(config, tied_first, events, 0)
+    picks = [(i, r) for i, call in enumerate(rules) if call for r in range(len(call))]
+    timed = references.rows(config, tied_first, events, 0, picks)
+    assert any(rule.reach is not None for _, rule in timed.values())
+    for i, r in picks:
+        logits, rule = timed[i, r]
+        torch.testing.assert_close(logits, expected[i][r])
+        assert len(rule.alternatives) == len(rules[i][r].alternatives) and rule.excused == rules[i][r].excused
+        assert (rule.reach is None) == (rules[i][r].reach is None)
+        if rule.reach is not None:
+            torch.testing.assert_close(rule.reach, rules[i][r].reach)
 
 
 @pytest.mark.parametrize("bug", WRONG_ROUTERS)
 def test_the_gate_fails_a_wrong_router(checkpoints, scratch, tmp_path, bug):
     key, source = WRONG_ROUTERS[bug]
     result = gate(source, checkpoints[key], scratch, tmp_path)
+    assert not result.passed and result.stage == "target", result
+
+
+@pytest.mark.parametrize("bug", ["no renormalisation", "the (k+1)-th expert in place of the k-th"])
+def test_the_gate_fails_a_wrong_router_where_ties_widen_later_rows(tied_first, scratch, tmp_path, bug):
+    result = gate(WRONG_ROUTERS[bug][1], tied_first, scratch, tmp_path)
     assert not result.passed and result.stage == "target", result
 
 
@@ -194,7 +268,42 @@ def test_a_checkpoint_whose_routing_ties_too_often_cannot_be_judged(checkpoints,
             tensors[name][:] = tensors[name][0]
     folder = rewritten(checkpoints["fp32", False], tmp_path / "all_tied", one_router)
     with pytest.raises(ConfigError, match="routing near-ties"):
-        reference_logits.References("cpu").row_alternatives(ModelConfig.load(folder), folder, public_sequence(), 0)
+        reference_logits.References("cpu").row_rules(ModelConfig.load(folder), folder, public_sequence(), 0)
+
+
+# --- the gate's own weights route decisively (contract/families/qwen3_moe.py) ---------------
+
+@pytest.fixture(scope="module")
+def toy_moe(tmp_path_factory):
+    """The tests' shape in toy weights (the contract's 0.02), as the gate generates them."""
+    raw = {**SHAPE, "model_type": "qwen3_moe", "norm_topk_prob": True, "torch_dtype": "bfloat16"}
+    folder = tmp_path_factory.mktemp("toy_moe")
+    toy_weights.write(ModelConfig.from_dict(raw).to_dict(), folder / "model.pt")
+    return ModelConfig.from_dict(raw), folder
+
+
+def test_toy_weights_route_alike_in_bf16_and_fp32_with_no_near_tie(toy_moe):
+    """Where random routers leave most rows of a bf16 judgement excused, the toy weights'
+    routers leave none: bf16 picks fp32's experts everywhere, far outside the bf16 tie bound."""
+    config, folder = toy_moe
+    references = reference_logits.References("cpu")
+    exact, rounded = references.model(config, folder, torch.float32), references.model(config, folder, torch.bfloat16)
+    bound = reference_logits.TIE_HEADROOM * reference_logits.router_noise(
+        exact, rounded, reference_logits.public_lives(config))
+    for tokens in reference_logits.public_lives(config):
+        routes = [torch.stack(reference_logits.routed_forward(model, tokens)[1]) for model in (exact, rounded)]
+        assert torch.equal(*[r.topk(2, dim=-1).indices.sort(-1).values for r in routes])
+        assert (reference_logits.boundary_gaps(list(routes[0]), 2)[1] > 4 * bound).all()  # 6.2x at the least
+
+
+def test_the_gate_fails_a_wrong_router_on_its_own_weights(toy_moe, scratch, tmp_path):
+    config, folder = toy_moe
+    config = config.derive(torch_dtype="float32")
+    for source in (SEED, *[source for _, source in WRONG_ROUTERS.values()][:2]):
+        path = tmp_path / "candidate.py"
+        path.write_text(source)
+        result = check_module(load_engine_module(path), config, folder, "cpu", 5, scratch, derived=False)
+        assert result.passed == (source == SEED), result
 
 
 # --- checkpoints the repository makes (target/hf_checkpoints.py) ------------------------------

@@ -11,6 +11,8 @@
                      layer's MLP, or None where that layer keeps the dense one
   ROTATED            tensors of its own whose rows are laid out per head for RoPE
   toy_weight         how toy weights draw a tensor of its own (None: as any other)
+  settle_toy_weights (optional) what its toy weights must hold across tensors, set after
+                     every draw
   REFERENCE          where its math is in fitness/reference.py
   SEED_GENES         the seed engine's genes that carry it (seed_engine/engine.py)
 

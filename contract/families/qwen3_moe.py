@@ -7,6 +7,8 @@ Structural, not probed: the gate's `families` config turns every other family's 
 for a dense target, since any checkpoint may bring them; an MoE MLP changes what a layer is
 and which tensors it has, so it is judged on MoE targets only (their derived configs keep it).
 """
+import torch
+
 from contract.families.feature import Feature
 
 ORDER = 4
@@ -59,3 +61,36 @@ def mlp_weights(config: dict, prefix: str, layer: int) -> dict | None:
 def toy_weight(name: str, shape: tuple, std):
     """Its tensors are drawn as toy weights draw any (target/toy_weights.py)."""
     return None
+
+
+ROUTING_DIMS = 8  # residual dimensions that carry a token's routing code in toy weights
+
+
+def settle_toy_weights(config: dict, weights: dict, seed: int) -> None:
+    """Toy weights that route decisively, so the gate can hold an engine's routing exact in
+    bf16 too (fitness/reference_logits.py: on random routers bf16 rounding alone picks other
+    experts at most positions). The first ROUTING_DIMS dimensions of the residual stream hold
+    a one-hot code per token (its embedding); no layer writes them (those rows of o_proj and
+    of every down projection are zero), so they stay as embedded. A router reads only them:
+    code j ranks the experts by column j, whose top k values lie in [0.5, 1] and the rest in
+    [-1, 0]. The RMS norm scales a position's logits alike, so its top k are those of its
+    code, half the logit range clear of the (k+1)-th at every layer and position."""
+    if not config.get("num_experts"):
+        return
+    hidden, experts, k = config["hidden_size"], config["num_experts"], config["num_experts_per_tok"]
+    dims, generator = min(ROUTING_DIMS, hidden // 4), torch.Generator().manual_seed(seed)
+    embed = weights["embed_tokens.weight"]
+    size = 3 * embed[:, dims:].std()
+    embed[:, :dims] = 0
+    embed[torch.arange(embed.shape[0]), torch.randint(0, dims, (embed.shape[0],), generator=generator)] = size
+    levels = torch.cat((torch.linspace(1.0, 0.5, k), torch.linspace(0.0, -1.0, experts - k)))
+    for layer in range(config["num_hidden_layers"]):
+        p = f"layers.{layer}."
+        for name in [n for n in weights if n.startswith(p) and n.endswith(("o_proj.weight", "down_proj.weight"))]:
+            weights[name][:dims] = 0
+        weights[p + "post_attention_layernorm.weight"][:dims] = weights[p + "post_attention_layernorm.weight"][:dims].abs()
+        if p + "mlp.gate.weight" in weights:
+            router = torch.zeros(experts, hidden)
+            for j in range(dims):
+                router[torch.randperm(experts, generator=generator), j] = levels
+            weights[p + "mlp.gate.weight"] = router
