@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from contract.layout import ROTATED, contract_name, weight_shapes
+from contract.layout import ROTATED, contract_name, hf_name, weight_shapes
 from contract.model_config import ConfigError, ModelConfig
 
 CONTRACT_FILE = "model.pt"
@@ -67,13 +67,25 @@ def from_hf_layout(stored: dict, head_dim: int) -> dict:
     return {name: interleave_pairs(t, head_dim) if ROTATED.search(name) else t for name, t in weights.items()}
 
 
+def to_hf_layout(weights: dict, head_dim: int) -> dict:
+    """The contract's names and interleaved rows -> Hugging Face names and rotate-half rows
+    (from_hf_layout undone: the judge writes its own weights as a target's checkpoint is)."""
+    inverse = interleave_pairs(torch.arange(head_dim), head_dim).argsort()
+    return {hf_name(name): per_head_rows(t, head_dim, inverse) if ROTATED.search(name) else t
+            for name, t in weights.items()}
+
+
+def per_head_rows(rows: torch.Tensor, head_dim: int, order: torch.Tensor) -> torch.Tensor:
+    """Each head's head_dim rows of `rows` [heads*head_dim, ...] (or [head_dim]) in `order`."""
+    per_head = rows.reshape(-1, head_dim, *rows.shape[1:])  # [heads, head_dim, ...]
+    return per_head[:, order].reshape(rows.shape)
+
+
 def interleave_pairs(rows: torch.Tensor, head_dim: int) -> torch.Tensor:
     """Within each head's head_dim rows, row i + head_dim/2 moved next to row i: a
     rotate-half tensor [heads*head_dim, ...] (or [head_dim] for a norm) -> interleaved."""
     half = head_dim // 2
-    order = torch.arange(head_dim).view(2, half).T.reshape(-1)  # [0, half, 1, half + 1, ...]
-    per_head = rows.reshape(-1, head_dim, *rows.shape[1:])  # [heads, head_dim, ...]
-    return per_head[:, order].reshape(rows.shape)
+    return per_head_rows(rows, head_dim, torch.arange(head_dim).view(2, half).T.reshape(-1))  # [0, half, 1, half + 1, ...]
 
 
 def load_checked_weights(config: ModelConfig, weight_dir) -> dict:

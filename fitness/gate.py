@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from contract.checkpoint import CONTRACT_FILE, SAFETENSORS_FILE, to_hf_layout
 from contract.families import FEATURES
 from contract.model_config import ConfigError, ModelConfig, derived_configs
 from fitness import traces, weight_files
@@ -235,20 +236,25 @@ WRITING_WEIGHTS = threading.Lock()
 def generated_weights(config: ModelConfig, scratch, std="unit", seed: int = DERIVED_WEIGHT_SEED) -> Path:
     """A weight dir for `config` (`std` as target.toy_weights takes it), made by this process
     before it first uses it, and again if a candidate changed it (fitness.weight_files: a
-    file on disk may be an earlier candidate's)."""
+    file on disk may be an earlier candidate's). In the target's format: a Hugging Face
+    family's as model.safetensors, under its names and in its RoPE row order, so that the
+    engine reads them as it reads the target (where, on a mixture of experts in bf16, few
+    rows can be checked: fitness/reference_logits.py)."""
     digest = hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
-    weight_dir = Path(scratch) / f"{digest}_{std}_{seed}"
+    weight_dir = Path(scratch) / f"{digest}_{std}_{seed}{'_hf' if config.is_hf else ''}"
+    path = weight_dir / (SAFETENSORS_FILE if config.is_hf else CONTRACT_FILE)
     with WRITING_WEIGHTS:  # a group's gates run in threads: one writes, the others find it written
         if not weight_files.TRUSTED.intact(weight_dir):
             wanted = generate_weights(config.to_dict(), seed, std)
+            stored = to_hf_layout(wanted, config.head_dim) if config.is_hf else wanted
             # Trusted only once read back equal under one fingerprint; rewritten only when not
             # equal (a run beside this one, sharing the scratch dir, keeps its file).
             for _ in range(3):
-                if weight_files.holds(weight_dir, wanted):
+                if weight_files.holds(weight_dir, wanted, config.head_dim):
                     break
-                save_atomically(wanted, weight_dir / "model.pt")
+                save_atomically(stored, path)
             else:
-                raise weight_files.WeightsChanged(f"{weight_dir}/model.pt does not keep what the judge writes")
+                raise weight_files.WeightsChanged(f"{path} does not keep what the judge writes")
     return weight_dir
 
 

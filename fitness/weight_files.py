@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from contract.checkpoint import checkpoint_files
+from contract.checkpoint import checkpoint_files, read_weights
 from contract.model_config import ConfigError
 
 
@@ -68,14 +68,15 @@ class TrustedFiles:
             raise WeightsChanged(f"the weights in {', '.join(changed)} changed on disk while candidates ran")
 
 
-def holds(weight_dir, wanted: dict) -> bool:
-    """Whether weight_dir/model.pt holds exactly `wanted`, read under one fingerprint; if so,
-    it is trusted as it is (the judge's own weights, however old the file)."""
+def holds(weight_dir, wanted: dict, head_dim: int) -> bool:
+    """Whether weight_dir's checkpoint (model.pt, or a Hugging Face one) holds exactly
+    `wanted` (the contract's names and layout), read under one fingerprint; if so, it is
+    trusted as it is (the judge's own weights, however old the file)."""
     before = current(weight_dir)
     if before is None:
         return False
     try:
-        found = torch.load(Path(weight_dir) / "model.pt", map_location="cpu", weights_only=True)
+        found = read_weights(weight_dir, head_dim)
     except Exception:  # a candidate's scribble, or half a file
         return False
     equal = found.keys() == wanted.keys() and all(torch.equal(found[k], wanted[k]) for k in wanted)

@@ -23,6 +23,7 @@ import math
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
 from contract.families import LAYOUTS
 from contract.layout import weight_shapes
@@ -67,10 +68,14 @@ def write(config: dict, output: Path, seed: int = DEFAULT_SEED, std: float | str
 
 
 def save_atomically(weights: dict, output: Path) -> Path:
+    """torch.save, or safetensors' save_file for a .safetensors `output`."""
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_suffix(".tmp")
-    torch.save(weights, tmp)
+    if output.suffix == ".safetensors":
+        save_file({name: t.contiguous() for name, t in weights.items()}, tmp, metadata={"format": "pt"})
+    else:
+        torch.save(weights, tmp)
     tmp.replace(output)
     return output
 

@@ -13,14 +13,16 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-from contract.checkpoint import load_checked_weights
+from contract.checkpoint import load_checked_weights, read_weights
 from contract.layout import weight_shapes
 from contract.loader import load_engine_module
 from contract.model_config import ConfigError, ModelConfig
 from fitness import reference_logits
-from fitness.gate import check_module, tied_error
+from fitness.gate import (DEFAULT_MARGIN, DERIVED_WEIGHT_SEED, CorrectnessError, InProcessDriver, Tally,
+                          check_module, check_traces, judging_weights, tied_error)
 from fitness.traces import public_sequence
 from target import hf_checkpoints, toy_weights
+from target.toy_weights import PUBLIC_STD
 from tests.conftest import SEED_ENGINE
 from tests.test_hf import assert_engine_matches, assert_reference_matches, randomize
 
@@ -304,6 +306,41 @@ def test_the_gate_fails_a_wrong_router_on_its_own_weights(toy_moe, scratch, tmp_
         path.write_text(source)
         result = check_module(load_engine_module(path), config, folder, "cpu", 5, scratch, derived=False)
         assert result.passed == (source == SEED), result
+
+
+# Experts 0 and 1 swapped, only where a Hugging Face checkpoint is read (its names sort experts
+# as text: a loader that trusts that order reads experts.10 before experts.2).
+HF_RETURN = ('    return {name.removeprefix("model."): interleave_pairs(t, head_dim) if ROTATE_HALF_ROWS.search(name) else t\n'
+             '            for name, t in tensors.items()}\n')
+SWAPS_HF_EXPERTS = routed_as(
+    '    tensors = {re.sub(r"experts\\.([01])\\.", lambda m: f"experts.{1 - int(m[1])}.", n): t for n, t in tensors.items()}\n'
+    + HF_RETURN, HF_RETURN)
+
+
+def test_the_gates_own_weights_for_a_hf_target_are_read_as_its_checkpoint_is(checkpoints, scratch, tmp_path):
+    """Written as model.safetensors under Hugging Face names and rotate-half rows, so a loader
+    fault of that format alone fails on them too: on a mixture of experts in bf16 on a GPU
+    they are the rows the gate can hold exact (fitness/reference_logits.py)."""
+    config = ModelConfig.load(checkpoints["fp32", False])
+    weight_dir = judging_weights(config, scratch)
+    assert [p.name for p in weight_dir.iterdir()] == ["model.safetensors"]
+    stored = load_file(weight_dir / "model.safetensors")
+    assert "model.layers.0.mlp.experts.7.down_proj.weight" in stored and "lm_head.weight" in stored
+    std = PUBLIC_STD if config.compute_dtype("cuda") == torch.bfloat16 else "unit"
+    made, read = toy_weights.generate(config.to_dict(), DERIVED_WEIGHT_SEED, std), read_weights(weight_dir, config.head_dim)
+    assert read.keys() == made.keys() and all(torch.equal(read[n], made[n]) for n in made)
+    for source, fails in ((SEED, False), (SWAPS_HF_EXPERTS, True)):
+        path = tmp_path / "candidate.py"
+        path.write_text(source)
+        tally = Tally(margin=DEFAULT_MARGIN)
+        try:
+            check_traces(InProcessDriver(load_engine_module(path), "cpu"), reference_logits.References("cpu"),
+                         config, weight_dir, 5, "target_unit", tally, full=False)
+        except CorrectnessError:
+            assert fails
+        else:
+            assert not fails, tally.worst
+
 
 
 # --- checkpoints the repository makes (target/hf_checkpoints.py) ------------------------------
