@@ -167,10 +167,11 @@ class References:
         self.traces.move_to_end(key)
         return self.traces[key]
 
-    def row_rules(self, config: ModelConfig, weight_dir, events, seed: int) -> list:
+    def row_rules(self, config: ModelConfig, weight_dir, events, seed: int,
+                  min_share: float = MIN_CHECKED_SHARE) -> list:
         """Per call (None for a remove), each row's TieRule (the module's docstring), a reach
-        past MAX_REACH allowances excused; a ConfigError where fewer than MIN_CHECKED_SHARE of
-        the rows are left to check."""
+        past MAX_REACH allowances excused; a ConfigError where fewer than `min_share` of the
+        rows are left to check."""
         with self.lock:
             expected, rules = self.trace(config, weight_dir, events, seed), self.trace_rules(config, weight_dir, events, seed)
             limit = MAX_REACH * self.allowance(config, weight_dir)
@@ -178,10 +179,10 @@ class References:
                  for call, reference in zip(rules, expected)]
         rows = [rule for call in rules if call is not None for rule in call]
         checked = sum(not rule.excused for rule in rows)
-        if checked < MIN_CHECKED_SHARE * len(rows):
+        if checked < min_share * len(rows):
             raise ConfigError(f"{weight_dir}: only {checked} of {len(rows)} rows can be checked beside their "
                               f"routing near-ties (router gap under {self.tie_bound(config, weight_dir):.3g}): "
-                              f"too few to judge on (at least {MIN_CHECKED_SHARE:.0%})")
+                              f"too few to judge on (at least {min_share:.0%})")
         return rules
 
     def trace_rules(self, config: ModelConfig, weight_dir, events, seed: int) -> list:

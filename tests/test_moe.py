@@ -273,6 +273,20 @@ def test_a_checkpoint_whose_routing_ties_too_often_cannot_be_judged(checkpoints,
         reference_logits.References("cpu").row_rules(ModelConfig.load(folder), folder, public_sequence(), 0)
 
 
+def test_a_target_whose_own_rows_cannot_be_checked_is_judged_on_the_gates_own_weights(checkpoints, scratch, tmp_path):
+    """Every router row alike: no row of the target's own traces can be checked, yet the
+    seed passes and a wrong router fails, on the weights the gate generates for its config."""
+    def one_router(tensors):
+        for name in [n for n in tensors if n.endswith("mlp.gate.weight")]:
+            tensors[name][:] = tensors[name][0]
+    folder = rewritten(checkpoints["fp32", False], tmp_path / "all_tied", one_router)
+    rules = reference_logits.References("cpu").row_rules(ModelConfig.load(folder), folder, public_sequence(), 0, 0)
+    assert all(rule.excused for call in rules if call for rule in call)
+    assert gate(SEED, folder, scratch, tmp_path).passed
+    result = gate(WRONG_ROUTERS["no renormalisation"][1], folder, scratch, tmp_path)
+    assert not result.passed and result.stage == "target" and "target_unit" in result.error, result
+
+
 # --- the gate's own weights route decisively (contract/families/qwen3_moe.py) ---------------
 
 @pytest.fixture(scope="module")
