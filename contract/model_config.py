@@ -95,9 +95,7 @@ class ModelConfig:
     @classmethod
     def load(cls, path) -> "ModelConfig":
         """From a config file, or a Hugging Face model directory (its config.json)."""
-        path = Path(path)
-        if path.is_dir():
-            path = path / "config.json"
+        path = config_file(path)
         if not path.is_file():
             raise ConfigError(f"model config not found: {path}")
         try:
@@ -125,6 +123,12 @@ class ModelConfig:
     def is_sparse_layer(self, layer: int) -> bool:
         """Whether layer `layer`'s MLP is a mixture of experts."""
         return is_sparse_layer(self.to_dict(), layer)
+
+
+def config_file(path) -> Path:
+    """The config file `path` names: itself, or a Hugging Face model directory's config.json."""
+    path = Path(path)
+    return path / "config.json" if path.is_dir() else path
 
 
 def check_experts(config: ModelConfig) -> None:

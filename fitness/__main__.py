@@ -9,7 +9,7 @@ from pathlib import Path
 from contract.families import FEATURES
 from contract.devices import resolve_device
 from contract.loader import load_engine_module
-from contract.model_config import ModelConfig
+from contract.model_config import ModelConfig, config_file
 from fitness import bench, gate, roofline
 from fitness.judge import BENCH_CHOICES
 from fitness.sandbox import fresh_seed, judge
@@ -28,7 +28,8 @@ def prepare_weights(config_path, weight_dir) -> None:
 def add_target_arguments(parser, engine_flag: bool) -> None:
     if engine_flag:
         parser.add_argument("--engine", required=True, type=Path)
-    parser.add_argument("--model-config", required=True, type=Path)
+    parser.add_argument("--model-config", required=True, type=config_file,
+                        help="a config file, or a Hugging Face model directory")
     parser.add_argument("--weight-dir", required=True, type=Path)
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
 

@@ -25,6 +25,7 @@ from contract.checkpoint import load_checked_weights
 from contract.layout import weight_shapes
 from contract.loader import load_engine_module
 from contract.model_config import ConfigError, ModelConfig
+from fitness.__main__ import build_parser
 from fitness.gate import check_module
 from fitness.reference import ReferenceModel
 from fitness.reference_logits import References
@@ -143,6 +144,14 @@ def test_config_spellings_before_transformers_5(checkpoints, tmp_path):
     (folder / "config.json").write_text(json.dumps(raw))
     assert ModelConfig.load(folder) == ModelConfig.load(checkpoints["llama", "bf16", False])
     assert_engine_matches(load_engine_module(SEED_ENGINE), folder)
+
+
+def test_the_judge_takes_a_model_directory_for_its_config(checkpoints):
+    """`--model-config DIR` names DIR/config.json, as `run.sh --model DIR` and ModelConfig do."""
+    folder = checkpoints["llama", "bf16", False]
+    args = build_parser().parse_args(["judge", str(SEED_ENGINE), "--model-config", str(folder),
+                                      "--weight-dir", str(folder)])
+    assert args.model_config == folder / "config.json"
 
 
 def cpu_recipe_program() -> str:
