@@ -1,5 +1,5 @@
 """The search on a Qwen3-MoE target: every operator a CPU search can draw keeps a sparse layer's
-router and experts.
+router and experts, and the MoE alleles compute what the seed's genes compute.
 
 Judging each operator's child alone would cost a gate each (34 operators); instead a few
 programs between them carry every CPU allele (alleles of different genes compose) and then
@@ -106,4 +106,48 @@ def test_every_cpu_operator_keeps_a_sparse_model_correct(programs, checkpoints, 
             continue
         failed += [] if verdict.passed else [(sorted(operators), verdict.error)]
     assert failed == []
+
+
+# --- the MoE alleles against the seed's genes --------------------------------------------------
+
+def seed_with(name):
+    """The seed's namespace with the swap `name` made."""
+    namespace = {}
+    exec(compile(mutations.get_operator(name).apply(SEED, random.Random(0)).source, name, "exec"), namespace)
+    return namespace
+
+
+def sparse_layer(dtype, renormalise, num_experts=8, hidden=32, inter=16):
+    gen = torch.Generator().manual_seed(3)
+
+    def draw(*shape):
+        return (torch.randn(*shape, generator=gen) / shape[-1] ** 0.5).to(dtype)
+    return {"router": draw(num_experts, hidden), "experts_gate": draw(num_experts, inter, hidden),
+            "experts_up": draw(num_experts, inter, hidden), "experts_down": draw(num_experts, hidden, inter),
+            "top_k": 2, "renormalise": renormalise}
+
+
+SEED_GENES = seed_with("allele.moe.gathered_bmm")  # any swap: the seed's genes beside it
+# Rows: one token, a few, and more than either moe allele's bound at its default (both paths).
+ROWS = (1, 5, 600)
+
+
+@pytest.mark.parametrize("name", ["allele.moe.gathered_bmm", "allele.moe.padded_bmm",
+                                  "allele.experts_swiglu.routed_only", "allele.route.fused_topk"])
+@pytest.mark.parametrize("renormalise", [True, False])
+def test_a_moe_allele_computes_the_seeds_sparse_mlp(name, renormalise):
+    """fp32: the seed's moe to rounding. bf16: no further from the fp32 result than the seed's
+    own bf16 moe is (twice its error), with the same routing."""
+    allele = seed_with(name)
+    gen = torch.Generator().manual_seed(4)
+    for rows in ROWS:
+        x = torch.randn(rows, 32, generator=gen)
+        exact = SEED_GENES["moe"](x, sparse_layer(torch.float32, renormalise))
+        torch.testing.assert_close(allele["moe"](x, sparse_layer(torch.float32, renormalise)), exact,
+                                   atol=1e-5, rtol=1e-5)
+        layer = sparse_layer(torch.bfloat16, renormalise)
+        x16 = x.to(torch.bfloat16)
+        assert torch.equal(allele["route"](x16, layer)[1], SEED_GENES["route"](x16, layer)[1])
+        seed_error = (SEED_GENES["moe"](x16, layer).float() - exact).abs().max()
+        assert (allele["moe"](x16, layer).float() - exact).abs().max() <= 2 * seed_error, (name, rows)
 
