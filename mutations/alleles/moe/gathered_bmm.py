@@ -4,8 +4,9 @@ At a decode step a sparse layer has a handful of (token, expert) pairs. The seed
 reads the counts back to the host and runs a loop of three matmuls per expert; here, up to
 MOE_GATHER_ROWS pairs, each pair's three weight matrices are gathered from the experts'
 stacked weights (read_checkpoint stacks them at load) and one torch.bmm per projection
-computes every pair at once: no sort, no host read (so a captured decode graph can hold it),
-three bmm launches plus three gathers a layer whatever the experts. The gather copies each
+computes every pair at once: three bmm launches and three gathers a layer whatever the
+experts, no sort, and no value read back to the host (a captured decode graph should hold
+it; not yet tried on a GPU). The gather copies each
 pair's weights once, so it pays only at few rows: more pairs take the seed's sorted path.
 Triton grouped-GEMM alleles, which would read each expert's weights in place, belong beside
 this one (alleles/moe/, DEVICES = "cuda").
@@ -24,7 +25,7 @@ def gathered_experts(x, weights, experts, layer):
     experts [N, k] -> [N, hidden], by one bmm per projection over the N*k pairs."""
     n, k = experts.shape
     chosen = experts.flatten()  # [N*k]: token t's experts at rows t*k .. t*k + k - 1
-    rows = x.repeat_interleave(k, dim=0)[:, None, :]  # [N*k, 1, hidden]
+    rows = x[:, None, :].expand(n, k, x.shape[1]).reshape(n * k, 1, -1)  # [N*k, 1, hidden]: token t's at t*k..
     gate = torch.bmm(rows, layer["experts_gate"][chosen].transpose(1, 2))  # [N*k, 1, inter]
     up = torch.bmm(rows, layer["experts_up"][chosen].transpose(1, 2))
     outs = torch.bmm(F.silu(gate) * up, layer["experts_down"][chosen].transpose(1, 2))  # [N*k, 1, hidden]
