@@ -1,5 +1,6 @@
 """The search on a Qwen3-MoE target: every operator a CPU search can draw keeps a sparse layer's
-router and experts, and the MoE alleles compute what the seed's genes compute.
+router and experts, the MoE alleles compute what the seed's genes compute, and a search on a
+dense target leaves the MoE genes alone.
 
 Judging each operator's child alone would cost a gate each (34 operators); instead a few
 programs between them carry every CPU allele (alleles of different genes compose) and then
@@ -12,8 +13,11 @@ import pytest
 import torch
 
 import mutations
+from contract.families import idle_genes, qwen3_moe
 from contract.loader import load_engine_module
 from contract.model_config import ModelConfig
+from evolve.memo import Memo
+from evolve.toolbox import Program, Vocabulary, open_operators
 from fitness.gate import GateFailure, check_module
 from mutations import program
 from tests.conftest import SEED_ENGINE
@@ -151,3 +155,18 @@ def test_a_moe_allele_computes_the_seeds_sparse_mlp(name, renormalise):
         seed_error = (SEED_GENES["moe"](x16, layer).float() - exact).abs().max()
         assert (allele["moe"](x16, layer).float() - exact).abs().max() <= 2 * seed_error, (name, rows)
 
+
+
+def test_a_search_swaps_moe_genes_on_a_moe_target_only(small_target, checkpoints):
+    """On a dense model no trace runs the MoE genes (the gate's derived configs leave
+    structural features off): a swap of one would be judged for nothing."""
+    seed = Program(SEED)
+
+    def open_on(config_path):
+        vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover,
+                                idle_genes(ModelConfig.load(config_path)))
+        return set(open_operators(seed, vocabulary, Memo(), "cpu"))
+    dense, sparse = open_on(small_target[0]), open_on(checkpoints["fp32"])
+    moe_swaps = {op.name for op in SWAPS if op.allele.gene in qwen3_moe.SEED_GENES}
+    assert moe_swaps and moe_swaps <= sparse and not moe_swaps & dense
+    assert sparse - moe_swaps == dense
