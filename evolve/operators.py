@@ -148,10 +148,13 @@ def gain_pairs(programs: list, scores, memo, seed, limit: int) -> list:
 
 class Vocabulary:
     """The operator module's functions. A module with only `random_mutation` and
-    `crossover` (the --operators stand-ins) is drawn from at random and never merges."""
+    `crossover` (the --operators stand-ins) is drawn from at random and never merges.
+    `idle_genes`: genes the target never runs (contract.families.idle_genes), whose swaps
+    would make programs that compute as their parent does."""
 
-    def __init__(self, module, mutate_fn, mate_fn):
+    def __init__(self, module, mutate_fn, mate_fn, idle_genes=frozenset()):
         self.random_mutation, self.crossover = mutate_fn, mate_fn
+        self.idle_genes = idle_genes
         applicable = getattr(module, "applicable_operators", None)
         self.apply = getattr(module, "apply_operator", None)
         self.can_choose = callable(applicable) and callable(self.apply)
@@ -166,6 +169,7 @@ class Vocabulary:
         self.is_slow_to_judge = lambda name: self.declared(name, "slow_to_judge", False)
         self.is_gpu_lever = lambda name: self.declared(name, "gpu_lever", False)
         self.sweep_places = lambda name: self.declared(name, "sweep_places", 1)
+        self.gene_of = lambda name: getattr(self.declared(name, "allele", None), "gene", None)  # None: no swap
         self.is_deterministic = getattr(module, "is_deterministic", lambda name: False)
         self.is_program_wide = getattr(module, "is_program_wide", lambda name: False)
         self.unports = getattr(module, "unports", lambda name, source: False)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from deap import tools
 
+from contract.families import idle_genes
+from contract.model_config import ModelConfig
 from evolve import checkpoint, history, library
 from evolve.checkpoint import RunDir, new_run_id
 from evolve.final import choose_winner, table_of
@@ -78,7 +80,7 @@ class Search:
         self.evaluator = Evaluator(config, run, self.scores, self.history, self.pool.stopping,
                                    self.clock.left, judge_fn, final_reserve=self.final_reserve_s)
         self.toolbox = make_toolbox(config, self.hall_of_fame, self.evaluator, self.pool.map, self.rng,
-                                    mutate_fn, mate_fn)
+                                    mutate_fn, mate_fn, idle_genes(ModelConfig.load(config.model_config)))
         self.judging = Judging(self.toolbox, self.scores, config.workers)
         make = self.toolbox.individual
         self.seed = make(Path(config.seed_engine).read_text(), (), "seed", {})

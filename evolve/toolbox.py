@@ -88,8 +88,10 @@ def open_operators(parent: Program, vocabulary: Vocabulary, memo: Memo, device: 
     """The operators that apply to `parent` and are not spent on it. On a GPU, those that put
     portable code where it runs a kernel only when nothing else is left: on a fast program
     they are losses (a search spent a third of its mutants of a 9x program on portable
-    attentions and decode-only graphs, docs/PERF.md)."""
-    names = [n for n in vocabulary.applicable(parent.source, device) if not memo.is_spent(n, (parent.id,))]
+    attentions and decode-only graphs, docs/PERF.md). Never a swap of a gene the target does not
+    run (an MoE allele on a dense model: the child would be judged for nothing)."""
+    names = [n for n in vocabulary.applicable(parent.source, device)
+             if not memo.is_spent(n, (parent.id,)) and vocabulary.gene_of(n) not in vocabulary.idle_genes]
     if str(device).startswith("cuda"):
         names = [n for n in names if not vocabulary.unports(n, parent.source)] or names
     return names
@@ -353,12 +355,13 @@ def clone_of(program, individuals):
 
 
 def make_toolbox(config, hall_of_fame, evaluate, map_fn, rng: random.Random,
-                 mutate_fn=default_mutate_fn, mate_fn=default_mate_fn) -> base.Toolbox:
-    """The algorithm by role: each operation bound to its settings."""
+                 mutate_fn=default_mutate_fn, mate_fn=default_mate_fn, idle_genes=frozenset()) -> base.Toolbox:
+    """The algorithm by role: each operation bound to its settings; `idle_genes`, genes the
+    target never runs, are never swapped."""
     toolbox = base.Toolbox()
     toolbox.register("individual", individual_type(config.nsga2))
     toolbox.selector, toolbox.memo = OperatorSelector(), Memo()  # the search's learning: plain state
-    vocabulary = Vocabulary(operator_module(mutate_fn), mutate_fn, mate_fn)
+    vocabulary = Vocabulary(operator_module(mutate_fn), mutate_fn, mate_fn, idle_genes)
     breeding = {"make": toolbox.individual, "vocabulary": vocabulary, "memo": toolbox.memo, "rng": rng}
     toolbox.register("mutate", mutate, **breeding, selector=toolbox.selector, device=config.device)
     toolbox.register("sweep", sweep, **breeding, selector=toolbox.selector, device=config.device)

@@ -168,12 +168,14 @@ def cpu_recipe_program() -> str:
 
 def test_the_recipes_program_matches_transformers_through_the_triton_interpreter():
     """The fastest recipe's program itself (Triton kernels, the prefill-graph engine run
-    eagerly), on a CPU: its kernels run in Triton's interpreter, in a process of its own."""
+    eagerly), on a CPU: its kernels run in Triton's interpreter, in a process of its own.
+    A Qwen3-MoE too (tests/test_moe.py's checkpoint): its alleles keep the router and experts."""
     env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
+    families = [*FAMILIES, "qwen3_moe"]
     done = subprocess.run([sys.executable, str(REPO / "tests" / "mutation_fixtures" / "recipe_vs_transformers.py"),
-                           *FAMILIES], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+                           *families], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-    assert done.stdout.split() == [word for family in FAMILIES for word in ("ok", family)]
+    assert done.stdout.split() == [word for family in families for word in ("ok", family)]
 
 
 def test_only_the_contracts_bf16_asks_attention_to_round_like_its_reference():

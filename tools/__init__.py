@@ -10,6 +10,8 @@
     python -m tools.profile_case     where one case's time goes: wall, GPU busy time, kernels
     python -m tools.memory_peak      what is alive at a case's peak memory, and who allocated it
     python -m tools.transformers_bench   transformers itself on the large cases (the yardstick)
+    python -m tools.matches_transformers   an engine file's logits against transformers' own model
+                                on a Hugging Face checkpoint (a search's winner, on a CPU)
     python -m tools.serve_offline, served_vs_offline, serve_greedy_check   the server against
                                 the engine alone, and its greedy tokens against the reference
     python -m tools.serve_timeline   N requests at once through the server, and each step's

@@ -47,3 +47,11 @@ FEATURES = tuple(family.FEATURE for family in LAYOUTS if not family.FEATURE.is_s
 # Features that change what a layer is (an MoE MLP): only their own checkpoints have them.
 STRUCTURAL = tuple(family.FEATURE for family in LAYOUTS if family.FEATURE.is_structural)
 MLP_FAMILIES = tuple(family for family in LAYOUTS if hasattr(family, "mlp_weights"))
+
+
+def idle_genes(config) -> frozenset:
+    """The seed genes of every structural feature `config` (a ModelConfig) lacks (the MoE genes
+    on a dense model): no trace of the gate runs them on it, its derived configs included,
+    which leave structural features off."""
+    return frozenset(gene for family in LAYOUTS if family.FEATURE.is_structural
+                     and getattr(config, family.FEATURE.field) == family.FEATURE.off for gene in family.SEED_GENES)

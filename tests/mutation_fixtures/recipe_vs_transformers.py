@@ -3,8 +3,9 @@ Triton's interpreter (a fresh process: TRITON_INTERPRET must be set before trito
 
     TRITON_INTERPRET=1 python tests/mutation_fixtures/recipe_vs_transformers.py FAMILY...
 
-For each family, a random bf16 checkpoint saved by transformers (tests/test_hf.py); prints
-"ok FAMILY" once the program's prefill and decode logits match transformers' own.
+For each family, a random bf16 checkpoint saved by transformers (tests/test_hf.py's, or
+tests/test_moe.py's for qwen3_moe); prints "ok FAMILY" once the program's prefill and decode
+logits match transformers' own.
 """
 import os
 import sys
@@ -20,7 +21,14 @@ import torch  # noqa: E402
 from contract.loader import load_engine_module  # noqa: E402
 from mutations import recipe  # noqa: E402
 from tests.conftest import FASTEST  # noqa: E402
+from tests import test_moe  # noqa: E402
 from tests.test_hf import assert_engine_matches, make_checkpoint  # noqa: E402
+
+
+def checkpoint(folder, family):
+    if family == "qwen3_moe":
+        return test_moe.make_checkpoint(folder, torch.bfloat16)
+    return make_checkpoint(folder, family, torch.bfloat16)
 
 
 def main(families) -> int:
@@ -29,7 +37,7 @@ def main(families) -> int:
     program = root / "fastest.py"
     program.write_text(recipe.apply(recipe.parse(FASTEST.read_text())))
     for family in families:
-        assert_engine_matches(load_engine_module(program), make_checkpoint(root / family, family, torch.bfloat16))
+        assert_engine_matches(load_engine_module(program), checkpoint(root / family, family))
         print("ok", family, flush=True)
     return 0
 

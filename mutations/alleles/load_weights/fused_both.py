@@ -5,9 +5,10 @@ DEVICES = "any"
 
 def load_weights(model_config, weight_dir, device, dtype):
     """The checkpoint on the device in the compute dtype; per layer, "qkv" (with "qkv_sizes")
-    and "gate_up" hold the stacked rows."""
+    and, in a dense layer, "gate_up" hold the stacked rows."""
     weights = read_checkpoint(model_config, weight_dir, device, dtype)
     for layer in weights["layers"]:
         stack_rows(layer, "qkv", ("q", "k", "v"))
-        stack_rows(layer, "gate_up", ("gate", "up"))
+        if "router" not in layer:  # a sparse layer's MLP is its experts: no dense gate/up
+            stack_rows(layer, "gate_up", ("gate", "up"))
     return weights

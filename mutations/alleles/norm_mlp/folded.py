@@ -16,9 +16,10 @@ DEVICES = "cuda"
 
 
 def norm_mlp(x, residual, weight, layer, eps):
-    """(mlp(rms_norm(x + residual)), x + residual): the MLP's output and the new residual stream."""
-    if not folds_norm(x, residual, layer["gate_up"]):
+    """(mlp(rms_norm(x + residual)), x + residual): the MLP's output (the experts' in a sparse
+    layer, which has a router) and the new residual stream."""
+    if "router" in layer or not folds_norm(x, residual, layer["gate_up"]):  # experts: no gate_up to fold into
         h, x = add_rms_norm(x, residual, weight, eps)
-        return mlp(h, layer), x
+        return (moe(h, layer) if "router" in layer else mlp(h, layer)), x
     product, x = norm_linear(x, residual, weight, layer["gate_up"], eps, glu=True)
     return product @ layer["down"].T, x
