@@ -23,7 +23,7 @@ import math
 
 from evolve.history import FINAL
 from evolve.judging import Judging
-from evolve.toolbox import made
+from evolve.program import made
 from fitness.timing import t95, t_cdf
 
 

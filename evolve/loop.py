@@ -20,7 +20,7 @@ import time
 from evolve.judging import confirm, unjudged
 from evolve.memo import Known
 from evolve.operators import sweep_size
-from evolve.toolbox import Program
+from evolve.program import Program
 
 # At most a third of a later generation's children are pair merges: they combine gains
 # found apart, and the rest must go on finding new ones (evolve/README.md, "Merging gains").

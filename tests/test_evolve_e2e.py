@@ -15,7 +15,7 @@ from evolve import checkpoint, history, library
 from evolve.__main__ import main
 from evolve.config import RunConfig
 from evolve.search import run
-from evolve.toolbox import MERGE_EVERY_GAIN
+from evolve.merge import MERGE_EVERY_GAIN
 from fitness.sandbox import judge
 from mutations import recipe
 from mutations.crossover import MERGE_NAME, NAME as CROSSOVER

@@ -16,7 +16,7 @@ from evolve.judging import Batch, FINAL, Judging, make_workers
 from evolve.population import seed_sources
 from evolve.scores import Scores, target_key
 from evolve.search import Search, run
-from evolve.toolbox import Program
+from evolve.program import Program
 from fitness.weight_files import fingerprint
 from mutations.base import Declined
 from tests.test_evolve_stand_in import crossover, fake_judge, random_mutation, stand_in_speed

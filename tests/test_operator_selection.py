@@ -17,12 +17,13 @@ import mutations
 from evolve import checkpoint, final, history
 from evolve.loop import breed
 from evolve.memo import Known, MERGE, MERGE_DECLINED, Memo, normalized_id
-from evolve.operators import (DECLINED, DEMOTED, FAILED, IMPROVED, NEUTRAL, OperatorSelector, gain_pairs, outcome,
-                              sweep_rank, sweep_size)
+from evolve.merge import MERGE_EVERY_GAIN, merge, merge_every_gain
+from evolve.operators import (DECLINED, DEMOTED, FAILED, IMPROVED, NEUTRAL, OperatorSelector, Vocabulary, gain_pairs,
+                              outcome, sweep_rank, sweep_size)
+from evolve.program import Program
 from evolve.scores import Scores
 from evolve.search import run
-from evolve.toolbox import (MERGE_EVERY_GAIN, Program, Vocabulary, make_toolbox, merge, merge_every_gain,
-                            open_operators, sweep)
+from evolve.toolbox import make_toolbox, open_operators, sweep
 from mutations import program, requirements
 from tests.conftest import SEED_ENGINE
 from tests.test_evolve_loop import make_config, only_run_dir
