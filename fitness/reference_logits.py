@@ -54,7 +54,7 @@ from contract.checkpoint import load_checked_weights
 from contract.model_config import ConfigError, ModelConfig
 from fitness import weight_files
 from fitness.reference import ReferenceModel
-from fitness.tolerance import ATOL, RTOL, error_ratio
+from fitness.tolerance import error_ratio, in_tolerances
 from fitness.traces import materialize, public_sequence
 
 MAX_TRACES = 256  # kept traces, least recently used dropped first
@@ -269,8 +269,8 @@ def model_key(config: ModelConfig, weight_dir) -> tuple:
 
 
 def trace_key(config: ModelConfig, weight_dir, events, seed: int, dtype) -> str:
-    return hashlib.sha256(json.dumps([config.to_dict(), str(Path(weight_dir).resolve()), [e.__dict__ for e in events],
-                                      seed, str(dtype)], sort_keys=True, default=str).encode()).hexdigest()
+    return hashlib.sha256(json.dumps([*model_key(config, weight_dir), [e.__dict__ for e in events], seed, str(dtype)],
+                                     sort_keys=True, default=str).encode()).hexdigest()
 
 
 def clear_rows(rules: list) -> list:
@@ -280,7 +280,7 @@ def clear_rows(rules: list) -> list:
 
 def within_reach(rule: TieRule, reference, limit: float) -> TieRule:
     """`rule`, or EXCUSED where its reach exceeds `limit` tolerances of `reference` somewhere."""
-    if rule.reach is None or (rule.reach / (ATOL + RTOL * reference.abs())).max().item() <= limit:
+    if rule.reach is None or in_tolerances(rule.reach, reference) <= limit:
         return rule
     return EXCUSED
 
@@ -342,11 +342,7 @@ def flips_reach(model: ReferenceModel, tokens, positions, out, ties: list) -> di
         if n == MAX_FLIPS_A_LIFE or layer is None:  # too many to measure, or a wide tie
             reach.update({p: None for p in later})
             break
-        model.flips = {layer: [q]}
-        try:
-            moved = model.forward(tokens[:later[-1] + 1], later).float()
-        finally:
-            model.flips = {}
+        moved = flipped_forward(model, {layer: [q]}, tokens[:later[-1] + 1], later).float()
         for p, change in zip(later, (moved - out[[index[p] for p in later]].float()).abs().cpu()):
             reach[p] = reach[p] + change if p in reach else change
     return reach
@@ -355,15 +351,19 @@ def flips_reach(model: ReferenceModel, tokens, positions, out, ties: list) -> di
 def flipped_rows(model: ReferenceModel, tokens, layers: list) -> list:
     """The last position's logits [vocab] with its k-th expert swapped for the (k+1)-th at each
     non-empty combination of `layers`."""
-    rows, last = [], len(tokens) - 1
-    for n in range(1, len(layers) + 1):
-        for chosen in itertools.combinations(layers, n):
-            model.flips = {layer: [last] for layer in chosen}
-            try:
-                rows.append(model.forward(tokens, [last])[0].float().cpu())
-            finally:
-                model.flips = {}
-    return rows
+    last = len(tokens) - 1
+    return [flipped_forward(model, {layer: [last] for layer in chosen}, tokens, [last])[0].float().cpu()
+            for n in range(1, len(layers) + 1) for chosen in itertools.combinations(layers, n)]
+
+
+def flipped_forward(model: ReferenceModel, flips: dict, tokens, positions) -> torch.Tensor:
+    """The model's logits at `positions` with `flips` ({layer: positions}) routed to the
+    (k+1)-th expert in place of the k-th."""
+    model.flips = flips
+    try:
+        return model.forward(tokens, positions)
+    finally:
+        model.flips = {}
 
 
 def public_lives(config: ModelConfig) -> list:

@@ -11,6 +11,11 @@ def error_ratio(student, reference, past=None) -> float:
     the student's logits."""
     s, r = student.float().cpu(), reference.float().cpu()
     error = (s - r).abs() if past is None else ((s - r).abs() - past).clamp(min=0)
-    ratio = error / (ATOL + RTOL * r.abs())
-    worst = ratio.max().item() if ratio.numel() else 0.0
+    worst = in_tolerances(error, r)
     return float("inf") if worst != worst else worst
+
+
+def in_tolerances(difference, reference) -> float:
+    """Worst |difference| / (atol + rtol |reference|): how many tolerances it spans (NaN as is)."""
+    ratio = difference.abs() / (ATOL + RTOL * reference.abs())
+    return ratio.max().item() if ratio.numel() else 0.0

@@ -18,7 +18,7 @@ import torch
 from contract.model_config import ModelConfig, derived_configs
 from fitness import reference_logits
 from fitness.gate import generated_weights
-from fitness.tolerance import ATOL, RTOL
+from fitness.tolerance import in_tolerances
 from fitness.traces import gate_traces
 
 
@@ -26,7 +26,7 @@ def trace_rows(references, config, folder, events, seed: int) -> dict:
     expected = references.trace(config, folder, events, seed)
     rules = [(rule, row) for call, rows in zip(references.trace_rules(config, folder, events, seed), expected)
              if call is not None for rule, row in zip(call, rows)]
-    reach = [(rule.reach / (ATOL + RTOL * row.abs())).max().item() for rule, row in rules if rule.reach is not None]
+    reach = [in_tolerances(rule.reach, row) for rule, row in rules if rule.reach is not None]
     return {"rows": len(rules), "own_ties": sum(bool(rule.alternatives) for rule, _ in rules),
             "with_reach": len(reach), "excused": sum(rule.excused for rule, _ in rules),
             "largest_reach": round(max(reach, default=0.0), 4)}
