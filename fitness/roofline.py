@@ -4,11 +4,15 @@ Every prefill or decode call is one forward pass, and the passes run one after a
 A pass must at least
   - read every weight of the config's layout (contract.layout) once in the compute dtype,
     except the embedding, of which only the rows of its tokens are read (lm_head, or the
-    embedding table when the head is tied, is read whole: every request needs its logits);
+    embedding table when the head is tied, is read whole: every request needs its logits),
+    and, in a sparse (mixture-of-experts) layer, the experts its tokens reach only: as many
+    as n tokens reach on average under uniform routing, E (1 - (1 - k/E)^n) of E, top k
+    (8 at batch 1 on Qwen3-30B-A3B, 126 of 128 at 64);
   - read the cached K/V of its requests (decode) and write the K/V of its new tokens;
   - write the logits of each request's last token;
   - do 2 FLOPs per weight per token in the linears (lm_head on each request's last token
-    only) and 4 * heads * head_dim FLOPs per layer for each (query, visible key) pair.
+    only; of the experts, a token's k) and 4 * heads * head_dim FLOPs per layer for each
+    (query, visible key) pair.
 Its bound is max(bytes / bandwidth, FLOPs / tensor rate); a case's is the sum over its
 passes. Not counted: kernel launch and host overhead, activations that could stay
 on-chip, and the element-wise work of norms, RoPE and softmax. So the bound is honest
@@ -17,6 +21,7 @@ but loose for small models, where launches dominate (../shared/DESIGN.md, "Where
 import argparse
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,19 +80,36 @@ def forward_passes(events) -> list:
     return passes
 
 
+EXPERT = re.compile(r"\.mlp\.experts\.\d+\.")
+
+
 @dataclass(frozen=True)
 class WeightCounts:
     """Weights of a config, counted from its layout (contract.layout), in elements."""
-    read_per_pass: int  # every weight but the embedding, plus the head (the embedding table when tied)
-    layer_matmul: int  # one layer's matrices: 2 FLOPs each per token
+    read_per_pass: int  # every weight but the embedding and the experts, plus the head (the embedding table when tied)
+    token_matmul: int  # the layers' matrices one token multiplies (of the experts, its k): 2 FLOPs each
+    experts: int = 0  # experts in a sparse layer
+    top_k: int = 0
+    expert_per_layer: int = 0  # one expert's weights in each sparse layer, summed over those layers
 
     @classmethod
     def of(cls, c: ModelConfig) -> "WeightCounts":
         shapes = weight_shapes(c.to_dict())
-        read = sum(math.prod(shape) for name, shape in shapes.items() if name != "embed_tokens.weight")
+        sizes = {name: math.prod(shape) for name, shape in shapes.items()}
+        expert = sum(n for name, n in sizes.items() if EXPERT.search(name) and ".experts.0." in name)
+        read = sum(n for name, n in sizes.items() if name != "embed_tokens.weight" and not EXPERT.search(name))
         head = 0 if "lm_head.weight" in shapes else c.vocab_size * c.hidden_size
-        layer = sum(math.prod(shape) for name, shape in shapes.items() if name.startswith("layers.0.") and len(shape) == 2)
-        return cls(read + head, layer)
+        dense = sum(n for name, n in sizes.items()
+                    if name.startswith("layers.") and len(shapes[name]) == 2 and not EXPERT.search(name))
+        return cls(read + head, dense + c.num_experts_per_tok * expert, c.num_experts, c.num_experts_per_tok, expert)
+
+    def experts_read(self, num_tokens: int) -> float:
+        """Expert weights a pass of num_tokens reads: those of the experts its tokens reach,
+        on average under uniform routing."""
+        if not self.experts:
+            return 0
+        reached = self.experts * (1 - (1 - self.top_k / self.experts) ** num_tokens)
+        return reached * self.expert_per_layer
 
 
 def pass_bytes(c: ModelConfig, w: WeightCounts, p: ForwardPass) -> int:
@@ -97,12 +119,12 @@ def pass_bytes(c: ModelConfig, w: WeightCounts, p: ForwardPass) -> int:
     kv = kv_per_token * (sum(p.num_cached) + num_tokens)  # cached read, new written
     logits = num_requests * c.vocab_size
     element_bytes = c.compute_dtype("cuda").itemsize
-    return element_bytes * (w.read_per_pass + embedding_rows + kv + logits)
+    return round(element_bytes * (w.read_per_pass + w.experts_read(num_tokens) + embedding_rows + kv + logits))
 
 
 def pass_flops(c: ModelConfig, w: WeightCounts, p: ForwardPass) -> int:
     num_tokens, num_requests = sum(p.num_new), len(p.num_new)
-    linears = 2 * num_tokens * c.num_hidden_layers * w.layer_matmul
+    linears = 2 * num_tokens * w.token_matmul
     lm_head = 2 * num_requests * c.hidden_size * c.vocab_size
     # The query at offset j of n new tokens sees cached + j + 1 keys (causal).
     pairs = sum(n * cached + n * (n + 1) // 2 for cached, n in zip(p.num_cached, p.num_new))

@@ -22,7 +22,7 @@ import libcst.matchers as m
 
 GENES = ("compute_dtype", "load_weights", "rms_norm", "add_rms_norm", "rope_frequencies", "rope_tables",
          "apply_rope", "qkv_proj", "add_qkv_bias", "norm_qkv", "norm_heads", "attention_inputs", "mlp",
-         "route", "dispatch", "experts_swiglu", "combine", "moe", "norm_mlp",
+         "route", "dispatch", "experts_swiglu", "combine", "sorted_experts", "moe", "norm_mlp",
          "KVCache", "attend_prefill", "attend_decode", "attention", "Engine", "create_engine")
 SEED_ALLELE = "seed"
 SEED_PATH = Path(__file__).resolve().parents[1] / "seed_engine" / "engine.py"

@@ -300,12 +300,18 @@ def combine(outs, order, weights):
     return total.index_add_(0, order // k, weighted)  # flat index // k: the token
 
 
-def moe(x, layer):
-    """A sparse layer's MLP over x [N, hidden]: route, dispatch, each expert's SwiGLU, combine."""
-    weights, experts = route(x, layer)
+def sorted_experts(x, weights, experts, layer):
+    """The router-weighted sum [N, hidden] of each token's experts' SwiGLU (weights and
+    experts [N, k]), the pairs sorted by expert: dispatch, each expert's SwiGLU, combine."""
     order, counts = dispatch(experts, layer["router"].shape[0])
     rows = x[order // experts.shape[1]]  # [N*k, hidden]: each token once per expert it goes to
     return combine(experts_swiglu(rows, counts, layer), order, weights)
+
+
+def moe(x, layer):
+    """A sparse layer's MLP over x [N, hidden]: route, then the chosen experts."""
+    weights, experts = route(x, layer)
+    return sorted_experts(x, weights, experts, layer)
 
 
 def norm_mlp(x, residual, weight, layer, eps):

@@ -17,7 +17,7 @@ FEATURE = Feature("num_experts", "the mixture-of-experts MLP", off=0, probe=None
 TURNS_ON = {"qk_norm": True}  # Qwen3's attention
 ROTATED = ()
 REFERENCE = ("ReferenceModel.moe", "ReferenceModel.route")  # fitness/reference.py
-SEED_GENES = ("route", "dispatch", "experts_swiglu", "combine", "moe")  # seed_engine/engine.py
+SEED_GENES = ("route", "dispatch", "experts_swiglu", "combine", "sorted_experts", "moe")  # seed_engine/engine.py
 # config.json's spellings of its keys -> ModelConfig's (transformers 5.24 writes num_local_experts)
 HF_KEYS = {"num_experts": ("num_experts", "num_local_experts"), "num_experts_per_tok": ("num_experts_per_tok",),
            "norm_topk_prob": ("norm_topk_prob",), "moe_intermediate_size": ("moe_intermediate_size",),

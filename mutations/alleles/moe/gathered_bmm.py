@@ -38,6 +38,4 @@ def moe(x, layer):
     weights, experts = route(x, layer)
     if experts.numel() <= MOE_GATHER_ROWS:
         return gathered_experts(x, weights, experts, layer)
-    order, counts = dispatch(experts, layer["router"].shape[0])
-    rows = x[order // experts.shape[1]]  # [N*k, hidden]: each token once per expert it goes to
-    return combine(experts_swiglu(rows, counts, layer), order, weights)
+    return sorted_experts(x, weights, experts, layer)

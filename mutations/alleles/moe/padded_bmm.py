@@ -43,6 +43,4 @@ def moe(x, layer):
     weights, experts = route(x, layer)
     if layer["router"].shape[0] * x.shape[0] <= PADDED_MOE_ROWS:
         return padded_experts(x, weights, experts, layer)
-    order, counts = dispatch(experts, layer["router"].shape[0])
-    rows = x[order // experts.shape[1]]  # [N*k, hidden]: each token once per expert it goes to
-    return combine(experts_swiglu(rows, counts, layer), order, weights)
+    return sorted_experts(x, weights, experts, layer)
