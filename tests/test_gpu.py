@@ -201,6 +201,45 @@ def test_the_glu_matmul_matches_fp32_on_the_real_shapes(width, rows):
     assert error < 8e-3, error  # bf16 rounds to 8 bits
 
 
+@pytest.mark.parametrize("rows", [1, 8, 64, 200])
+def test_the_moe_triton_alleles_match_fp32_on_qwen3_30b_a3b_layer(rows):
+    """route.triton_topk and moe.triton_grouped compiled for a GPU, bf16 on Qwen3-30B-A3B's layer
+    (128 experts of 768, top 8, hidden 2048): the same experts as the seed's route, the layer's
+    output against fp32 math over those experts; and a captured CUDA graph of the layer
+    replayed on other rows gives what an eager call does (no value read back to the host;
+    200 rows: 1,600 pairs, sorted first)."""
+    from tools.probes.alleles import load_allele
+    module = load_allele("moe", "triton_grouped")
+    seed_route, module.route = module.route, load_allele("route", "triton_topk").route
+    torch.manual_seed(0)
+    experts, inter, hidden = 128, 768, 2048
+    layer = {"router": torch.randn(experts, hidden, device="cuda", dtype=torch.bfloat16) / hidden ** 0.5,
+             "top_k": 8, "renormalise": True}
+    for name, shape in (("experts_gate", (inter, hidden)), ("experts_up", (inter, hidden)), ("experts_down", (hidden, inter))):
+        layer[name] = torch.randn(experts, *shape, device="cuda", dtype=torch.bfloat16) / shape[1] ** 0.5
+    x = torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16)
+    weights, chosen = module.route(x, layer)
+    want_weights, want_chosen = seed_route(x, layer)
+    assert torch.equal(chosen.sort(-1).values, want_chosen.sort(-1).values)
+    f = {name: t.float() for name, t in layer.items() if torch.is_tensor(t)}
+    want = torch.zeros(rows, hidden, device="cuda")
+    for t in range(rows):
+        for j in range(8):
+            e, row = chosen[t, j], x[t].float()
+            product = torch.nn.functional.silu(f["experts_gate"][e] @ row) * (f["experts_up"][e] @ row)
+            want[t] += weights[t, j].float() * (f["experts_down"][e] @ product)
+    got = module.moe(x, layer).float()
+    assert ((got - want).norm() / want.norm()).item() < 8e-3  # bf16 rounds to 8 bits
+    static = x.clone()
+    graph = torch.cuda.CUDAGraph()
+    module.moe(static, layer)  # compiled before the capture
+    with torch.cuda.graph(graph):
+        captured = module.moe(static, layer)
+    static.copy_(torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16))
+    graph.replay()
+    assert torch.equal(captured, module.moe(static, layer))
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("heads,kv_heads,head_dim", [(4, 4, 192), (32, 8, 64), (16, 8, 128)])
 def test_the_rope_kernels_round_as_torch_does_on_the_real_shapes(heads, kv_heads, head_dim, dtype):

@@ -46,6 +46,15 @@ def test_triton_kernels_match_torch_on_cpu():
     assert done.stdout.count("ok ") >= 85
 
 
+def test_moe_kernels_match_the_seed_on_cpu():
+    """route.triton_topk (fp32, fp16, renormalised or not, equal logits) and moe.triton_grouped
+    (1 to 600 tokens, each bucket of knobs, by rank and sorted, one expert's pairs over two
+    tiles, 128 experts top 8, fp16) against the seed's route and sorted experts."""
+    done = interpreted(FIXTURES / "moe_kernels.py", timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("ok ") == 19, done.stdout
+
+
 def test_prefill_graph_engine_matches_the_seed_on_cpu(small_target):
     """cuda_graphs_prefill's static path (buckets, padding rows and prompts, last rows,
     eager fallbacks in groups of prompts, decode after it, all removed and grown again) gives the
@@ -210,3 +219,33 @@ def test_triton_child_passes_the_gate_traces_interpreted(operator, small_target,
     done = interpreted(FIXTURES / "interpret_gate.py", config_path, weight_dir, scratch, operator, timeout=600)
     verdict = json.loads(done.stdout.strip().splitlines()[-1])
     assert verdict["passed"], verdict
+
+
+@pytest.mark.skipif(os.environ.get("MUTATIONS_SLOW") != "1", reason="about 100 s per allele; MUTATIONS_SLOW=1 runs it")
+@pytest.mark.parametrize("operator", ["allele.moe.triton_grouped", "allele.route.triton_topk"])
+def test_moe_triton_child_passes_the_gate_traces_interpreted(operator, tmp_path):
+    """The seed with one MoE Triton allele, on the tiny Qwen3-MoE's gate traces (and its GQA,
+    head_dim 256 and families configs), its kernels interpreted on CPU."""
+    from target import hf_checkpoints
+    folder = hf_checkpoints.write(tmp_path, "tiny_qwen3_moe")
+    done = interpreted(FIXTURES / "interpret_gate.py", folder / "config.json", folder, tmp_path / "scratch", operator,
+                       timeout=900)
+    verdict = json.loads(done.stdout.strip().splitlines()[-1])
+    assert verdict["passed"], verdict
+
+
+@pytest.mark.parametrize("sorted_", [False, True])
+def test_the_moe_kernels_compile_for_sm_90_on_the_tensor_cores(sorted_):
+    """moe.triton_grouped's two kernels, by rank and sorted, and route.triton_topk's, compiled
+    for an H100 in bf16: their dots are tensor-core MMAs (the interpreter runs neither branch
+    as a GPU compiles it)."""
+    module = load_allele("moe", "triton_grouped")
+    pointers = {name: "*bf16" for name in ("x_ptr", "h_ptr", "gate_ptr", "up_ptr", "down_ptr", "weights_ptr", "out_ptr")}
+    pointers.update({name: "*i64" for name in ("ids_ptr", "order_ptr", "counts_ptr", "starts_ptr")})
+    constants = dict(NUM_BINS=256, BLOCK_P=1 if sorted_ else 512, SORTED=sorted_, BLOCK_M=16, BLOCK_N=64, BLOCK_K=64,
+                     PRECISION="tf32")
+    for kernel in (module.experts_gate_up_kernel, module.experts_down_kernel):
+        assert "mma.sync" in sm90_ptx(kernel, constants, num_stages=3, top_k="i32", width="i32", **pointers)
+    route = load_allele("route", "triton_topk").route_kernel
+    assert sm90_ptx(route, dict(TOP_K=8, BLOCK_K=8, BLOCK_E=128, RENORMALISE=True), num_stages=1,
+                    logits_ptr="*bf16", weights_ptr="*bf16", experts_ptr="*i64")
