@@ -11,7 +11,8 @@
     python -m tools.memory_peak      what is alive at a case's peak memory, and who allocated it
     python -m tools.transformers_bench   transformers itself on the large cases (the yardstick)
     python -m tools.matches_transformers   an engine file's logits against transformers' own model
-                                on a Hugging Face checkpoint (a search's winner, on a CPU)
+                                on a Hugging Face checkpoint (a search's winner; on a GPU, with
+                                transformers' own bf16 as the yardstick)
     python -m tools.serve_offline, served_vs_offline, serve_greedy_check   the server against
                                 the engine alone, and its greedy tokens against the reference
     python -m tools.serve_timeline   N requests at once through the server, and each step's
@@ -24,6 +25,8 @@
     bash tools/gpu_judge_before_after.sh   one judge against another on the same programs
     bash tools/gpu_judge_vs_evaluator.sh   the judge's ranking against the evaluator's (public library)
     bash tools/gpu_serve.sh, gpu_hf.sh     the server, and Hugging Face shapes, on a GPU
+    bash tools/gpu_moe.sh       Qwen3-30B-A3B's shape (4 and 48 layers) on a 2-GPU host: the
+                                hand-composed MoE program against the bound and transformers, served
     bash tools/gpu_search_vs_recipe.sh     a search on any target (one per GPU), then its winner
                                 against the recipe, case by case
     bash tools/gpu_queue.sh     jobs (searches, comparisons, the server, HF shapes) one after

@@ -3,6 +3,7 @@ benched on (fitness.cases.large_cases: one request decoding, 64 decoding, a 16 x
 prefill), so that our engines' figures have the library's own beside them (docs/PERF.md).
 
     python -m tools.transformers_bench DIR [--mode eager|compiled] [--repeat 3] [--device cuda]
+        [--case NAME ...] [--steps N]
 
 `eager`: from_pretrained as it comes (SDPA attention, a dynamic cache). `compiled`: what
 transformers' "Optimizing inference" page advises, a static cache, with which `generate`
@@ -110,12 +111,18 @@ def main(argv=None) -> None:
     parser.add_argument("--mode", choices=("eager", "compiled"), default="eager")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--case", action="append", choices=(*DECODE_CASES, *PREFILL_CASES),
+                        help="only this case (repeatable; default: every case)")
+    parser.add_argument("--steps", type=int, help="decode steps a decode case times (default: its own, 64)")
     args = parser.parse_args(argv)
     model = load(args.folder, args.mode, args.device)
-    cases = {**{name: (decode_case, shape) for name, shape in DECODE_CASES.items()},
+    decodes = {name: (batch, prompt, args.steps or steps) for name, (batch, prompt, steps) in DECODE_CASES.items()}
+    cases = {**{name: (decode_case, shape) for name, shape in decodes.items()},
              **{name: (prefill_case, shape) for name, shape in PREFILL_CASES.items()}}
     with torch.no_grad():
         for name, (measure, shape) in cases.items():
+            if args.case and name not in args.case:
+                continue
             if args.device == "cuda":
                 torch.cuda.reset_peak_memory_stats()
             result = measure(model, *shape, args.repeat, args.device)

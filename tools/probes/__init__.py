@@ -13,4 +13,5 @@ figure can be measured again, not run by any driver.
     python -m tools.probes.swap_orders              pairs of swaps in both orders: one engine, one source?
     python -m tools.probes.moe_tie_rows             rows a Qwen3-MoE gate checks under a dtype's tie bound
     python -m tools.probes.moe_alleles_bench        a sparse layer's MLP, the seed's and each MoE allele's (CPU)
+    python -m tools.probes.moe_layer_bench          the MoE kernels alone on a GPU, knob by knob (bytes a layer, TB/s)
 """

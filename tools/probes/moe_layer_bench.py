@@ -1,0 +1,115 @@
+"""The MoE part of a layer alone on a GPU (route.triton_topk, then moe.triton_grouped's kernels),
+knob by knob: microseconds a layer and the bandwidth it reaches, in CUDA graphs.
+
+    python -m tools.probes.moe_layer_bench [--rows 1 64] [--layers 8] [--top 8] [--quick]
+
+Qwen3-30B-A3B's sparse layer (128 experts of 768, top 8, hidden 2048), random bf16. `--layers`
+distinct layers' weights are called one after another in one graph (8 layers: 4.8 GB, far
+past the L2), and the replay's time is divided by them. Bytes a layer: the router and the
+experts its rows reach (counted from the routing, not assumed). For each row count, every
+combination of the knobs of the bucket it falls in is timed (median of 20 replays after 3),
+after the parts alone at the allele's defaults: route (router matmul and top-k), the two
+expert kernels with the sum over each token's k outputs, and the sum alone.
+"""
+import argparse
+import itertools
+import json
+import statistics
+
+import torch
+
+from tools.probes.alleles import load_allele
+
+EXPERTS, TOP_K, HIDDEN, INTER = 128, 8, 2048, 768
+GRIDS = {  # bucket -> knob -> values tried
+    "FEW": {"BLOCK_M": (16,), "BLOCK_N": (16, 32, 64), "BLOCK_K": (64, 128, 256), "WARPS": (2, 4),
+            "STAGES": (2, 3, 4)},
+    "MANY": {"BLOCK_M": (16, 32), "BLOCK_N": (32, 64, 128), "BLOCK_K": (64, 128), "WARPS": (4, 8), "STAGES": (3,)},
+}
+
+
+def sparse_layers(count, gen):
+    def draw(*shape):
+        return torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=gen) / shape[-1] ** 0.5
+    return [{"router": draw(EXPERTS, HIDDEN), "experts_gate": draw(EXPERTS, INTER, HIDDEN),
+             "experts_up": draw(EXPERTS, INTER, HIDDEN), "experts_down": draw(EXPERTS, HIDDEN, INTER),
+             "top_k": TOP_K, "renormalise": True} for _ in range(count)]
+
+
+def graph_us(fn, replays=20) -> float:
+    """Median microseconds of one replay of a graph of fn()."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    for _ in range(3):
+        graph.replay()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000)
+    return statistics.median(times)
+
+
+def bucket(module, rows) -> str:
+    pairs = rows * TOP_K
+    return "FEW" if pairs <= module.MOE_FEW_PAIRS else "MANY" if pairs <= module.MOE_HISTOGRAM_PAIRS else "SORTED"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[1, 64])
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--top", type=int, default=8, help="knob settings printed per row count, fastest first")
+    parser.add_argument("--quick", action="store_true", help="the defaults and the parts only")
+    args = parser.parse_args(argv)
+    module = load_allele("moe", "triton_grouped")
+    module.route = load_allele("route", "triton_topk").route
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    layers = sparse_layers(args.layers, gen)
+    for rows in args.rows:
+        xs = [torch.randn(rows, HIDDEN, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in layers]
+        routes = [module.route(x, layer) for x, layer in zip(xs, layers)]
+        reached = [len(set(experts.flatten().tolist())) for _, experts in routes]
+        layer_bytes = 2 * (EXPERTS * HIDDEN + statistics.mean(reached) * 3 * INTER * HIDDEN)
+        name = bucket(module, rows)
+
+        def per_layer(fn):
+            return graph_us(lambda: [fn(x, layer) for x, layer in zip(xs, layers)]) / len(layers)
+
+        def line(label, us, **extra):
+            print(json.dumps({"rows": rows, "what": label, "us_a_layer": round(us, 2),
+                              "TB_per_s": round(layer_bytes / us / 1e6, 3), **extra}))
+        line("moe defaults", per_layer(module.moe), experts_reached=statistics.mean(reached), bucket=name)
+        line("route", per_layer(module.route))
+        grouped = [lambda x, layer, r=r: module.grouped_experts(x, *r, layer) for r in routes]
+        line("experts (two kernels and the sum)",
+             graph_us(lambda: [g(x, layer) for g, x, layer in zip(grouped, xs, layers)]) / len(layers))
+        outs = [torch.randn(rows * TOP_K, HIDDEN, device="cuda", dtype=torch.bfloat16) for _ in layers]
+        line("the sum alone", graph_us(lambda: [o.view(rows, TOP_K, HIDDEN).sum(1) for o in outs]) / len(layers))
+        for name in ([] if args.quick or name not in GRIDS else [name]):
+            grid, results = GRIDS[name], []
+            defaults = {knob: getattr(module, f"MOE_{name}_{knob}") for knob in grid}
+            for values in itertools.product(*grid.values()):
+                knobs = dict(zip(grid, values))
+                for knob, value in knobs.items():
+                    setattr(module, f"MOE_{name}_{knob}", value)
+                try:
+                    us = graph_us(lambda: [g(x, layer) for g, x, layer in zip(grouped, xs, layers)]) / len(layers)
+                except Exception as err:  # a setting Triton cannot compile (shared memory): noted, skipped
+                    print(json.dumps({"rows": rows, "knobs": knobs, "error": str(err)[:120]}))
+                    continue
+                results.append((us, knobs))
+            for knob, value in defaults.items():
+                setattr(module, f"MOE_{name}_{knob}", value)
+            for us, knobs in sorted(results, key=lambda r: r[0])[:args.top]:
+                line(f"experts, {name} knobs", us, knobs=knobs)
+
+
+if __name__ == "__main__":
+    main()
