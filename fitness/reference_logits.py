@@ -37,8 +37,11 @@ The tie bound is TIE_HEADROOM times the router's noise in the dtype an engine co
 the judging device (fp32 on a CPU, where it is the rounding of fp32 itself; bf16 or fp16 on a
 GPU): twice the largest change of any router logit (a gap is a difference of two) from the
 fp32 reference to the reference in that dtype on the public sequence, up to where that one
-first routes another way. The allowance is calibrated on rows whose routing is clear (a
-flipped expert there would widen every tolerance enough to pass a wrong router).
+first routes another way. The allowance is calibrated on the rows before the first position
+of their request where the reference in the engine's dtype routes another way than fp32's: a
+flipped expert there would widen every tolerance enough to pass a wrong router. Rows that are
+merely near a tie count; on a random router in bf16 most rows are, and calibrating on clear
+rows alone left none, an allowance of 1 and the seed failed on a GPU.
 """
 import hashlib
 import itertools
@@ -213,13 +216,29 @@ class References:
     def calibrated(self, config: ModelConfig, weight_dir) -> float:
         """LOW_PRECISION_HEADROOM x the worst error of the reference in the dtype an engine
         computes in on a GPU against the fp32 reference, at least 1."""
-        events = public_sequence()
+        events, low = public_sequence(), config.compute_dtype("cuda")
         exact = self.trace(config, weight_dir, events, CALIBRATION_SEED, torch.float32)
-        ties = self.rules[trace_key(config, weight_dir, events, CALIBRATION_SEED, torch.float32)]
-        rounded = self.trace(config, weight_dir, events, CALIBRATION_SEED, config.compute_dtype("cuda"))
-        noise = max(error_ratio(r[kept], e[kept]) for r, e, kept in zip(rounded, exact, clear_rows(ties))
-                    if e is not None)
+        rounded = self.trace(config, weight_dir, events, CALIBRATION_SEED, low)
+        same = self.same_route_rows(config, weight_dir, events, CALIBRATION_SEED, low)
+        noise = max(error_ratio(r[kept], e[kept]) for r, e, kept in zip(rounded, exact, same) if e is not None)
         return max(1.0, LOW_PRECISION_HEADROOM * noise)
+
+    def same_route_rows(self, config: ModelConfig, weight_dir, events, seed: int, dtype) -> list:
+        """Per call, the indices of its rows before the first position of their request where
+        the reference in `dtype` routes other experts than fp32's (every row of a dense model;
+        None for a remove)."""
+        calls = materialize(events, config.vocab_size, seed, "cpu")
+        lives, rows = lifetimes(calls, histories(calls))
+        first = {life: len(tokens) for life, (tokens, _) in enumerate(lives)}
+        if config.num_experts:
+            exact, rounded = self.model(config, weight_dir, torch.float32), self.model(config, weight_dir, dtype)
+            for life, (tokens, _) in enumerate(lives):
+                a, b = (torch.stack(routed_forward(m, tokens, [len(tokens) - 1])[1]) for m in (exact, rounded))
+                chosen = [x.topk(config.num_experts_per_tok, dim=-1).indices.sort(-1).values for x in (a, b)]
+                differs = (chosen[0] != chosen[1]).any(-1).any(0)  # [T]: some layer routes it another way
+                if differs.any():
+                    first[life] = int(differs.nonzero()[0])
+        return [None if row is None else [i for i, (life, p) in enumerate(row) if p < first[life]] for row in rows]
 
     def rows(self, config: ModelConfig, weight_dir, events, seed: int, picks) -> dict:
         """{(call index, row): (reference logits [vocab], its TieRule)} for the picked rows only
@@ -273,11 +292,6 @@ def trace_key(config: ModelConfig, weight_dir, events, seed: int, dtype) -> str:
                                      sort_keys=True, default=str).encode()).hexdigest()
 
 
-def clear_rows(rules: list) -> list:
-    """Per call, the indices of its rows whose routing meets no near-tie (None for a remove)."""
-    return [None if call is None else [i for i, rule in enumerate(call) if rule.clear] for call in rules]
-
-
 def within_reach(rule: TieRule, reference, limit: float) -> TieRule:
     """`rule`, or EXCUSED where its reach exceeds `limit` tolerances of `reference` somewhere."""
     if rule.reach is None or in_tolerances(rule.reach, reference) <= limit:
@@ -299,8 +313,8 @@ def boundary_gaps(routing: list, k: int) -> torch.Tensor:
     (k+1)-th, (k+1)-th and (k+2)-th router logits (inf where there is no such expert)."""
     values = torch.stack([layer.sort(dim=-1, descending=True).values for layer in routing])  # [layers, T, E]
     if k == values.shape[-1]:  # every expert taken: no boundary to fall on either side of
-        return torch.full((3, *values.shape[:2]), float("inf"))
-    inf = torch.full((*values.shape[:2], 1), float("inf"))
+        return torch.full((3, *values.shape[:2]), float("inf"), device=values.device)
+    inf = torch.full((*values.shape[:2], 1), float("inf"), device=values.device)
     ranked = torch.cat((inf, values, -inf, -inf), -1)  # ranked[..., r] is the r-th largest, from 1
     return torch.stack([ranked[..., r] - ranked[..., r + 1] for r in (k - 1, k, k + 1)]).nan_to_num(float("inf"))
 

@@ -382,3 +382,13 @@ def test_the_writer_holds_one_shard_and_transformers_reads_what_it_wrote(tmp_pat
     assert (folder / "model.safetensors.index.json").is_file()
     assert_reference_matches(folder)
     assert_engine_matches(load_engine_module(SEED_ENGINE), folder)
+
+
+def test_boundary_gaps_stay_on_the_routing_device():
+    """On a GPU the gate's reference routes there: the gaps are made beside the router logits
+    (a column made on the CPU crashed the seed's first judgement on a GPU, at stage target;
+    docs/log/2026-11-28-moe-triton-alleles-first-gpu-figures.md). The meta device stands in
+    for a GPU."""
+    for experts in (8, 2):  # a boundary, and every expert taken
+        routing = [torch.randn(5, experts, device="meta")] * 2
+        assert reference_logits.boundary_gaps(routing, 2).device.type == "meta"
