@@ -14,4 +14,5 @@ figure can be measured again, not run by any driver.
     python -m tools.probes.moe_tie_rows             rows a Qwen3-MoE gate checks under a dtype's tie bound
     python -m tools.probes.moe_alleles_bench        a sparse layer's MLP, the seed's and each MoE allele's (CPU)
     python -m tools.probes.moe_layer_bench          the MoE kernels alone on a GPU, knob by knob (bytes a layer, TB/s)
+    python -m tools.probes.gate_as_on_gpu           the gate on a CPU with every dtype a GPU would compute in
 """
