@@ -14,6 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 import mutations
+from contract.families import idle_genes
+from contract.model_config import ModelConfig
 from evolve import checkpoint, final, history
 from evolve.loop import breed
 from evolve.memo import Known, MERGE, MERGE_DECLINED, Memo, normalized_id
@@ -25,7 +27,7 @@ from evolve.scores import Scores
 from evolve.search import run
 from evolve.toolbox import make_toolbox, open_operators, sweep
 from mutations import program, requirements
-from tests.conftest import SEED_ENGINE
+from tests.conftest import REPO, SEED_ENGINE
 from tests.test_evolve_loop import make_config, only_run_dir
 from tests.test_evolve_stand_in import fake_judge
 
@@ -613,8 +615,10 @@ def test_the_loop_is_deterministic_given_the_rng_seed(small_target, tmp_path):
 def test_generation_one_fills_a_population_past_the_levers_the_best_already_has(fastest_source):
     # The recipe carries every GPU-only lever but a RoPE kernel: with the levers alone,
     # generation 1 of a 20-minute search on a real shape judged one child (docs/PERF.md).
+    # A dense target, as the search makes its toolbox for one: the MoE genes' levers idle.
     config = SimpleNamespace(nsga2=False, device="cuda", tournament_size=3, num_elite=1, workers=1)
-    toolbox = make_toolbox(config, [], lambda program: None, map, random.Random(0))
+    idle = idle_genes(ModelConfig.load(REPO / "target" / "model_config.json"))
+    toolbox = make_toolbox(config, [], lambda program: None, map, random.Random(0), idle_genes=idle)
     best = Program(fastest_source)
     search = SimpleNamespace(toolbox=toolbox, generation=1, hall_of_fame=[best], config=config,
                              clock=SimpleNamespace(left=lambda: 1200.0), estimated_final_s=lambda: 100.0,
