@@ -392,3 +392,19 @@ def test_boundary_gaps_stay_on_the_routing_device():
     for experts in (8, 2):  # a boundary, and every expert taken
         routing = [torch.randn(5, experts, device="meta")] * 2
         assert reference_logits.boundary_gaps(routing, 2).device.type == "meta"
+
+
+def test_random_routers_in_bf16_as_on_a_gpu_keep_an_allowance_and_both_verdicts(tmp_path):
+    """A bf16 checkpoint with random routers, judged as on a GPU (tools.probes.gate_as_on_gpu):
+    near-ties at every public row used to leave no row to calibrate the bf16 allowance on, so
+    it fell to 1 and the seed failed at 4.14x (docs/log/2026-11-28-moe-triton-alleles-first-
+    gpu-figures.md). Calibrated on the rows before the bf16 reference first routes another
+    way, the seed passes and a wrong router still fails."""
+    from tools.probes.gate_as_on_gpu import verdict
+    folder = hf_checkpoints.write(tmp_path, "tiny_qwen3_moe")
+    exact = verdict(SEED_ENGINE, folder)
+    assert exact["allowance"] > 1 and exact["passed"], exact
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text(WRONG_ROUTERS["the (k+1)-th expert in place of the k-th"][1])
+    result = verdict(wrong, folder)
+    assert not result["passed"] and "CorrectnessError" in result["error"], result

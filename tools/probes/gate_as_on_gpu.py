@@ -8,13 +8,42 @@ Prints the tie bound and the allowance the references find, then the verdict on 
 own weights ("passed" with the worst error as a fraction of the limit, or the error).
 """
 import argparse
-
-import torch
+from contextlib import contextmanager
 
 from contract.loader import load_engine_module
 from contract.model_config import ModelConfig
 from fitness import gate
 from fitness.reference_logits import References
+
+
+@contextmanager
+def dtype_of_a_gpu(dtype):
+    """Every ModelConfig computes in `dtype` on any device, until the block ends."""
+    compute_dtype = ModelConfig.compute_dtype
+    ModelConfig.compute_dtype = lambda self, device="cuda": dtype
+    try:
+        yield
+    finally:
+        ModelConfig.compute_dtype = compute_dtype
+
+
+def verdict(engine, folder, seed: int = 1) -> dict:
+    """{"tie_bound", "allowance", "passed", "worst" (of the limit) or "error"} of `engine` (a
+    path) on the target traces of the checkpoint in `folder`, all in a GPU's dtype."""
+    config = ModelConfig.load(folder)
+    on_gpu = config.compute_dtype("cuda")
+    module = load_engine_module(engine)
+    module.compute_dtype = lambda model_config, device: on_gpu
+    tally, references = gate.Tally(gate.DEFAULT_MARGIN), References("cpu")
+    with dtype_of_a_gpu(on_gpu):
+        found = {"tie_bound": references.tie_bound(config, folder) if config.num_experts else None,
+                 "allowance": references.allowance(config, folder)}
+        try:
+            gate.check_traces(gate.InProcessDriver(module, "cpu"), references, config, folder, seed, "target",
+                              tally, full=False, min_share=0)
+        except Exception as err:  # the verdict, whichever it is
+            return {**found, "passed": False, "error": f"{type(err).__name__}: {str(err)[:400]}"}
+    return {**found, "passed": True, "worst": tally.worst}
 
 
 def main(argv=None) -> None:
@@ -23,20 +52,7 @@ def main(argv=None) -> None:
     parser.add_argument("model", help="a Hugging Face directory")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
-    config = ModelConfig.load(args.model)
-    on_gpu = config.compute_dtype("cuda")
-    ModelConfig.compute_dtype = lambda self, device="cuda": on_gpu  # this process only
-    module = load_engine_module(args.engine)
-    module.compute_dtype = lambda model_config, device: on_gpu
-    tally, references = gate.Tally(gate.DEFAULT_MARGIN), References("cpu")
-    print(f"dtype {on_gpu}, tie bound {references.tie_bound(config, args.model) if config.num_experts else None}, "
-          f"allowance {references.allowance(config, args.model):.3g}")
-    try:
-        gate.check_traces(gate.InProcessDriver(module, "cpu"), references, config, args.model, args.seed, "target",
-                          tally, full=False, min_share=0)
-        print(f"passed: worst {tally.worst:.3g} of the limit")
-    except Exception as err:  # the verdict, whichever it is
-        print(f"failed: {type(err).__name__}: {str(err)[:400]}")
+    print(verdict(args.engine, args.model, args.seed))
 
 
 if __name__ == "__main__":
