@@ -4,6 +4,9 @@ import importlib.util
 import sys
 from pathlib import Path
 
+# The seed: the first engine, which the search starts from and every program descends from.
+SEED_ENGINE = Path(__file__).resolve().parents[1] / "seed_engine" / "engine.py"
+
 
 def source_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:16]

@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="The contract's throughput protocol, in this process, as the public evaluator runs it. "
                     "It trusts the engine: the engine shares this process with the clock, and every input "
                     "is drawn before the engine is made, so an engine can read its inputs ahead or patch "
-                    "the clock (tests/cheats.py). For code you did not write, use `python -m fitness judge`.")
+                    "the clock (fitness/adversaries/cheats.py). For code you did not write, use `python -m fitness judge`.")
     bench.add_arguments(bench_parser)
     bench_parser.set_defaults(run=lambda a: prepare_weights(a.model_config, a.weight_dir) or bench.cli(a))
 

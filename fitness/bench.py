@@ -34,7 +34,7 @@ from fitness import roofline
 # The cases live in fitness.cases, shared with the roofline; callers may take them from here.
 from contract.checkpoint import load_checked_weights
 from contract.devices import DEVICE_CHOICES, is_cuda, ramp_gpu_clocks, resolve_device
-from contract.loader import load_engine_module
+from contract.loader import SEED_ENGINE, load_engine_module
 from contract.model_config import ConfigError, ModelConfig
 from fitness.cases import CASE_SETS, hidden_style_cases, public_cases, select_cases
 from fitness.traces import count_tokens, materialize, replay
@@ -166,7 +166,7 @@ def timed_steps(engine, calls, device) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--engine", type=Path, default=ROOT / "seed_engine" / "engine.py")
+    parser.add_argument("--engine", type=Path, default=SEED_ENGINE)
     parser.add_argument("--model-config", type=Path, default=ROOT / "target" / "model_config.json")
     parser.add_argument("--weight-dir", type=Path, default=ROOT / "target" / "weights")
     parser.add_argument("--device", choices=DEVICE_CHOICES, default="auto")

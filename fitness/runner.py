@@ -9,7 +9,7 @@ comparison: the judge (another process) times each run from its side, and compar
 outputs it fetches afterwards. Nor does it hold any input before it is due: the judge
 draws every token and sends each call only once the call before it has returned, so no
 frame, object or pipe buffer of this process holds a later call for an engine to read
-ahead (tests/cheats.py). Every run goes through the same requests, so the candidate
+ahead (fitness/adversaries/cheats.py). Every run goes through the same requests, so the candidate
 cannot tell a checked run from a timed one:
 
     prepare  make a fresh engine (untimed); it knows nothing of the run to come. Then

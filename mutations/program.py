@@ -20,12 +20,14 @@ from pathlib import Path
 import libcst as cst
 import libcst.matchers as m
 
+from contract.loader import SEED_ENGINE
+
 GENES = ("compute_dtype", "load_weights", "rms_norm", "add_rms_norm", "rope_frequencies", "rope_tables",
          "apply_rope", "qkv_proj", "add_qkv_bias", "norm_qkv", "norm_heads", "attention_inputs", "mlp",
          "route", "dispatch", "experts_swiglu", "combine", "sorted_experts", "moe", "norm_mlp",
          "KVCache", "attend_prefill", "attend_decode", "attention", "Engine", "create_engine")
 SEED_ALLELE = "seed"
-SEED_PATH = Path(__file__).resolve().parents[1] / "seed_engine" / "engine.py"
+SEED_PATH = SEED_ENGINE
 MARKER = re.compile(r"#\s*allele:\s*([A-Za-z0-9_]+)\s*$")
 # Passes of ensure_defined (one helper or import added each) and prune (one dropped each):
 # far more than any program has helpers; a bound, so that a cycle ends (ensure_defined raises).

@@ -8,13 +8,14 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from contract import loader  # noqa: E402
 from target.toy_weights import write as write_weights  # noqa: E402
 
 # Tiny models on a 2-core machine: threads cost more than they give (measured ~100x on
 # the bench tests). Judge child processes set their own.
 torch.set_num_threads(1)
 
-SEED_ENGINE = REPO / "seed_engine" / "engine.py"
+SEED_ENGINE = loader.SEED_ENGINE
 FASTEST = REPO / "mutations" / "recipes" / "fastest.txt"  # the hand-kept recipe
 
 # Small enough for CI, wide enough for four heads; weights use the public 0.02 init,

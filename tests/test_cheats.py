@@ -17,10 +17,10 @@ import pytest
 from fitness.gate import static_problems
 from fitness.sandbox import JudgeProcess, judge
 from fitness.weight_files import fingerprint
-from tests import cheats
-from tests.cheats import at_import
+from fitness.adversaries import cheats
+from fitness.adversaries.cheats import at_import
 from tests.conftest import REPO, SEED_ENGINE
-from tests.planted import edit
+from fitness.adversaries.planted import edit
 
 
 def judged_beside_the_seed(path, small_target, scratch):

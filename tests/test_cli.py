@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from tests import planted
+from fitness.adversaries import planted
 from tests.conftest import REPO, SEED_ENGINE
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from fitness.judge import Judge
 from tests.conftest import SEED_ENGINE
-from tests.planted import edit
+from fitness.adversaries.planted import edit
 from tests.test_cli import fitness_cli, target_args
 
 

@@ -13,7 +13,7 @@ from fitness.reference_logits import References, histories
 from fitness.traces import materialize
 from fitness.weight_files import TRUSTED, WeightsChanged
 from target.toy_weights import write as write_weights
-from tests import planted
+from fitness.adversaries import planted
 from tests.conftest import SEED_ENGINE
 
 

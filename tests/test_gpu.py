@@ -17,7 +17,7 @@ from serve.model_runner import ModelRunner, load_engine
 from serve.sampling import SamplingParams
 from serve.scheduler import Scheduler, SchedulerConfig
 from target.toy_weights import ensure
-from tests import planted
+from fitness.adversaries import planted
 from tests.conftest import FASTEST, REPO, SEED_ENGINE
 from tests.test_hf import FAMILIES, make_checkpoint
 

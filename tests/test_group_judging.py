@@ -12,8 +12,8 @@ from fitness.judge import MAX_GROUP, Judge, Stage, TimingCores
 from fitness import timing
 from fitness.timing import ALONE_ERROR, ALONE_MAX_ROUNDS, Contender, Outcome, measure
 from fitness.traces import prefill
-from tests import cheats, planted
-from tests.cheats import at_import
+from fitness.adversaries import cheats, planted
+from fitness.adversaries.cheats import at_import
 from tests.conftest import SEED_ENGINE
 
 

@@ -106,3 +106,11 @@ def test_engine_files_import_nothing_from_the_repository():
             others = {m for m in imported_modules(path.read_text())
                       if m.split(".")[0] not in allowed | sys.stdlib_module_names}
             assert not others, f"{path.relative_to(REPO)} imports {sorted(others)}"
+
+
+def test_no_package_imports_the_tests():
+    """What tests and tools both read (the cheats, the planted faults) lives in a package
+    (fitness.adversaries); the tests import the packages, never the other way round."""
+    importers = [str(path.relative_to(REPO)) for package in PACKAGES for path in sorted((REPO / package).rglob("*.py"))
+                 if any(module.split(".")[0] == "tests" for module in imported_modules(path.read_text()))]
+    assert importers == []

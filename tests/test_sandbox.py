@@ -6,7 +6,7 @@ from contract.devices import core_siblings, parse_cpus
 from fitness.judge import Judge, kept_off
 from fitness.sandbox import judge
 from fitness.wire import spin_until_readable
-from tests import planted
+from fitness.adversaries import planted
 from tests.conftest import SEED_ENGINE
 
 

@@ -4,7 +4,7 @@
     python -m tools.gpu_check   every operator's child of the seed judged on a GPU
     python -m tools.go_overhead where a judged run's time goes against the benchmark's clock
     python -m tools.judge_vs_evaluator   each program's ratio to a baseline, per case, judged and benched
-    python -m tools.cheat_verdicts   every cheat of tests/cheats.py judged beside the seed
+    python -m tools.cheat_verdicts   every cheat of fitness/adversaries/cheats.py judged beside the seed
     python -m tools.judge_probe, judge_throughput   how fast and how precisely the judge judges
     python -m tools.create_probe     what making an engine costs beside running a case
     python -m tools.profile_case     where one case's time goes: wall, GPU busy time, kernels

@@ -1,4 +1,4 @@
-"""The judge's verdict on every cheat of tests/cheats.py, beside the honest program each
+"""The judge's verdict on every cheat of fitness/adversaries/cheats.py, beside the honest program each
 was made from (the seed), one line a program.
 
     python -m tools.cheat_verdicts [--judge-root DIR] [--device cpu|cuda] [--bench public|small]
@@ -18,8 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests import cheats
-from tests.conftest import SEED_ENGINE
+from contract.loader import SEED_ENGINE
+from fitness.adversaries import cheats
 
 REPO = Path(__file__).resolve().parents[1]
 

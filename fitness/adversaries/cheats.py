@@ -7,8 +7,8 @@ work (before a call is due, from inputs it finds early). The judge must reject e
 time it at its real speed (tests/test_cheats.py; fitness/README.md says which defence
 closes which).
 """
-from tests.conftest import SEED_ENGINE
-from tests.planted import edit
+from contract.loader import SEED_ENGINE
+from fitness.adversaries.planted import edit
 
 ENTRY = "def create_engine(model_config: dict, weight_dir: str, device: str = \"cuda\"):\n"
 

@@ -5,7 +5,7 @@ planted fault back into the seed.
 """
 from pathlib import Path
 
-from tests.conftest import SEED_ENGINE
+from contract.loader import SEED_ENGINE
 
 
 def edit(source: str, old: str, new: str) -> str:
