@@ -4,13 +4,13 @@ import json
 import sys
 
 from tests.side_by_side import side_by_side
-from tools.walk import format_report
+from tools.gate_survival import format_report
 
 
 def test_random_walk_children_pass_static_and_gate():
     # Two walks of half the length, one process each: a walk is one child after another, and
     # the machine has a core for each (~0.5 s a child).
-    walks = side_by_side([[sys.executable, "-m", "tools.walk", "--steps", "40", "--crosses", "10",
+    walks = side_by_side([[sys.executable, "-m", "tools.gate_survival", "--steps", "40", "--crosses", "10",
                            "--seed", str(seed), "--json"] for seed in (0, 1)], timeout=300)
     reports = []
     for done in walks:

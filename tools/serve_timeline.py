@@ -184,7 +184,7 @@ def main(argv=None) -> int:
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=256)
     parser.add_argument("--max-num-seqs", type=int, default=64,
-                        help="the server's (default: its own default, as tools/gpu_serve.sh serves)")
+                        help="the server's (default: its own default, as tools/gpu/serve.sh serves)")
     parser.add_argument("--rows", type=int, default=16, help="steps printed per level (0: all)")
     parser.add_argument("--base-url", help="a server already running (its own flags); default: start one")
     parser.add_argument("--no-offline", action="store_true", help="skip the offline yardstick")

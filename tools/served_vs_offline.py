@@ -1,5 +1,5 @@
 """The server against the same engine offline, in the three figures its targets are
-stated in, from the files tools/gpu_serve.sh writes: OUT/offline.json (tools.serve_offline) and
+stated in, from the files tools/gpu/serve.sh writes: OUT/offline.json (tools.serve_offline) and
 OUT/bench.json (serve.bench).
 
     python -m tools.served_vs_offline OUT

@@ -3,7 +3,7 @@
 # Qwen3-30B-A3B's shape, random bf16 (target/hf_checkpoints.py), the hand-composed MoE
 # program (mutations/recipes/qwen3_moe_by_hand.txt) beside transformers eager, GPU 0 ours,
 # GPU 1 transformers, at once.
-#   bash tools/gpu_moe.sh OUT
+#   bash tools/gpu/moe.sh OUT
 # 1. the MoE kernels compiled, bf16, inside a captured graph (tests/test_gpu.py -k moe);
 # 2. 4 layers of the real width (5.8 GiB): logits against transformers fp32 on the GPU, with
 #    transformers' own bf16 as the yardstick; fitness bench's batch-1 and 64-row steps of the
@@ -14,7 +14,7 @@
 # Each stage appends to OUT; a stage that fails is noted and the next one runs.
 set -uo pipefail
 out=$1; mkdir -p "$out"
-source tools/gpu_env.sh
+source tools/gpu/env.sh
 engine=/tmp/by_hand.py
 python3 -m mutations recipe mutations/recipes/qwen3_moe_by_hand.txt -o "$engine" > /dev/null || exit 1
 stage() { echo "== $* $(date +%T)" | tee -a "$out/stages.txt"; }

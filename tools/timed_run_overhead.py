@@ -1,6 +1,6 @@
 """Where a timed run's seconds go between the benchmark's clock and the judge's, per case.
 
-    python -m tools.go_overhead --engine E [--rounds 5] [--gap 1.0] [--cases public] [--variants V ...]
+    python -m tools.timed_run_overhead --engine E [--rounds 5] [--gap 1.0] [--cases public] [--variants V ...]
 
 Each variant times the same case on a fresh engine (a warm-up engine alive), `--rounds`
 times, and prints the median and range in ms. The variants in this process take turns
@@ -236,7 +236,7 @@ def report(engine, case, variant, seconds) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.go_overhead", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.timed_run_overhead", description=__doc__.splitlines()[0])
     parser.add_argument("--engine", type=Path, required=True)
     parser.add_argument("--model-config", type=Path, default=Path("target/model_config.json"))
     parser.add_argument("--weight-dir", type=Path, default=Path("target/weights"))

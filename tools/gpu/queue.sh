@@ -1,23 +1,23 @@
 #!/usr/bin/env bash
 # Jobs run one after another on one GPU in the background (setsid), so they outlive the
 # device call that starts them: a 20-minute search and its comparison on one card, the
-# server's sweep on the other. Read them from later calls with tools/gpu_follow.sh.
-#   bash tools/gpu_queue.sh STATE GPU JOB ...
+# server's sweep on the other. Read them from later calls with tools/gpu/follow.sh.
+#   bash tools/gpu/queue.sh STATE GPU JOB ...
 # The repository is copied to STATE/repo once (a later call re-sends the working tree;
 # running jobs keep theirs). Each job's output goes to STATE/queueGPU.log, and
 # STATE/queueGPU.done appears when the last has ended. Jobs:
 #   search:TARGET[:BUDGET]    bash run.sh on TARGET ("public": the toy model) -> STATE/TARGET
 #   seed_only:TARGET:BUDGET   the same from the seed alone (--from-seed-only) -> STATE/TARGET_seed_only
 #   compare:NAME[:TARGET]     STATE/NAME's winner against the recipe, 3 rounds (up to 6 while undecided)
-#   serve                     tools/gpu_serve.sh -> STATE/serve
+#   serve                     tools/gpu/serve.sh -> STATE/serve
 #   hf_search:MODEL[:BUDGET]  bash run.sh --model on target.hf_checkpoints' MODEL (llama_3_2_1b,
 #                             qwen3_0_6b) -> STATE/hf_MODEL
-#   hf:MODE[:MODEL]           tools/gpu_hf.sh MODE (check, bench, profile, transformers) -> STATE/hf, on
+#   hf:MODE[:MODEL]           tools/gpu/hf.sh MODE (check, bench, profile, transformers) -> STATE/hf, on
 #                             MODEL alone (default both), with STATE/hf_MODEL's winner beside the recipe
 #   gpu_tests[:EXPR]          python -m pytest tests/test_gpu.py [-k EXPR] -> STATE/gpu_tests.txt
 #   try:ENGINE[:TARGET]       an engine file not on main (a branch's recipe, built beforehand into the
 #                             working tree): fitness check on the toy model with every derived config
-#                             (bf16 among them) and gpu_hf.sh check on both real shapes, then on each
+#                             (bf16 among them) and hf.sh check on both real shapes, then on each
 #                             shape TRY_ROUNDS (2) rounds of the recipe and it benched in turn, the order
 #                             swapped each round, and the ratio per case (tools.versus_recipe)
 #                             -> STATE/try_NAME.txt, STATE/hf, STATE/try_NAME/MODEL/ROUND.{recipe,try}.json;
@@ -28,7 +28,7 @@
 #                             program on TARGET of target.targets, its run.sh cases (keep_caches: captures
 #                             leave the allocator's caches) -> STATE/fresh_runs_TARGET.jsonl
 #   create:TARGET             what making the seed's and the recipe's engines costs on TARGET
-#                             against running a case (tools.create_probe) -> STATE/create_TARGET.json
+#                             against running a case (tools.engine_creation_cost) -> STATE/create_TARGET.json
 #   wait:FILE                 until STATE/FILE exists, so that comparisons run once the searches beside
 #                             them have ended: queue1.done (queue 1's end) or queue1.job1.done (its first
 #                             job's end, failed or not)
@@ -37,19 +37,19 @@ state=$1 gpu=$2; shift 2
 mkdir -p "$state"
 [ -d "$state/repo" ] || cp -a . "$state/repo"
 cd "$state/repo" || exit 1
-source tools/gpu_env.sh > /dev/null  # the wheels once, before two queues could race for them
-source tools/bench_rounds.sh
+source tools/gpu/env.sh > /dev/null  # the wheels once, before two queues could race for them
+source tools/gpu/bench_rounds.sh
 
 run_job() {
   local kind target budget
   IFS=: read -r kind target budget <<< "$1"
-  local search=tools/gpu_search_vs_recipe.sh
+  local search=tools/gpu/search_vs_recipe.sh
   case $kind in
   search) SEARCH_LIMIT=0 bash $search search "$state/$target" "$target" ${budget:+--budget "$budget"} ;;
   seed_only) SEARCH_LIMIT=0 bash $search search "$state/${target}_seed_only" "$target" --from-seed-only \
                ${budget:+--budget "$budget"} ;;
   compare) bash $search compare "$state/$target" "${budget:-$target}" 3 ;;
-  serve) bash tools/gpu_serve.sh "$state/serve" ;;
+  serve) bash tools/gpu/serve.sh "$state/serve" ;;
   hf_search) local dir=/tmp/hf/$target
              [ -f "$dir/config.json" ] || python3 -m target.hf_checkpoints /tmp/hf --only "$target" > /dev/null || return 1
              # Judged on the cases issue 27 measures (batch-1 and batch-64 decode, 16 x 1024 prefill).
@@ -58,7 +58,7 @@ run_job() {
   hf) local mode=$target model=$budget  # hf:MODE[:MODEL]
       local winner=$state/hf_$model/winner.py
       WITH_SEED=0 MODELS="${model:-llama_3_2_1b qwen3_0_6b}" ENGINES="$([ -n "$model" ] && [ -f "$winner" ] && echo "$winner")" \
-        bash tools/gpu_hf.sh "$mode" "$state/hf" ;;
+        bash tools/gpu/hf.sh "$mode" "$state/hf" ;;
   gpu_tests) python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py ${target:+-k "$target"} 2>&1 \
                | tee "$state/gpu_tests.txt" | tail -5 ;;
   try) local name; name=$(basename "$target" .py)
@@ -68,7 +68,7 @@ run_job() {
        python3 -m fitness check --engine "$target" --model-config target/model_config.json \
          --weight-dir target/weights --device cuda > "$state/try_$name.txt" 2>&1
        head -c 600 "$state/try_$name.txt"; echo
-       WITH_SEED=0 RECIPES=" " ENGINES="$target" bash tools/gpu_hf.sh check "$state/hf" || return 1
+       WITH_SEED=0 RECIPES=" " ENGINES="$target" bash tools/gpu/hf.sh check "$state/hf" || return 1
        for model in llama_3_2_1b qwen3_0_6b; do
          try_rounds "$state/try_$name/$model" "$target" "$model" --model-config "/tmp/hf/$model/config.json" \
            --weight-dir "/tmp/hf/$model" --device cuda --cases large --roofline --step-time
@@ -81,7 +81,7 @@ run_job() {
                 | tee -a "$state/fresh_runs_$target.jsonl" ;;
   create) target_of "$target" || return 1
           python3 -m mutations recipe mutations/recipes/fastest.txt -o /tmp/fastest.py > /dev/null || return 1
-          python3 -m tools.create_probe --engines seed_engine/engine.py /tmp/fastest.py \
+          python3 -m tools.engine_creation_cost --engines seed_engine/engine.py /tmp/fastest.py \
             --model-config "$target_dir/model_config.json" --weight-dir "$target_dir/weights" \
             | tee "$state/create_$target.json" ;;
   wait) until [ -e "$state/$target" ]; do sleep 10; done ;;

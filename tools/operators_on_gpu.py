@@ -1,7 +1,7 @@
 """Judge every operator's child of the seed on a GPU, one fresh process each, with the
 seed's tokens/s and the speed-of-light bound beside them.
 
-    python -m tools.gpu_check [--model-config target/model_config.json] [--weight-dir target/weights]
+    python -m tools.operators_on_gpu [--model-config target/model_config.json] [--weight-dir target/weights]
         [--operators all|cuda|NAME,NAME] [--bench none|public] [--no-derived] [--seed N] [--json OUT]
 
 For each operator: apply it to the seed (one that needs what the seed lacks, such as
@@ -59,7 +59,7 @@ def row(name, verdict, seed_tps) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.gpu_check", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.operators_on_gpu", description=__doc__.splitlines()[0])
     parser.add_argument("--model-config", type=Path, default=ROOT / "target" / "model_config.json")
     parser.add_argument("--weight-dir", type=Path, default=ROOT / "target" / "weights")
     parser.add_argument("--operators", default="all", help="all, cuda (the cuda-only ones and the graphs engine), or names")

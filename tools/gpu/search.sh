@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # A search and its judge on one GPU (one device command may run 10 minutes):
-#   bash tools/gpu_search.sh search OUT [BUDGET]   # bash run.sh --budget BUDGET (8m), its report
-#   bash tools/gpu_search.sh compare OUT [ROUNDS]  # winner (or $ENGINES), fastest.txt's program
+#   bash tools/gpu/search.sh search OUT [BUDGET]   # bash run.sh --budget BUDGET (8m), its report
+#   bash tools/gpu/search.sh compare OUT [ROUNDS]  # winner (or $ENGINES), fastest.txt's program
 #                                                   # and the seed, each benched in a fresh
 #                                                   # process, interleaved
-#   bash tools/gpu_search.sh all OUT BUDGET ROUNDS # the two, one after the other
-#   bash tools/gpu_search.sh judge OUT [WORKERS..]  # engine creation; the seed judged 5 times
+#   bash tools/gpu/search.sh all OUT BUDGET ROUNDS # the two, one after the other
+#   bash tools/gpu/search.sh judge OUT [WORKERS..]  # engine creation; the seed judged 5 times
 #                                                   # (its CV); judgements a minute, one by one
 #                                                   # and in groups of 4, with each worker count
 set -uo pipefail
 mode=$1 out=$2; mkdir -p "$out"
-source tools/gpu_env.sh
+source tools/gpu/env.sh
 search() {
   start=$(date +%s)
   timeout 580 bash run.sh --budget "$1" > "$out/run_sh.log" 2>&1; echo "run.sh exit $? in $(( $(date +%s) - start )) s"
@@ -41,7 +41,7 @@ compare() {
 }
 judge() {
   python3 -m mutations recipe mutations/recipes/fastest.txt -o /tmp/fastest.py > /dev/null
-  python3 -m tools.create_probe --engines seed_engine/engine.py /tmp/fastest.py | tee "$out/create.txt"
+  python3 -m tools.engine_creation_cost --engines seed_engine/engine.py /tmp/fastest.py | tee "$out/create.txt"
   python3 -m tools.judge_probe --engines seed_engine/engine.py --repeats 5 | tee "$out/seed_cv.txt"
   for group in 1 4; do
     python3 -m tools.judge_throughput --engine /tmp/fastest.py --judgements 8 --group $group --workers "$@"

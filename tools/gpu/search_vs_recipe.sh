@@ -6,10 +6,10 @@
 # lets it run to its end: start it under setsid and read OUT/run_sh.log from later calls.
 # Each OUT keeps its own history, runs and library, so two searches can share a host, one
 # per GPU (CUDA_VISIBLE_DEVICES).
-#   bash tools/gpu_search_vs_recipe.sh search OUT [TARGET] [run.sh flags ...]
+#   bash tools/gpu/search_vs_recipe.sh search OUT [TARGET] [run.sh flags ...]
 #       # bash run.sh [--target TARGET] FLAGS (TARGET "public": the repository's own model),
 #       # or the rest of OUT's unfinished run; its log, winner and recipe go to OUT
-#   bash tools/gpu_search_vs_recipe.sh compare OUT [TARGET] [ROUNDS]
+#   bash tools/gpu/search_vs_recipe.sh compare OUT [TARGET] [ROUNDS]
 #       # OUT's winner and fastest.txt's program benched in fresh processes, interleaved (the
 #       # order swapped each round), ROUNDS (3) times on the cases the search timed, and more
 #       # while a case is undecided, up to COMPARE_MAX_ROUNDS (6); the ratio per case with its
@@ -17,8 +17,8 @@
 set -uo pipefail
 mode=$1 out=$2 target=${3:-public}; mkdir -p "$out"
 shift $(( $# < 3 ? $# : 3 ))
-source tools/gpu_env.sh
-source tools/bench_rounds.sh
+source tools/gpu/env.sh
+source tools/gpu/bench_rounds.sh
 target_args=()
 [ "$target" = public ] || target_args=(--target "$target")
 

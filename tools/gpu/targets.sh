@@ -2,23 +2,23 @@
 # Programs against the targets on one GPU (one device command may run 10 minutes).
 # $RECIPES: recipe files to build and measure (default: mutations/recipes/fastest.txt);
 # each program is named after its recipe file. $ENGINES: engine files measured as well (a search's winner).
-#   bash tools/gpu_targets.sh check OUT            # fitness check (derived configs) of each
-#   bash tools/gpu_targets.sh compare OUT [ROUNDS] # each, and the seed, benched on the public
+#   bash tools/gpu/targets.sh check OUT            # fitness check (derived configs) of each
+#   bash tools/gpu/targets.sh compare OUT [ROUNDS] # each, and the seed, benched on the public
 #                                                 # cases in fresh processes, interleaved
-#   bash tools/gpu_targets.sh targets OUT [CONFIG:CASES..]  # default: the 12-layer config's
+#   bash tools/gpu/targets.sh targets OUT [CONFIG:CASES..]  # default: the 12-layer config's
 #                          # hidden cases and the 1B-class config's large cases, with roofline
 #                          # ($SEED=1: the seed too, $BASELINE=1: the recompute baseline;
 #                          # CONFIG "public": the repository's own)
-#   bash tools/gpu_targets.sh profile OUT [CONFIG:CASES..]  # where each case's time goes, with
+#   bash tools/gpu/targets.sh profile OUT [CONFIG:CASES..]  # where each case's time goes, with
 #                          # the 10 costliest kernels (CONFIG "public": the repository's own)
-#   bash tools/gpu_targets.sh memory OUT [CONFIG:CASES..]  # what is alive at each case's peak
+#   bash tools/gpu/targets.sh memory OUT [CONFIG:CASES..]  # what is alive at each case's peak
 #                          # memory, by phase and engine line (default: one_b:large)
-#   bash tools/gpu_targets.sh gate OUT ["CONFIGS"] ["SEEDS"]  # the worst error of each, and the
+#   bash tools/gpu/targets.sh gate OUT ["CONFIGS"] ["SEEDS"]  # the worst error of each, and the
 #                          # seed's, on the target weights of configs the search never saw
 #                          # (default: one_b; token seeds 11 12), in tolerances, never cut off
 set -uo pipefail
 mode=$1 out=$2; mkdir -p "$out"
-source tools/gpu_env.sh
+source tools/gpu/env.sh
 RECIPES=${RECIPES:-mutations/recipes/fastest.txt}
 engines="${ENGINES:-}"
 for recipe in $RECIPES; do

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Follow, from a later device call, work that an earlier call started under setsid on the
 # same machine (a search per GPU, say), and bring back what exists so far.
-#   bash tools/gpu_follow.sh STATE SECONDS [DONE ...]
+#   bash tools/gpu/follow.sh STATE SECONDS [DONE ...]
 # STATE: the folder the work writes to (each search's OUT below it). Stops at once when
 # STATE is missing: the machine was given back between calls and this one is bare.
 # Every minute, each run's last progress lines; it returns when every DONE file exists

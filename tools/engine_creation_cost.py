@@ -1,6 +1,6 @@
 """What making an engine costs, beside what running a case costs, for docs/PERF.md.
 
-    python -m tools.create_probe --engines seed_engine/engine.py FAST.py [--repeats 5]
+    python -m tools.engine_creation_cost --engines seed_engine/engine.py FAST.py [--repeats 5]
 
 In this process (a measuring tool, not a judge): the checkpoint's torch.load alone, then
 per engine `create_engine` `--repeats` times and each public case's calls on a fresh
@@ -35,7 +35,7 @@ def milliseconds(fn, repeats: int, device: str) -> float:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.create_probe", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.engine_creation_cost", description=__doc__.splitlines()[0])
     parser.add_argument("--engines", nargs="+", type=Path, required=True)
     parser.add_argument("--model-config", type=Path, default=Path("target/model_config.json"))
     parser.add_argument("--weight-dir", type=Path, default=Path("target/weights"))

@@ -1,6 +1,6 @@
 """A random walk from the seed: how often do children survive the judge's static stage and gate?
 
-    python -m tools.walk [--steps 200] [--crosses 50] [--seed 0] [--device cpu] [--derived] [--json]
+    python -m tools.gate_survival [--steps 200] [--crosses 50] [--seed 0] [--device cpu] [--derived] [--json]
 
 The walk applies `random_mutation` (operators that run on the device) to the current
 program `steps` times and, spread evenly among them, `crosses` crossovers with a program
@@ -116,7 +116,7 @@ def walk(judge, steps: int, crosses: int, seed: int, device: str, log=None) -> d
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.walk", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.gate_survival", description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--crosses", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)

@@ -2,14 +2,14 @@
 # The judge against another judge on one GPU (one device command may run 10 minutes):
 # $ROOTS are checkouts whose `python -m fitness` judges (default: an earlier commit
 # unpacked in .before, and this one); programs are the recipe's (fastest.txt) and the seed.
-#   bash tools/gpu_judge_before_after.sh judged OUT [REPEATS]  # each program judged by each
+#   bash tools/gpu/judge_before_after.sh judged OUT [REPEATS]  # each program judged by each
 #                  # root, interleaved: tokens/s per public case, the judgement's seconds
-#   bash tools/gpu_judge_before_after.sh overhead OUT          # the judge's run against the
-#                  # benchmark's clock, per case (tools.go_overhead: bench, go, judge)
-#   bash tools/gpu_judge_before_after.sh cheats OUT            # tools.cheat_verdicts by each root
+#   bash tools/gpu/judge_before_after.sh overhead OUT          # the judge's run against the
+#                  # benchmark's clock, per case (tools.timed_run_overhead: bench, go, judge)
+#   bash tools/gpu/judge_before_after.sh cheats OUT            # tools.cheat_verdicts by each root
 set -uo pipefail
 mode=$1 out=$2; mkdir -p "$out"
-source tools/gpu_env.sh
+source tools/gpu/env.sh
 here=$PWD
 ROOTS=${ROOTS:-.before .}
 python3 -m mutations recipe mutations/recipes/fastest.txt -o /tmp/fastest.py > /dev/null || exit 1
@@ -33,7 +33,7 @@ print(sys.argv[2], v['status'], {k: round(x) for k, x in (v.get('tokens_per_seco
 overhead)
   for root in $ROOTS; do
     for program in $programs; do
-      (cd "$root" && python3 -m tools.go_overhead --engine "$program" --model-config "$here/target/model_config.json" \
+      (cd "$root" && python3 -m tools.timed_run_overhead --engine "$program" --model-config "$here/target/model_config.json" \
         --weight-dir "$here/target/weights" --rounds ${OVERHEAD_ROUNDS:-7} --variants ${VARIANTS:-bench go judge} 2>&1 | sed "s|^|$root |")
     done
   done | tee "$out/overhead.txt" ;;

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The server on one GPU: the recipe's program (fastest.txt) served on the 1B-class config and
 # measured by serve.bench, beside the same engine offline (tools.serve_offline), in one call:
-#   bash tools/gpu_serve.sh OUT       # offline; concurrency 1 and 64, 300 at once; the ratios;
+#   bash tools/gpu/serve.sh OUT       # offline; concurrency 1 and 64, 300 at once; the ratios;
 #                                     # then the per-step timeline at 64 and 300 (tools.serve_timeline)
-#   LEVELS=1,2,4,8,16,32,64 TIMELINE=0 bash tools/gpu_serve.sh OUT   # the whole sweep instead
+#   LEVELS=1,2,4,8,16,32,64 TIMELINE=0 bash tools/gpu/serve.sh OUT   # the whole sweep instead
 # One device command may run 10 minutes (the default takes about five). It also checks greedy
 # outputs against the reference (tools.serve_greedy_check; CHECK=0: not).
 # $ENGINE serves another file; $CONFIG another of target.targets (default one_b);
@@ -16,7 +16,7 @@
 # httpx, anyio, h11, click, jinja2 and tokenizers are there.
 set -uo pipefail
 out=$1; mkdir -p "$out"
-source tools/gpu_env.sh
+source tools/gpu/env.sh
 engine=${ENGINE:-/tmp/fastest.py}
 [[ -n "${ENGINE:-}" ]] || python3 -m mutations recipe mutations/recipes/fastest.txt -o "$engine" > /dev/null || exit 1
 config=$(python3 -m target.targets /tmp/targets --only "${CONFIG:-one_b}") || exit 1

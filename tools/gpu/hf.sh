@@ -5,13 +5,13 @@
 # $ENGINES: engine files measured as well (a search's winner). $MODELS: which checkpoints
 # (default: llama_3_2_1b qwen3_0_6b); WITH_SEED=0 leaves the seed out. safetensors and transformers (with its dependencies)
 # must be among the carried wheels.
-#   bash tools/gpu_hf.sh check OUT         # the bf16 gate (calibrated allowance) on each, seed too
-#   bash tools/gpu_hf.sh bench OUT         # fitness bench --cases large --roofline --step-time of each, seed too
-#   bash tools/gpu_hf.sh transformers OUT  # transformers eager, then static cache + torch.compile
-#   bash tools/gpu_hf.sh profile OUT       # kernels and GPU time of the batch-1 and batch-64 decodes and the 16 x 1024 prefill
+#   bash tools/gpu/hf.sh check OUT         # the bf16 gate (calibrated allowance) on each, seed too
+#   bash tools/gpu/hf.sh bench OUT         # fitness bench --cases large --roofline --step-time of each, seed too
+#   bash tools/gpu/hf.sh transformers OUT  # transformers eager, then static cache + torch.compile
+#   bash tools/gpu/hf.sh profile OUT       # kernels and GPU time of the batch-1 and batch-64 decodes and the 16 x 1024 prefill
 set -uo pipefail
 mode=$1 out=$2; mkdir -p "$out"
-source tools/gpu_env.sh
+source tools/gpu/env.sh
 MODELS=${MODELS:-llama_3_2_1b qwen3_0_6b}
 engines="${ENGINES:-}"
 [ "${WITH_SEED:-1}" = 0 ] || engines="$engines seed_engine/engine.py"
