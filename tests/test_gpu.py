@@ -166,7 +166,7 @@ def test_the_prefetched_linear_matches_fp32_on_the_real_shapes(dtype, one_row_sh
 def test_the_swiglu_folded_into_down_matches_fp32_on_the_real_shapes(width):
     """mlp.swiglu_triton's one-row fold compiled for a GPU: one bf16 row's product and down
     projection in one kernel (the product's own kernel unlaunchable) against fp32."""
-    from tools.probes.alleles import load_allele
+    from mutations.alleles import load_module as load_allele
     module = load_allele("mlp", "swiglu_triton")
     module.swiglu.__globals__.update(FOLD_WIDTH=16384, swiglu_kernel=None)  # shared.py's, which swiglu reads
     torch.manual_seed(0)
@@ -186,7 +186,7 @@ def test_the_swiglu_folded_into_down_matches_fp32_on_the_real_shapes(width):
 def test_the_glu_matmul_matches_fp32_on_the_real_shapes(width, rows):
     """mlp.glu_matmul compiled for a GPU: a few bf16 rows' gate/up product with SwiGLU in its
     epilogue (the SwiGLU kernel unlaunchable) against fp32."""
-    from tools.probes.alleles import load_allele
+    from mutations.alleles import load_module as load_allele
     module = load_allele("mlp", "glu_matmul")
     module.swiglu.__globals__["swiglu_kernel"] = None
     torch.manual_seed(0)
@@ -208,7 +208,7 @@ def test_the_moe_triton_alleles_match_fp32_on_qwen3_30b_a3b_layer(rows):
     output against fp32 math over those experts; and a captured CUDA graph of the layer
     replayed on other rows gives what an eager call does (no value read back to the host;
     200 rows: 1,600 pairs, sorted first)."""
-    from tools.probes.alleles import load_allele
+    from mutations.alleles import load_module as load_allele
     module = load_allele("moe", "triton_grouped")
     seed_route, module.route = module.route, load_allele("route", "triton_topk").route
     torch.manual_seed(0)
@@ -249,7 +249,7 @@ def test_the_rope_kernels_round_as_torch_does_on_the_real_shapes(heads, kv_heads
     interpreter rounds neither way as the GPU does, so only a GPU can tell)."""
     from types import SimpleNamespace
 
-    from tools.probes.alleles import load_allele
+    from mutations.alleles import load_module as load_allele
     seed_rope = load_engine_module(SEED_ENGINE).apply_rope  # the reference's ops
     torch.manual_seed(0)
     tokens = 300

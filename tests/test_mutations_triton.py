@@ -17,7 +17,7 @@ from triton.compiler import ASTSource
 
 from tests.conftest import REPO
 from tests.side_by_side import side_by_side
-from tools.probes.alleles import load_allele
+from mutations.alleles import load_module as load_allele
 
 FIXTURES = REPO / "tests" / "mutation_fixtures"
 INTERPRETED = ["allele.rms_norm.triton", "allele.add_rms_norm.triton", "allele.attend_prefill.triton_varlen",

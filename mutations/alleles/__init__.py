@@ -15,6 +15,7 @@ Module constants an allele tunes are declared with their range as a trailing com
 `SLAB_SLOTS = 16  # range: 4..256`, which `tune_constant` reads.
 """
 import ast
+import importlib.util
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -108,3 +109,17 @@ def requirements(gene: str, name: str) -> dict:
     (written by hand, say) is taken to require nothing."""
     allele = get(gene, name)
     return allele.requires if allele else {}
+
+
+def load_module(gene: str, name: str):
+    """alleles/GENE/NAME.py as a module over the seed's and the shared helpers a swap would
+    bring with it: an allele's kernels run alone, by the tests and the probes."""
+    module = None
+    for path in (program.SEED_PATH, HERE / "shared.py", HERE / gene / f"{name}.py"):
+        spec = importlib.util.spec_from_file_location(f"allele_{gene}_{name}_{path.stem}", path)
+        loaded = importlib.util.module_from_spec(spec)
+        if module is not None:
+            vars(loaded).update({k: v for k, v in vars(module).items() if not k.startswith("__")})
+        spec.loader.exec_module(loaded)
+        module = loaded
+    return module

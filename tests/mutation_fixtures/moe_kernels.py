@@ -11,7 +11,7 @@ import torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-from tools.probes.alleles import load_allele as load  # noqa: E402
+from mutations.alleles import load_module as load  # noqa: E402
 
 SEED = load("moe", "triton_grouped")  # the seed's genes under the allele's: route and sorted_experts are the seed's
 

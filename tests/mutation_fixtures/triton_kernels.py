@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 NO_CACHE = SimpleNamespace(reference_rounding=False)  # varlen prefill reads only this of its cache
 sys.path.insert(0, str(REPO))
 from mutations.rewrites.kernels import prefetched_linear as linear  # noqa: E402
-from tools.probes.alleles import load_allele as load  # noqa: E402
+from mutations.alleles import load_module as load  # noqa: E402
 
 
 def reference_norm(x, weight, eps):

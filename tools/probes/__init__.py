@@ -1,18 +1,32 @@
-"""One-off measurements whose figures are cited in docs/PERF.md or beside the code they
-justified (a kernel's block sizes, the judge's cost per call, the host's noise): kept so a
-figure can be measured again, not run by any driver.
+"""One-off measurements, each kept so that the figure of the log it backs (docs/log/) can be
+measured again; no driver runs them. python -m tools.probes.NAME, and the log:
 
-    python -m tools.probes.decode_attention_bench   split-KV decode attention's tiles (GPU)
-    python -m tools.probes.prefill_attention_bench  varlen prefill attention's blocks (GPU)
-    python -m tools.probes.bf16_exactness           RoPE and SwiGLU kernels against torch's bf16 rounding (GPU)
-    python -m tools.probes.linear_bench             skinny matmuls: cuBLAS against skinny_matmul's kernels (GPU)
-    python -m tools.probes.call_delivery_cost       what delivering a trace call by call costs a program (GPU)
-    python -m tools.probes.runner_view_cost         the runner's tensor work a call: slices, output copies (GPU)
-    python -m tools.probes.host_profile             where a case's host time goes (GPU)
-    python -m tools.probes.host_noise, core_noise   how noisy the host's cores are
-    python -m tools.probes.swap_orders              pairs of swaps in both orders: one engine, one source?
-    python -m tools.probes.moe_tie_rows             rows a Qwen3-MoE gate checks under a dtype's tie bound
-    python -m tools.probes.moe_alleles_bench        a sparse layer's MLP, the seed's and each MoE allele's (CPU)
-    python -m tools.probes.moe_layer_bench          the MoE kernels alone on a GPU, knob by knob (bytes a layer, TB/s)
-    python -m tools.probes.gate_as_on_gpu           the gate on a CPU with every dtype a GPU would compute in
+  kernels on a GPU
+    decode_attention_bench   split-KV decode attention's tiles       2026-11-26-one-row-projections-in-triton.md
+    prefill_attention_bench  varlen prefill attention's blocks       2026-11-27-batch-64-step-prefill-unmasked-blocks.md
+    linear_bench             skinny matmuls: cuBLAS, skinny_matmul   2026-11-26-one-row-folds-llama-qwen3-step.md
+    skinny_matmul            the one-row projection's first kernels  2026-11-24-search-480ebbd-decode-kernel-costs.md
+    glu_matmul_bench         SwiGLU in the gate/up matmul            2026-11-27-glu-matmul-epilogue.md
+    bf16_exactness           RoPE and SwiGLU against torch's bf16    2026-11-26-llama-batch-1-roofline-bf16-swiglu.md
+    moe_layer_bench          the MoE kernels alone, knob by knob     2026-11-28-moe-triton-alleles-first-gpu-figures.md
+  a step, taken apart
+    step_timeline            a decode step's kernels on a timeline   2026-11-27-batch-1-step-timeline-step-inputs.md
+    step_without             a step with one part left out           2026-11-27-qwen3-batch-1-step-by-leaving-parts-out.md
+    host_profile             where a case's host time goes           2026-11-23-graph-first-launch-metadata-copy.md
+  the judge and its host
+    call_delivery_cost       delivering a trace call by call         2026-11-25-no-input-before-its-call.md
+    runner_view_cost         the runner's tensor work a call         2026-11-28-runner-call-cost.md
+    wire_throughput          the judge's pipe and shared memory      2026-11-26-cpu-what-changed-judge-pipe.md
+    fresh_runs               a case in fresh processes, in turn      2026-11-27-cpu-what-changed-fastest-always-judged.md
+    host_noise, core_noise   how noisy the host's cores are          2026-11-23-cv-of-a-judgement.md
+    swap_orders              pairs of swaps in both orders           2026-11-23-one-program-one-source.md
+  the server
+    serving_loop_cost        the serving loop's own host cost a step 2026-11-28-serving-loop-host-cost.md
+    fixed_step_engine        an engine file whose step takes a set time (the stand-in those runs serve)
+  mixtures of experts
+    moe_tie_rows             rows the gate checks under a tie bound  2026-11-28-moe-gate-bf16-routing.md
+    moe_alleles_bench        a sparse layer's MLP by each allele     2026-11-28-moe-search-cpu.md
+    gate_as_on_gpu           the gate on a CPU in a GPU's dtypes     2026-11-28-moe-triton-alleles-first-gpu-figures.md
+
+graph_timing is the kernel probes' helper (a callable timed in CUDA graphs), not a probe.
 """

@@ -26,7 +26,7 @@ from triton.language.extra import libdevice
 
 from contract.loader import load_engine_module
 from mutations.program import SEED_PATH
-from tools.probes.alleles import load_allele
+from mutations.alleles import load_module as load_allele
 
 EXP = tl if os.environ.get("TRITON_INTERPRET") == "1" else libdevice  # the interpreter has no libdevice
 # (name, query heads, K/V heads, head_dim, intermediate size)

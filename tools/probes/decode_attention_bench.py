@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import torch
 
-from tools.probes.alleles import load_allele
+from mutations.alleles import load_module as load_allele
 from tools.probes.graph_timing import time_graph
 
 # (name, batch, query heads, K/V heads, head_dim, tokens a request holds, max_positions)

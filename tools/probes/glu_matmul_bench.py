@@ -21,7 +21,7 @@ import statistics
 import torch
 import triton
 
-from tools.probes.alleles import load_allele
+from mutations.alleles import load_module as load_allele
 from tools.probes.linear_bench import CONFIGS, DTYPES, L2_BYTES, checked, time_calls
 
 TILINGS = list(itertools.product((16, 32, 64), (64, 128), (3, 4)))  # BLOCK_N, BLOCK_K, stages

@@ -18,7 +18,7 @@ import statistics
 
 import torch
 
-from tools.probes.alleles import load_allele
+from mutations.alleles import load_module as load_allele
 
 EXPERTS, TOP_K, HIDDEN, INTER = 128, 8, 2048, 768
 GRIDS = {  # bucket -> knob -> values tried

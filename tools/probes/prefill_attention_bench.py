@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from tools.probes.alleles import load_allele
+from mutations.alleles import load_module as load_allele
 from tools.probes.graph_timing import time_graph
 
 SLOTS = 16  # MAX_PREFILL_PROMPTS of the prefill-graphs engine
