@@ -13,6 +13,7 @@ the child (`crossover_steps`), when some do.
 import difflib
 import json
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import mutations
 from mutations import program
@@ -59,6 +60,14 @@ def parse_line(line: str, line_no: int) -> Step:
 
 
 def apply_step(source: str, step: Step) -> Applied | Declined:
+    return replayed(source, step.operator, json.dumps(step.args, sort_keys=True))
+
+
+# A replay is a pure function of the source and the step, and recipes share their first steps
+# (every library program starts as fastest.txt's does): a process replays each pair once.
+@lru_cache(maxsize=512)
+def replayed(source: str, operator: str, args: str) -> Applied | Declined:
+    step = Step(operator, json.loads(args))
     if step.operator == "crossover":
         return Declined(step.operator, "a recipe is linear and crossover has two parents: write the allele "
                                        "swaps it made (`python -m evolve report --recipe` does)")
