@@ -233,9 +233,7 @@ class References:
         if config.num_experts:
             exact, rounded = self.model(config, weight_dir, torch.float32), self.model(config, weight_dir, dtype)
             for life, (tokens, _) in enumerate(lives):
-                a, b = (torch.stack(routed_forward(m, tokens, [len(tokens) - 1])[1]) for m in (exact, rounded))
-                chosen = [x.topk(config.num_experts_per_tok, dim=-1).indices.sort(-1).values for x in (a, b)]
-                differs = (chosen[0] != chosen[1]).any(-1).any(0)  # [T]: some layer routes it another way
+                differs = routes_apart(exact, rounded, tokens)[2].any(0)  # [T]: some layer routes it another way
                 if differs.any():
                     first[life] = int(differs.nonzero()[0])
         return [None if row is None else [i for i, (life, p) in enumerate(row) if p < first[life]] for row in rows]
@@ -391,17 +389,22 @@ def public_lives_with_positions(config: ModelConfig) -> list:
     return lifetimes(calls, histories(calls))[0]
 
 
+def routes_apart(exact: ReferenceModel, rounded: ReferenceModel, tokens) -> tuple:
+    """(exact's router logits, rounded's, both [sparse layers, T, E], and where their top k
+    differ [sparse layers, T]) over the sequence `tokens`."""
+    a, b = (torch.stack(routed_forward(m, tokens, [len(tokens) - 1])[1]) for m in (exact, rounded))
+    chosen = [x.topk(exact.config.num_experts_per_tok, dim=-1).indices.sort(-1).values for x in (a, b)]
+    return a, b, (chosen[0] != chosen[1]).any(-1)
+
+
 def router_noise(exact: ReferenceModel, rounded: ReferenceModel, lives: list) -> float:
     """2 x the largest change of a router logit from `exact` to `rounded`, over each life's
     positions before the first where `rounded` picks other experts, and that one's layers up to
     the one where it does (past it, `rounded`'s hidden states took another path); at least the
     rounding of `rounded`'s dtype at the largest logit."""
-    k, worst = exact.config.num_experts_per_tok, 0.0
+    worst = 0.0
     for tokens in lives:
-        a = torch.stack(routed_forward(exact, tokens, [len(tokens) - 1])[1])  # [layers, T, E]
-        b = torch.stack(routed_forward(rounded, tokens, [len(tokens) - 1])[1])
-        chosen = [x.topk(k, dim=-1).indices.sort(-1).values for x in (a, b)]
-        differs = (chosen[0] != chosen[1]).any(-1)  # [layers, T]
+        a, b, differs = routes_apart(exact, rounded, tokens)
         change = (a - b).abs().amax(-1)  # [layers, T]
         if differs.any():  # the positions before the first other route; at it, its layers up to that one
             upto = int(differs.any(0).nonzero()[0])
