@@ -6,7 +6,8 @@ in two ways, both undone here, once: its names carry a `model.` prefix, and its 
 (and their biases and per-head norm weights) pair dimension i with i + head_dim/2 for
 RoPE (rotate-half), where the layout pairs 2i with 2i + 1 (interleaved). Permuting the rows
 of each head gives the same rotation and the same q.k, so one interleaved RoPE serves both
-(gpt-fast's scripts/convert_hf_checkpoint.py undoes the same permutation).
+(gpt-fast's scripts/convert_hf_checkpoint.py undoes the same permutation). Where RoPE turns
+part of each head (Qwen3.5), only that part's rows move.
 """
 import json
 from pathlib import Path
@@ -47,7 +48,7 @@ def read_index(folder: Path) -> dict:
         raise ConfigError(f"{folder / SAFETENSORS_INDEX} has no readable weight_map: {err!r}") from None
 
 
-def read_weights(weight_dir, head_dim: int) -> dict:
+def read_weights(weight_dir, config: ModelConfig) -> dict:
     """Every tensor of the checkpoint (CPU, as stored), in the contract's names and layout."""
     files = checkpoint_files(weight_dir)
     if files[0].name == CONTRACT_FILE:
@@ -58,41 +59,49 @@ def read_weights(weight_dir, head_dim: int) -> dict:
     for path in files:
         if path.suffix == ".safetensors":
             stored.update(load_file(path))
-    return from_hf_layout(stored, head_dim)
+    return from_hf_layout(stored, config)
 
 
-def from_hf_layout(stored: dict, head_dim: int) -> dict:
+def from_hf_layout(stored: dict, config: ModelConfig) -> dict:
     """Hugging Face names and rotate-half rows -> the contract's names and interleaved rows."""
     weights = {contract_name(name): tensor for name, tensor in stored.items()}
-    return {name: interleave_pairs(t, head_dim) if ROTATED.search(name) else t for name, t in weights.items()}
-
-
-def to_hf_layout(weights: dict, head_dim: int) -> dict:
-    """The contract's names and interleaved rows -> Hugging Face names and rotate-half rows
-    (from_hf_layout undone: the judge writes its own weights as a target's checkpoint is)."""
-    inverse = interleave_pairs(torch.arange(head_dim), head_dim).argsort()
-    return {hf_name(name): per_head_rows(t, head_dim, inverse) if ROTATED.search(name) else t
+    return {name: per_head_rows(t, *rope_row_order(name, config)) if ROTATED.search(name) else t
             for name, t in weights.items()}
 
 
-def per_head_rows(rows: torch.Tensor, head_dim: int, order: torch.Tensor) -> torch.Tensor:
-    """Each head's head_dim rows of `rows` [heads*head_dim, ...] (or [head_dim]) in `order`."""
-    per_head = rows.reshape(-1, head_dim, *rows.shape[1:])  # [heads, head_dim, ...]
+def to_hf_layout(weights: dict, config: ModelConfig) -> dict:
+    """The contract's names and interleaved rows -> Hugging Face names and rotate-half rows
+    (from_hf_layout undone: the judge writes its own weights as a target's checkpoint is)."""
+    def undone(name, rows):
+        block, order = rope_row_order(name, config)
+        return per_head_rows(rows, block, order.argsort())
+
+    return {hf_name(name): undone(name, t) if ROTATED.search(name) else t for name, t in weights.items()}
+
+
+def rope_row_order(name: str, config: ModelConfig) -> tuple:
+    """(rows per head, their order) that move a rotated tensor's rows from rotate-half to
+    interleaved: within the first rotary_dim rows of each head's query or key, row
+    i + rotary_dim/2 next to row i; the rest (dimensions RoPE leaves alone, a gated
+    attention's gate rows after each head's query) stay where they are."""
+    head_dim, rotary = config.head_dim, config.rotary_dim
+    has_gate = config.attn_output_gate and ".q_proj." in name
+    order = torch.arange(2 * head_dim if has_gate else head_dim)
+    order[:rotary] = torch.arange(rotary).view(2, rotary // 2).T.reshape(-1)  # [0, half, 1, half + 1, ...]
+    return len(order), order
+
+
+def per_head_rows(rows: torch.Tensor, block: int, order: torch.Tensor) -> torch.Tensor:
+    """Each head's `block` rows of `rows` [heads*block, ...] (or [block]) in `order`."""
+    per_head = rows.reshape(-1, block, *rows.shape[1:])  # [heads, block, ...]
     return per_head[:, order].reshape(rows.shape)
-
-
-def interleave_pairs(rows: torch.Tensor, head_dim: int) -> torch.Tensor:
-    """Within each head's head_dim rows, row i + head_dim/2 moved next to row i: a
-    rotate-half tensor [heads*head_dim, ...] (or [head_dim] for a norm) -> interleaved."""
-    half = head_dim // 2
-    return per_head_rows(rows, head_dim, torch.arange(head_dim).view(2, half).T.reshape(-1))  # [0, half, 1, half + 1, ...]
 
 
 def load_checked_weights(config: ModelConfig, weight_dir) -> dict:
     """The checkpoint in the contract's layout, every tensor checked against the config's
     shapes; a tied head is the embedding table itself, unless the checkpoint stores a head
     of its own anyway (transformers 5 then keeps that one)."""
-    weights = read_weights(weight_dir, config.head_dim)
+    weights = read_weights(weight_dir, config)
     expected = weight_shapes(config.to_dict())
     missing = sorted(set(expected) - set(weights))
     if missing:

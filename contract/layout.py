@@ -7,31 +7,46 @@ in another RoPE order: `ROTATED` names the tensors whose rows checkpoint.py perm
 """
 import re
 
-from contract.families import LAYOUTS, MLP_FAMILIES
+from contract.families import LAYOUTS, MIXER_FAMILIES, MLP_FAMILIES
 
 
 def weight_shapes(config: dict) -> dict[str, tuple[int, ...]]:
     """Every tensor of the checkpoint, in the contract's (generation) order."""
     hidden, vocab = config["hidden_size"], config["vocab_size"]
-    inter, head_dim = config["intermediate_size"], config["head_dim"]
-    q_dim = config["num_attention_heads"] * head_dim
-    kv_dim = config["num_key_value_heads"] * head_dim
     shapes = {"embed_tokens.weight": (vocab, hidden)}
     for i in range(config["num_hidden_layers"]):
         p = f"layers.{i}."
         shapes[p + "input_layernorm.weight"] = (hidden,)
-        shapes[p + "self_attn.q_proj.weight"] = (q_dim, hidden)
-        shapes[p + "self_attn.k_proj.weight"] = (kv_dim, hidden)
-        shapes[p + "self_attn.v_proj.weight"] = (kv_dim, hidden)
-        for family in LAYOUTS:
-            shapes.update(family.attention_weights(config, p))
-        shapes[p + "self_attn.o_proj.weight"] = (hidden, q_dim)
+        shapes.update(mixer_weights(config, p, i))
         shapes[p + "post_attention_layernorm.weight"] = (hidden,)
         shapes.update(mlp_weights(config, p, i))
     shapes["norm.weight"] = (hidden,)
     if not config.get("tie_word_embeddings"):
         shapes["lm_head.weight"] = (vocab, hidden)
     return shapes
+
+
+def mixer_weights(config: dict, prefix: str, layer: int) -> dict:
+    """What mixes a layer's tokens: a family's own where it replaces attention (a Gated
+    DeltaNet), else attention's q, k, v (and what the families add to them) and o."""
+    for family in MIXER_FAMILIES:
+        shapes = family.mixer_weights(config, prefix, layer)
+        if shapes is not None:
+            return shapes
+    hidden, q_dim = config["hidden_size"], config["num_attention_heads"] * config["head_dim"]
+    kv_dim = config["num_key_value_heads"] * config["head_dim"]
+    shapes = {prefix + "self_attn.q_proj.weight": (q_rows(config), hidden),
+              prefix + "self_attn.k_proj.weight": (kv_dim, hidden), prefix + "self_attn.v_proj.weight": (kv_dim, hidden)}
+    for family in LAYOUTS:
+        shapes.update(family.attention_weights(config, prefix))
+    shapes[prefix + "self_attn.o_proj.weight"] = (hidden, q_dim)
+    return shapes
+
+
+def q_rows(config: dict) -> int:
+    """q_proj's rows: each head's query, then, where attention's output is gated (Qwen3.5),
+    that head's gate."""
+    return config["num_attention_heads"] * config["head_dim"] * (2 if config.get("attn_output_gate") else 1)
 
 
 def mlp_weights(config: dict, prefix: str, layer: int) -> dict:

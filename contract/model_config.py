@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from contract.families import FAMILIES, FEATURES, HF_FAMILIES
+from contract.families import FAMILIES, FEATURES, HF_FAMILIES, qwen3_5_moe
 from contract.families.llama import LLAMA3_KEYS
 from contract.families.qwen3_moe import is_sparse_layer
 
@@ -57,6 +57,17 @@ class ModelConfig:
     moe_intermediate_size: int = 0  # each expert's SwiGLU width
     decoder_sparse_step: int = 1  # every step-th layer is sparse...
     mlp_only_layers: tuple = ()  # ...but these, dense
+    shared_expert_intermediate_size: int = 0  # a shared expert beside the routed ones, gated (qwen3_5_moe)
+    # Qwen3.5's hybrid (qwen3_5_moe), structural: no layer_types, every layer attends.
+    layer_types: tuple = ()  # per layer, "linear_attention" (a Gated DeltaNet) or "full_attention"
+    linear_num_key_heads: int = 0  # the DeltaNet's q and k heads...
+    linear_num_value_heads: int = 0  # ...and v heads (each k head serves a run of them)
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel_dim: int = 0  # the causal conv's taps
+    attn_output_gate: bool = False  # q_proj also gives a sigmoid gate on attention's output
+    partial_rotary_factor: float = 1.0  # RoPE turns each head's first head_dim * this dimensions
+    zero_centred_norm: bool = False  # RMSNorm scales by 1 + weight, in fp32, before the cast
 
     def __post_init__(self):
         for key in REQUIRED_KEYS + ("max_position_embeddings",):
@@ -74,9 +85,18 @@ class ModelConfig:
                               f"{self.rms_norm_eps!r} and {self.rope_theta!r}")
         if self.rope_scaling is not None:
             check_llama3(self.rope_scaling)
-        object.__setattr__(self, "mlp_only_layers", tuple(self.mlp_only_layers))  # JSON gives a list
+        for key in ("mlp_only_layers", "layer_types"):  # JSON gives lists
+            object.__setattr__(self, key, tuple(self.__dict__[key]))
         if self.num_experts:
             check_experts(self)
+        if self.layer_types:
+            problems = qwen3_5_moe.check(self)
+            if problems:
+                raise ConfigError("; ".join(problems))
+        rotary = self.head_dim * self.partial_rotary_factor
+        if not (0 < rotary <= self.head_dim and rotary == int(rotary) and int(rotary) % 2 == 0):
+            raise ConfigError(f"partial_rotary_factor {self.partial_rotary_factor!r} of head_dim {self.head_dim} "
+                              f"must turn an even number of dimensions")
 
     @classmethod
     def from_dict(cls, raw: dict) -> "ModelConfig":
@@ -124,6 +144,15 @@ class ModelConfig:
         """Whether layer `layer`'s MLP is a mixture of experts."""
         return is_sparse_layer(self.to_dict(), layer)
 
+    def is_linear_layer(self, layer: int) -> bool:
+        """Whether layer `layer` mixes tokens with a Gated DeltaNet rather than attention."""
+        return qwen3_5_moe.is_linear_layer(self.to_dict(), layer)
+
+    @property
+    def rotary_dim(self) -> int:
+        """The dimensions of each head RoPE turns (the first ones)."""
+        return int(self.head_dim * self.partial_rotary_factor)
+
 
 def config_file(path) -> Path:
     """The config file `path` names: itself, or a Hugging Face model directory's config.json."""
@@ -159,6 +188,7 @@ def hf_fields(raw: dict) -> dict:
     switches = {f.field: bool(raw.get(f.field)) for f in FEATURES if f.off is False} | FAMILIES[family].TURNS_ON
     fields = dict(raw, rope_theta=theta, rope_scaling=scaling,
                   torch_dtype=raw.get("dtype") or raw.get("torch_dtype") or "float32", **switches)
+    fields.pop("layer_types", None)  # Qwen2's and Qwen3's list sliding windows: a hybrid's own hf_fields reads its
     if hasattr(FAMILIES[family], "hf_fields"):  # keys of its own, or spelled its own way
         fields.update(FAMILIES[family].hf_fields(raw))
     if isinstance(heads, int) and heads > 0:  # else the config's own check says what is wrong
@@ -193,14 +223,17 @@ def check_llama3(scaling: dict) -> None:
 def derived_configs(base: ModelConfig, small: bool = True) -> dict[str, ModelConfig]:
     """Configs a candidate was not tuned on. `small` shrinks them so judging stays cheap."""
     if small:
+        layers = min(base.num_hidden_layers, 2)
+        # A hybrid's have both kinds of layer, whatever their depth.
+        hybrid = {"layer_types": qwen3_5_moe.derived_layer_types(layers)} if base.layer_types else {}
         base = base.derive(vocab_size=min(base.vocab_size, 512),
-                           intermediate_size=min(base.intermediate_size, 4 * 128),
-                           num_hidden_layers=min(base.num_hidden_layers, 2),
-                           max_position_embeddings=min(base.max_position_embeddings, 512))
+                           intermediate_size=min(base.intermediate_size, 4 * 128), num_hidden_layers=layers,
+                           max_position_embeddings=min(base.max_position_embeddings, 512), **hybrid)
         if base.num_experts:  # 16 experts of 512 keep a judgement cheap; top-k as the target's
             experts = min(base.num_experts, 16)
             base = base.derive(num_experts=experts, num_experts_per_tok=min(base.num_experts_per_tok, experts),
-                               moe_intermediate_size=min(base.moe_intermediate_size, 4 * 128))
+                               moe_intermediate_size=min(base.moe_intermediate_size, 4 * 128),
+                               shared_expert_intermediate_size=min(base.shared_expert_intermediate_size, 4 * 128))
     heads = base.num_attention_heads
     # Two KV heads at least: with one, a wrong head mapping (repeat for repeat_interleave)
     # gives the same answer and slips through.
@@ -211,7 +244,8 @@ def derived_configs(base: ModelConfig, small: bool = True) -> dict[str, ModelCon
                            hidden_size=gqa_heads * base.head_dim),
         "bf16": base.derive(torch_dtype="bfloat16"),
         "head_dim": base.derive(head_dim=other_dim, hidden_size=heads * other_dim),
-        "deeper": base.derive(num_hidden_layers=base.num_hidden_layers + 2),
+        "deeper": base.derive(num_hidden_layers=base.num_hidden_layers + 2,
+                              **({"layer_types": base.layer_types + base.layer_types[-2:]} if base.layer_types else {})),
         "head_dim_256": base.derive(head_dim=256, num_attention_heads=2, num_key_value_heads=1,
                                     hidden_size=512),
         # Every family's feature at once, each a fault of its own when missed: biases and

@@ -248,11 +248,11 @@ def generated_weights(config: ModelConfig, scratch, std="unit", seed: int = DERI
     with WRITING_WEIGHTS:  # a group's gates run in threads: one writes, the others find it written
         if not weight_files.TRUSTED.intact(weight_dir):
             wanted = generate_weights(config.to_dict(), seed, std)
-            stored = to_hf_layout(wanted, config.head_dim) if config.is_hf else wanted
+            stored = to_hf_layout(wanted, config) if config.is_hf else wanted
             # Trusted only once read back equal under one fingerprint; rewritten only when not
             # equal (a run beside this one, sharing the scratch dir, keeps its file).
             for _ in range(3):
-                if weight_files.holds(weight_dir, wanted, config.head_dim):
+                if weight_files.holds(weight_dir, wanted, config):
                     break
                 save_atomically(stored, path)
             else:

@@ -68,7 +68,7 @@ class TrustedFiles:
             raise WeightsChanged(f"the weights in {', '.join(changed)} changed on disk while candidates ran")
 
 
-def holds(weight_dir, wanted: dict, head_dim: int) -> bool:
+def holds(weight_dir, wanted: dict, config) -> bool:
     """Whether weight_dir's checkpoint (model.pt, or a Hugging Face one) holds exactly
     `wanted` (the contract's names and layout), read under one fingerprint; if so, it is
     trusted as it is (the judge's own weights, however old the file)."""
@@ -76,7 +76,7 @@ def holds(weight_dir, wanted: dict, head_dim: int) -> bool:
     if before is None:
         return False
     try:
-        found = read_weights(weight_dir, head_dim)
+        found = read_weights(weight_dir, config)
     except Exception:  # a candidate's scribble, or half a file
         return False
     equal = found.keys() == wanted.keys() and all(torch.equal(found[k], wanted[k]) for k in wanted)

@@ -1,9 +1,9 @@
 """Seed engine: the simplest correct KV-cached engine, written in gene form.
 
 It reads the contract's format (model_config.json, model.pt) and a Hugging Face directory
-(config.json, safetensors) of Llama, Qwen2, Qwen3 or Qwen3-MoE: `read_config` and `read_tensors` turn
-the latter into the former's keys, names and interleaved RoPE rows, so everything after
-them sees one layout.
+(config.json, safetensors) of Llama, Qwen2, Qwen3, Qwen3-MoE or Qwen3.5-MoE: `read_config` and
+`read_tensors` turn the latter into the former's keys, names and interleaved RoPE rows, so
+everything after them sees one layout.
 
 Each concern is one top-level name (a gene) that a rewrite can find and swap:
   compute_dtype   the reference's dtype rule
@@ -25,9 +25,18 @@ Each concern is one top-level name (a gene) that a rewrite can find and swap:
   dispatch        the packed tokens grouped by the expert they go to
   experts_swiglu  each expert's SwiGLU over its tokens
   combine         the experts' outputs weighted by the router and summed per token
-  moe             a sparse layer's MLP: route, dispatch, experts_swiglu, combine
+  plus_shared_expert  a shared expert beside the routed ones, behind a sigmoid gate (Qwen3.5)
+  moe             a sparse layer's MLP: route, dispatch, experts_swiglu, combine (and the shared expert)
   norm_mlp        the norm before the MLP, then the MLP or, in a sparse layer, moe (one
                   boundary, as norm_qkv)
+  gated_query     a gated attention's q split from its gate (Qwen3.5)
+  gate_output     attention's output times sigmoid(gate)
+  RecurrentState  a Gated DeltaNet's state per request and layer: the conv's last inputs
+                  and the delta rule's matrix (Qwen3.5)
+  causal_conv     the DeltaNet's causal depthwise conv, carried from a state
+  delta_rule_chunked  the gated delta rule over a prompt, a chunk of tokens at a time
+  delta_rule_step     the gated delta rule for one token of each request
+  gated_delta_net the DeltaNet layer: projections, conv, delta rule, gated norm
   KVCache         where K/V live: one tensor per request and layer
   attend_prefill  prompt attention, one request at a time
   attend_decode   one-token attention: gather, pad, mask
@@ -57,17 +66,22 @@ def compute_dtype(model_config, device):
     return torch.bfloat16 if name in ("bfloat16", "bf16") else torch.float16
 
 
-def interleave_pairs(rows, head_dim):
-    """Rows [heads*head_dim, ...] (or a norm's [head_dim]) from rotate-half to interleaved order."""
-    order = torch.arange(head_dim).view(2, head_dim // 2).T.reshape(-1)  # [0, D/2, 1, D/2 + 1, ...]
-    return rows.reshape(-1, head_dim, *rows.shape[1:])[:, order].reshape(rows.shape)  # per head
-
 # A Hugging Face checkpoint's q/k rows (with their biases and norm weights) pair dimension
 # i with i + head_dim/2 for RoPE; these are permuted to pair 2i with 2i + 1.
 ROTATE_HALF_ROWS = re.compile(r"self_attn\.(q_proj|k_proj|q_norm|k_norm)\.")
 
 
-def read_tensors(weight_dir, head_dim):
+def rope_rows(rows, name, model_config):
+    """A q/k tensor's rows moved from rotate-half to interleaved order: within each head's
+    first rotary_dim rows (all but in Qwen3.5, whose q_proj also has each head's gate rows
+    after its query rows, which stay)."""
+    head_dim, rotary = model_config["head_dim"], model_config["rotary_dim"]
+    order = torch.arange(2 * head_dim if model_config["attn_output_gate"] and ".q_proj." in name else head_dim)
+    order[:rotary] = torch.arange(rotary).view(2, rotary // 2).T.reshape(-1)  # [0, half, 1, half + 1, ...]
+    return rows.reshape(-1, len(order), *rows.shape[1:])[:, order].reshape(rows.shape)
+
+
+def read_tensors(weight_dir, model_config):
     """Every tensor of the checkpoint (CPU): model.pt as it is, or a Hugging Face
     checkpoint (one safetensors file, or shards named by its index) in model.pt's names and
     interleaved RoPE rows."""
@@ -85,7 +99,7 @@ def read_tensors(weight_dir, head_dim):
     tensors = {}
     for name in files:
         tensors.update(load_file(os.path.join(weight_dir, name)))
-    return {name.removeprefix("model."): interleave_pairs(t, head_dim) if ROTATE_HALF_ROWS.search(name) else t
+    return {name.removeprefix("model."): rope_rows(t, name, model_config) if ROTATE_HALF_ROWS.search(name) else t
             for name, t in tensors.items()}
 
 # Per layer: the seed's key -> the checkpoint's name, then those only some families have,
@@ -110,26 +124,76 @@ EXPERT_TENSORS = {"experts_gate": "gate_proj.weight", "experts_up": "up_proj.wei
 
 DENSE_MLP_TENSORS = {"gate": "mlp.gate_proj.weight", "up": "mlp.up_proj.weight", "down": "mlp.down_proj.weight"}
 
+SHARED_EXPERT_TENSORS = {"shared_gate": "mlp.shared_expert.gate_proj.weight", "shared_up": "mlp.shared_expert.up_proj.weight",
+                         "shared_down": "mlp.shared_expert.down_proj.weight",
+                         "shared_expert_gate": "mlp.shared_expert_gate.weight"}  # a sparse layer's, in Qwen3.5
+
+# A Gated DeltaNet layer's (Qwen3.5), under linear_attn.; its out_proj is the layer's "o".
+LINEAR_TENSORS = {"qkv": "in_proj_qkv.weight", "z": "in_proj_z.weight", "b": "in_proj_b.weight",
+                  "a": "in_proj_a.weight", "conv": "conv1d.weight", "norm": "norm.weight"}
+LINEAR_FP32_TENSORS = {"A_log": "A_log", "dt_bias": "dt_bias"}  # the decay's, read in fp32
+
+# Qwen3.5's norms scale by 1 + weight: read as that sum (in fp32, then cast), they are RMSNorms as any.
+ZERO_CENTRED_NORMS = {"input_norm": "input_layernorm.weight", "post_norm": "post_attention_layernorm.weight",
+                      "q_norm": "self_attn.q_norm.weight", "k_norm": "self_attn.k_norm.weight"}
+
+
+def read_linear_attention(get, raw, model_config, prefix):
+    """A Gated DeltaNet layer's tensors and sizes: LINEAR_TENSORS' keys (the conv's [C, 1,
+    kernel]), LINEAR_FP32_TENSORS' in fp32, the head counts and dims."""
+    p = prefix + "linear_attn."
+    linear = {key: get(p + name) for key, name in LINEAR_TENSORS.items()}
+    linear.update({key: raw[p + name].to(device=linear["qkv"].device, dtype=torch.float32)
+                   for key, name in LINEAR_FP32_TENSORS.items()})
+    linear.update(key_heads=model_config["linear_num_key_heads"], value_heads=model_config["linear_num_value_heads"],
+                  key_dim=model_config["linear_key_head_dim"], value_dim=model_config["linear_value_head_dim"])
+    return {"linear": linear, "o": get(p + "out_proj.weight")}
+
+
+def gate_rows_last(rows, heads):
+    """A gated q_proj's rows (or bias), each head's query then its gate, as every head's
+    query rows, then every head's gate rows: one matmul gives q and the gate side by side."""
+    return rows.reshape(heads, 2, -1, *rows.shape[1:]).transpose(0, 1).reshape(rows.shape)
+
 
 def read_checkpoint(model_config, weight_dir, device, dtype):
     """The checkpoint on the device in the compute dtype: one dict per layer (LAYER_TENSORS'
     keys, those of OPTIONAL_LAYER_TENSORS it has, and DENSE_MLP_TENSORS' or, in a sparse layer,
-    "router" and EXPERT_TENSORS'), the embedding, final norm and head."""
-    raw = read_tensors(weight_dir, model_config["head_dim"])
+    "router" and EXPERT_TENSORS' (and SHARED_EXPERT_TENSORS', where it has them)), the
+    embedding, final norm and head. A Gated DeltaNet layer (Qwen3.5) has its tensors under
+    "linear" (read_linear_attention) in place of q, k, v; a gated attention's q its gate
+    rows after its query rows (gate_rows_last)."""
+    raw = read_tensors(weight_dir, model_config)
 
     def get(name):
         return raw[name].to(device=device, dtype=dtype)
 
+    def plus_one(name):
+        return (1 + raw[name].float()).to(device=device, dtype=dtype)
+
     layers = []
     for i in range(model_config["num_hidden_layers"]):
         p = f"layers.{i}."
-        layer = {key: get(p + name) for key, name in LAYER_TENSORS.items()}
-        layer.update({key: get(p + name) for key, name in OPTIONAL_LAYER_TENSORS.items() if p + name in raw})
+        if model_config["layer_types"] and model_config["layer_types"][i] == "linear_attention":
+            layer = {"input_norm": get(p + "input_layernorm.weight"),
+                     "post_norm": get(p + "post_attention_layernorm.weight"),
+                     **read_linear_attention(get, raw, model_config, p)}
+        else:
+            layer = {key: get(p + name) for key, name in LAYER_TENSORS.items()}
+            layer.update({key: get(p + name) for key, name in OPTIONAL_LAYER_TENSORS.items() if p + name in raw})
+        if model_config["attn_output_gate"] and "q" in layer:
+            layer["output_gate"] = True
+            for key in ("q", "q_bias"):
+                if key in layer:
+                    layer[key] = gate_rows_last(layer[key], model_config["num_attention_heads"])
+        if model_config["zero_centred_norm"]:
+            layer.update({key: plus_one(p + name) for key, name in ZERO_CENTRED_NORMS.items() if key in layer})
         if is_sparse_layer(model_config, i):
             layer["router"] = get(p + "mlp.gate.weight")  # [E, hidden]
             layer["top_k"], layer["renormalise"] = model_config["num_experts_per_tok"], model_config["norm_topk_prob"]
             for key, name in EXPERT_TENSORS.items():  # [E, inter, hidden], down [E, hidden, inter]
                 layer[key] = torch.stack([get(f"{p}mlp.experts.{e}.{name}") for e in range(model_config["num_experts"])])
+            layer.update({key: get(p + name) for key, name in SHARED_EXPERT_TENSORS.items() if p + name in raw})
         else:
             layer.update({key: get(p + name) for key, name in DENSE_MLP_TENSORS.items()})
         layers.append(layer)
@@ -138,7 +202,8 @@ def read_checkpoint(model_config, weight_dir, device, dtype):
     # its own anyway (transformers 5 then keeps that one).
     is_tied = model_config.get("tie_word_embeddings") and "lm_head.weight" not in raw
     head = embed if is_tied else get("lm_head.weight")
-    return {"embed": embed, "layers": layers, "norm": get("norm.weight"), "lm_head": head}
+    norm = plus_one("norm.weight") if model_config["zero_centred_norm"] else get("norm.weight")
+    return {"embed": embed, "layers": layers, "norm": norm, "lm_head": head}
 
 
 def load_weights(model_config, weight_dir, device, dtype):
@@ -183,7 +248,11 @@ def rope_tables(positions, head_dim, theta, dtype, scaling):
 
 
 def apply_rope(x, cos, sin):
-    """Rotate interleaved pairs (x[2i], x[2i+1]) of x [N, heads, head_dim]."""
+    """Rotate interleaved pairs (x[2i], x[2i+1]) of x [N, heads, head_dim], over the first
+    2 * cos.shape[-1] dimensions of each head (all but in Qwen3.5); the rest as they are."""
+    rotary = 2 * cos.shape[-1]
+    if rotary < x.shape[-1]:
+        return torch.cat((apply_rope(x[..., :rotary], cos, sin), x[..., rotary:]), dim=-1)
     x0, x1 = x[..., 0::2], x[..., 1::2]  # [N, heads, head_dim/2] each
     cos, sin = cos[:, None, :], sin[:, None, :]  # broadcast over heads
     # .to: a checkpoint's fp32 tables (rope_table_dtype) give fp32 products.
@@ -308,10 +377,19 @@ def sorted_experts(x, weights, experts, layer):
     return combine(experts_swiglu(rows, counts, layer), order, weights)
 
 
+def plus_shared_expert(out, x, layer):
+    """The experts' output `out` [N, hidden] plus, where the layer has one (Qwen3.5), the
+    shared expert's SwiGLU of x [N, hidden] behind its sigmoid gate."""
+    if "shared_expert_gate" not in layer:
+        return out
+    shared = (F.silu(x @ layer["shared_gate"].T) * (x @ layer["shared_up"].T)) @ layer["shared_down"].T
+    return out + torch.sigmoid(x @ layer["shared_expert_gate"].T) * shared
+
+
 def moe(x, layer):
-    """A sparse layer's MLP over x [N, hidden]: route, then the chosen experts."""
+    """A sparse layer's MLP over x [N, hidden]: route, then the chosen experts (and a shared one)."""
     weights, experts = route(x, layer)
-    return sorted_experts(x, weights, experts, layer)
+    return plus_shared_expert(sorted_experts(x, weights, experts, layer), x, layer)
 
 
 def norm_mlp(x, residual, weight, layer, eps):
@@ -322,7 +400,7 @@ def norm_mlp(x, residual, weight, layer, eps):
 
 # The Hugging Face families read (config.json's model_type), whose gate is fp32: the
 # judge's contract.families.HF_FAMILIES, written here because an engine file stands alone.
-HF_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe")
+HF_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_moe", "qwen3_5_moe_text")
 
 
 def rounds_like_reference(model_config, dtype):
@@ -341,9 +419,10 @@ class KVCache:
         self.reference_rounding = rounds_like_reference(model_config, dtype)  # read by attention alleles
         self.k = {}
         self.v = {}
+        self.lengths = {}  # tokens seen per request (a hybrid's DeltaNet layers keep no K/V)
 
     def length(self, request_id):
-        return self.k[request_id][0].shape[0]
+        return self.lengths[request_id]
 
     def prepare(self, step):
         # A prefill replaces whatever the request had.
@@ -351,6 +430,8 @@ class KVCache:
             for rid in step.request_ids:
                 self.k[rid] = [None] * self.num_layers
                 self.v[rid] = [None] * self.num_layers
+        for rid, start, new in zip(step.request_ids, step.start, step.num_new):
+            self.lengths[rid] = start + new
 
     def write(self, layer, step, k, v):
         """Append packed k, v [N, kv_heads, head_dim] to each request's cache."""
@@ -366,6 +447,7 @@ class KVCache:
         for rid in request_ids:
             self.k.pop(rid, None)
             self.v.pop(rid, None)
+            self.lengths.pop(rid, None)
 
 
 def masked_attention(q, k, v, mask):
@@ -415,6 +497,141 @@ def attention(q, k, v, layer, cos, sin, cache, step, index, eps):
     return attend(q, k, v, cache, index, step)
 
 
+def gated_query(q, layer):
+    """(q, gate): a gated attention's projection [N, 2 * heads*D] (every head's query, then
+    every head's gate: read_checkpoint's order) split in two (Qwen3.5); else (q, None)."""
+    if not layer.get("output_gate"):
+        return q, None
+    return q.chunk(2, dim=-1)
+
+
+def gate_output(attn, gate):
+    """Attention's output [N, heads*D] times sigmoid(gate), where attention is gated."""
+    return attn if gate is None else attn * torch.sigmoid(gate)
+
+
+class RecurrentState:
+    """A Gated DeltaNet's state (Qwen3.5), per request and layer: the conv's last kernel - 1
+    inputs [conv_dim, kernel - 1] in the compute dtype, and the delta rule's matrix
+    [value heads, key dim, value dim] in fp32. A prefill creates it, decode carries it,
+    remove frees it."""
+
+    def __init__(self):
+        self.conv = {}  # request -> {layer: [conv_dim, kernel - 1]}
+        self.matrix = {}  # request -> {layer: [heads, key dim, value dim]}
+
+    def read(self, layer, request_ids):
+        """(conv [B, conv_dim, kernel - 1], matrix [B, heads, key dim, value dim]) of the requests."""
+        return (torch.stack([self.conv[rid][layer] for rid in request_ids]),
+                torch.stack([self.matrix[rid][layer] for rid in request_ids]))
+
+    def write(self, layer, request_ids, conv, matrix):
+        for rid, conv_r, matrix_r in zip(request_ids, conv, matrix):
+            self.conv.setdefault(rid, {})[layer] = conv_r
+            self.matrix.setdefault(rid, {})[layer] = matrix_r
+
+    def remove(self, request_ids):
+        for rid in request_ids:
+            self.conv.pop(rid, None)
+            self.matrix.pop(rid, None)
+
+
+def causal_conv(x, state, weight):
+    """SiLU of the causal depthwise conv of x [B, C, T], carried on from `state` [B, C,
+    kernel - 1] (the inputs before x; zeros for a new request), with weight [C, 1, kernel]:
+    (out [B, C, T], the new state: the last kernel - 1 inputs)."""
+    full = torch.cat((state, x), dim=-1)  # [B, C, kernel - 1 + T]
+    out = F.conv1d(full, weight, groups=x.shape[1])  # no padding: the state is the past
+    return F.silu(out), full[:, :, full.shape[-1] - state.shape[-1]:]
+
+
+DELTA_CHUNK = 64  # tokens a chunk of the delta rule's prefill solves at once
+
+
+def delta_rule_chunked(q, k, v, log_decay, beta, state):
+    """The gated delta rule over one request's tokens, a chunk at a time: q, k [T, H, Dk]
+    (unit length; q scaled), v [T, H, Dv], log_decay and beta [T, H], state [H, Dk, Dv],
+    all fp32 -> (out [T, H, Dv], the state after them).
+
+    Token by token the state S decays by exp(g), then S += k (beta (v - S'k))' and q reads
+    it. Within a chunk those writes are one lower-triangular solve: with G the decay summed
+    from the chunk's start, u = (I + A)^-1 (beta v) and w = (I + A)^-1 (beta k exp(G)),
+    where A[i, j] = beta_i k_i.k_j exp(G_i - G_j) below the diagonal; then the chunk's new
+    values are u - w S, its output q exp(G) S plus its causal q.k attention over them, and
+    S moves on to the chunk's end (FLA's and transformers' chunked form)."""
+    tokens, heads = q.shape[:2]
+    pad = -tokens % DELTA_CHUNK
+    q, k, v, log_decay, beta = (F.pad(t.transpose(0, 1), (0, 0) * (t.dim() - 2) + (0, pad))
+                                for t in (q, k, v, log_decay, beta))  # [H, T', ...]: padding writes nothing
+    q, k, v = (t.reshape(heads, -1, DELTA_CHUNK, t.shape[-1]) for t in (q, k, v))  # [H, chunks, C, D]
+    decay = log_decay.reshape(heads, -1, DELTA_CHUNK).cumsum(-1)  # [H, chunks, C]: G
+    lower = torch.ones(DELTA_CHUNK, DELTA_CHUNK, dtype=torch.bool, device=q.device).tril()
+    between = (decay[..., :, None] - decay[..., None, :]).masked_fill(~lower, float("-inf")).exp()  # exp(G_i - G_j)
+    k_beta = k * beta.reshape(decay.shape)[..., None]
+    system = ((k_beta @ k.transpose(-1, -2)) * between).tril(-1) + torch.eye(DELTA_CHUNK, device=q.device)
+    u = torch.linalg.solve_triangular(system, v * beta.reshape(decay.shape)[..., None], upper=False)
+    w = torch.linalg.solve_triangular(system, k_beta * decay.exp()[..., None], upper=False)
+    attention = (q @ k.transpose(-1, -2)) * between  # causal, the diagonal included
+    out = torch.empty_like(v)
+    for c in range(q.shape[1]):
+        new = u[:, c] - w[:, c] @ state  # [H, C, Dv]
+        out[:, c] = (q[:, c] * decay[:, c, :, None].exp()) @ state + attention[:, c] @ new
+        to_end = (decay[:, c, -1:] - decay[:, c]).exp()[..., None]  # [H, C, 1]
+        state = state * decay[:, c, -1, None, None].exp() + (k[:, c] * to_end).transpose(-1, -2) @ new
+    return out.reshape(heads, -1, v.shape[-1])[:, :tokens].transpose(0, 1), state
+
+
+def delta_rule_step(q, k, v, log_decay, beta, state):
+    """The gated delta rule for one token of each of B requests: q, k [B, H, Dk], v [B, H, Dv],
+    log_decay and beta [B, H], state [B, H, Dk, Dv], fp32 -> (out [B, H, Dv], the new state)."""
+    state = state * log_decay.exp()[..., None, None]
+    predicted = (k[..., None] * state).sum(-2)  # [B, H, Dv]: what the state recalls for k
+    state = state + k[..., None] * ((v - predicted) * beta[..., None])[..., None, :]
+    return (q[..., None] * state).sum(-2), state
+
+
+def gated_delta_net(x, layer, states, step, index, eps):
+    """A Gated DeltaNet layer (Qwen3.5) over the packed normed x [N, hidden] -> [N, value
+    heads * value dim], before out_proj: q, k, v projected and through causal_conv; q and k
+    unit length (fp32), q scaled, each key head serving a run of value heads; the delta rule
+    chunked over each prompt, a step per decoded token; each head's output RMS-normed,
+    times silu(z)."""
+    lin = layer["linear"]
+    heads, key_dim, value_dim = lin["value_heads"], lin["key_dim"], lin["value_dim"]
+    n, repeat = x.shape[0], lin["value_heads"] // lin["key_heads"]
+    beta = torch.sigmoid(x @ lin["b"].T).float()  # [N, heads]
+    log_decay = -lin["A_log"].exp() * F.softplus((x @ lin["a"].T).float() + lin["dt_bias"])
+    mixed = (x @ lin["qkv"].T).T  # [conv_dim, N]
+    conv_dim, kernel = mixed.shape[0], lin["conv"].shape[-1]
+    if step.is_decode:
+        conv_state, matrix = states.read(index, step.request_ids)
+        mixed, conv_state = causal_conv(mixed.T[:, :, None], conv_state, lin["conv"])  # [B, conv_dim, 1]
+        mixed = mixed[:, :, 0]
+    else:
+        outs, conv_states = [], []
+        for part in mixed.split(step.num_new, dim=1):  # each prompt from a zero state
+            fresh = torch.zeros(1, conv_dim, kernel - 1, dtype=mixed.dtype, device=mixed.device)
+            out, conv_state = causal_conv(part[None], fresh, lin["conv"])
+            outs.append(out[0].T)
+            conv_states.append(conv_state[0])
+        mixed, conv_state = torch.cat(outs), torch.stack(conv_states)  # [N, conv_dim]
+    q, k, v = mixed.float().split((lin["key_heads"] * key_dim, lin["key_heads"] * key_dim, heads * value_dim), -1)
+    q, k = (t.view(n, -1, key_dim).repeat_interleave(repeat, 1) for t in (q, k))
+    q, k = (t * torch.rsqrt(t.pow(2).sum(-1, keepdim=True) + 1e-6) for t in (q, k))
+    q, v = q / math.sqrt(key_dim), v.view(n, heads, value_dim)
+    if step.is_decode:
+        out, matrix = delta_rule_step(q, k, v, log_decay, beta, matrix)
+    else:
+        parts = [delta_rule_chunked(*t, torch.zeros(heads, key_dim, value_dim, device=x.device))
+                 for t in zip(*(t.split(step.num_new) for t in (q, k, v, log_decay, beta)))]
+        out, matrix = torch.cat([p[0] for p in parts]), torch.stack([p[1] for p in parts])
+    states.write(index, step.request_ids, conv_state, matrix)
+    out = out.to(x.dtype).float()  # transformers' delta rule hands its norm the compute dtype
+    normed = (out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * lin["norm"]
+    z = (x @ lin["z"].T).view(n, heads, value_dim)
+    return (normed * F.silu(z.float())).to(x.dtype).flatten(1)
+
+
 def rope_table_dtype(model_config, dtype):
     """cos/sin in the compute dtype, as the contract's reference rounds them; in fp32 for a
     Hugging Face checkpoint, whose gate is fp32 (a bf16 one's RoPE kernels need not then
@@ -449,11 +666,13 @@ class Engine:
         self.num_heads = model_config["num_attention_heads"]
         self.num_kv_heads = model_config["num_key_value_heads"]
         self.head_dim = model_config["head_dim"]
+        self.rotary_dim = model_config["rotary_dim"]  # the dimensions of each head RoPE turns
         self.eps = float(model_config.get("rms_norm_eps") or 1e-5)
         self.rope_theta = float(model_config.get("rope_theta") or 10000.0)
         self.rope_scaling = model_config.get("rope_scaling")
         self.w = load_weights(model_config, weight_dir, self.device, self.dtype)
         self.cache = KVCache(model_config, self.device, self.dtype)
+        self.states = RecurrentState()  # a hybrid's DeltaNet layers' (Qwen3.5)
 
     @torch.no_grad()
     def prefill(self, request_ids, input_ids):
@@ -473,19 +692,25 @@ class Engine:
 
     def remove(self, request_ids):
         self.cache.remove(as_id_list(request_ids))
+        self.states.remove(as_id_list(request_ids))
 
     def forward(self, tokens, step):
         """Logits [B, vocab] of the last token of each request in `step`."""
         n = tokens.shape[0]
         self.cache.prepare(step)
-        cos, sin = rope_tables(step.positions, self.head_dim, self.rope_theta, self.rope_dtype, self.rope_scaling)
+        cos, sin = rope_tables(step.positions, self.rotary_dim, self.rope_theta, self.rope_dtype, self.rope_scaling)
         x = self.w["embed"][tokens]  # [N, hidden]
         out = None  # what the last MLP adds to the residual stream x
         for i, layer in enumerate(self.w["layers"]):
-            q, k, v, x = norm_qkv(x, out, layer["input_norm"], layer, self.eps)
-            q, k, v = (t.view(n, -1, self.head_dim) for t in (q, k, v))
-            attn = attention(q, k, v, layer, cos, sin, self.cache, step, i, self.eps)
-            out, x = norm_mlp(x, attn @ layer["o"].T, layer["post_norm"], layer, self.eps)
+            if "linear" in layer:  # a Gated DeltaNet layer (Qwen3.5)
+                h, x = pre_norm(x, out, layer["input_norm"], self.eps)
+                mixed = gated_delta_net(h, layer, self.states, step, i, self.eps)
+            else:
+                q, k, v, x = norm_qkv(x, out, layer["input_norm"], layer, self.eps)
+                q, gate = gated_query(q, layer)
+                q, k, v = (t.view(n, -1, self.head_dim) for t in (q, k, v))
+                mixed = gate_output(attention(q, k, v, layer, cos, sin, self.cache, step, i, self.eps), gate)
+            out, x = norm_mlp(x, mixed @ layer["o"].T, layer["post_norm"], layer, self.eps)
         x = x + out
         logits = rms_norm(x, self.w["norm"], self.eps) @ self.w["lm_head"].T  # [N, vocab]
         last = torch.tensor(step.num_new, device=self.device).cumsum(0) - 1
@@ -499,14 +724,22 @@ def read_config(model_config):
     heads derived when absent, the dtype and RoPE read from either spelling (transformers 5
     writes `dtype` and `rope_parameters`; before, `torch_dtype`, `rope_theta`, `rope_scaling`).
     "rope_scaling" becomes None or the llama3 rule's LLAMA3_KEYS values, in order; a
-    Qwen3-MoE's expert count is read under either name (transformers 5.24 writes num_local_experts)."""
+    Qwen3-MoE's expert count is read under either name (transformers 5.24 writes num_local_experts).
+    Qwen3.5's hybrid: its layer_types, what its model_type implies (a gated attention,
+    zero-centred norms, renormalised routing) and rotary_dim, the dimensions RoPE turns."""
     config = dict(model_config)
     config["num_experts"] = config.get("num_experts") or config.get("num_local_experts") or 0
     heads = config["num_attention_heads"]
     config["num_key_value_heads"] = config.get("num_key_value_heads") or heads
     config["head_dim"] = config.get("head_dim") or config["hidden_size"] // heads
     config["torch_dtype"] = config.get("dtype") or config.get("torch_dtype") or "float16"
+    hybrid = config.get("model_type") == "qwen3_5_moe_text"
+    for key in ("attn_output_gate", "zero_centred_norm", "norm_topk_prob"):
+        config[key] = config.get(key, hybrid)
+    config["layer_types"] = tuple(config.get("layer_types") or ())
     rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    share = rope.get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0))
+    config["rotary_dim"] = int(config["head_dim"] * share)
     config["rope_theta"] = rope.get("rope_theta") or config.get("rope_theta") or 10000.0
     kind = rope.get("rope_type", rope.get("type", "default"))
     if kind not in ("default", "llama3"):

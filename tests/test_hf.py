@@ -215,7 +215,7 @@ def planted(old: str, new: str) -> str:
 
 PLANTED = {  # bug -> (family, the seed with it)
     "rotate-half rows read as interleaved pairs": (
-        "llama", planted("interleave_pairs(t, head_dim) if ROTATE_HALF_ROWS.search(name) else t", "t")),
+        "llama", planted("rope_rows(t, name, model_config) if ROTATE_HALF_ROWS.search(name) else t", "t")),
     "llama3 frequencies left unscaled": ("llama", planted("    if scaling is None:\n", "    if True:\n")),
     "q, k, v biases dropped": ("qwen2", planted('    if "q_bias" not in layer:\n', "    if True:\n")),
     "q/k norms missed": ("qwen3", planted('    if "q_norm" not in layer:\n', "    if True:\n")),

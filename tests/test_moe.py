@@ -324,7 +324,7 @@ def test_the_gate_fails_a_wrong_router_on_its_own_weights(toy_moe, scratch, tmp_
 
 # Experts 0 and 1 swapped, only where a Hugging Face checkpoint is read (its names sort experts
 # as text: a loader that trusts that order reads experts.10 before experts.2).
-HF_RETURN = ('    return {name.removeprefix("model."): interleave_pairs(t, head_dim) if ROTATE_HALF_ROWS.search(name) else t\n'
+HF_RETURN = ('    return {name.removeprefix("model."): rope_rows(t, name, model_config) if ROTATE_HALF_ROWS.search(name) else t\n'
              '            for name, t in tensors.items()}\n')
 SWAPS_HF_EXPERTS = routed_as(
     '    tensors = {re.sub(r"experts\\.([01])\\.", lambda m: f"experts.{1 - int(m[1])}.", n): t for n, t in tensors.items()}\n'
@@ -341,7 +341,7 @@ def test_the_gates_own_weights_for_a_hf_target_are_read_as_its_checkpoint_is(che
     stored = load_file(weight_dir / "model.safetensors")
     assert "model.layers.0.mlp.experts.7.down_proj.weight" in stored and "lm_head.weight" in stored
     std = PUBLIC_STD if config.compute_dtype("cuda") == torch.bfloat16 else "unit"
-    made, read = toy_weights.generate(config.to_dict(), DERIVED_WEIGHT_SEED, std), read_weights(weight_dir, config.head_dim)
+    made, read = toy_weights.generate(config.to_dict(), DERIVED_WEIGHT_SEED, std), read_weights(weight_dir, config)
     assert read.keys() == made.keys() and all(torch.equal(read[n], made[n]) for n in made)
     for source, fails in ((SEED, False), (SWAPS_HF_EXPERTS, True)):
         path = tmp_path / "candidate.py"

@@ -9,6 +9,8 @@
   attention_weights  the tensors it adds to a layer's attention, by name and shape
   mlp_weights        (only a family whose layers may replace the dense MLP) the tensors of a
                      layer's MLP, or None where that layer keeps the dense one
+  mixer_weights      (only a family whose layers may replace attention) the tensors that mix
+                     a layer's tokens, or None where that layer attends
   ROTATED            tensors of its own whose rows are laid out per head for RoPE
   toy_weight         how toy weights draw a tensor of its own (None: as any other)
   settle_toy_weights (optional) what its toy weights must hold across tensors, set after
@@ -47,6 +49,7 @@ FEATURES = tuple(family.FEATURE for family in LAYOUTS if not family.FEATURE.is_s
 # Features that change what a layer is (an MoE MLP): only their own checkpoints have them.
 STRUCTURAL = tuple(family.FEATURE for family in LAYOUTS if family.FEATURE.is_structural)
 MLP_FAMILIES = tuple(family for family in LAYOUTS if hasattr(family, "mlp_weights"))
+MIXER_FAMILIES = tuple(family for family in LAYOUTS if hasattr(family, "mixer_weights"))
 
 
 def idle_genes(config) -> frozenset:

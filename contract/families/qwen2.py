@@ -16,9 +16,10 @@ def attention_weights(config: dict, prefix: str) -> dict:
     """The biases, after v_proj's weight (the order toy weights are drawn in)."""
     if not config.get("qkv_bias"):
         return {}
-    q_dim = config["num_attention_heads"] * config["head_dim"]
+    from contract.layout import q_rows  # (a gated attention's q_proj has gate rows too)
+
     kv_dim = config["num_key_value_heads"] * config["head_dim"]
-    return {prefix + "self_attn.q_proj.bias": (q_dim,), prefix + "self_attn.k_proj.bias": (kv_dim,),
+    return {prefix + "self_attn.q_proj.bias": (q_rows(config),), prefix + "self_attn.k_proj.bias": (kv_dim,),
             prefix + "self_attn.v_proj.bias": (kv_dim,)}
 
 

@@ -46,7 +46,8 @@ def attention_weights(config: dict, prefix: str) -> dict:
 
 
 def mlp_weights(config: dict, prefix: str, layer: int) -> dict | None:
-    """A sparse layer's router and experts, in save_pretrained's names; None for a dense layer."""
+    """A sparse layer's router and experts (and a shared expert with its gate, where the config
+    has one), in save_pretrained's names; None for a dense layer."""
     if not is_sparse_layer(config, layer):
         return None
     hidden, inter = config["hidden_size"], config["moe_intermediate_size"]
@@ -55,6 +56,11 @@ def mlp_weights(config: dict, prefix: str, layer: int) -> dict | None:
         p = f"{prefix}mlp.experts.{e}."
         shapes.update({p + "gate_proj.weight": (inter, hidden), p + "up_proj.weight": (inter, hidden),
                        p + "down_proj.weight": (hidden, inter)})
+    shared = config.get("shared_expert_intermediate_size") or 0
+    if shared:  # beside the routed experts, for every token (Qwen3.5)
+        p = prefix + "mlp.shared_expert."
+        shapes.update({p + "gate_proj.weight": (shared, hidden), p + "up_proj.weight": (shared, hidden),
+                       p + "down_proj.weight": (hidden, shared), prefix + "mlp.shared_expert_gate.weight": (1, hidden)})
     return shapes
 
 
@@ -74,7 +80,8 @@ def settle_toy_weights(config: dict, weights: dict, seed: int) -> None:
     of every down projection are zero), so they stay as embedded. A router reads only them:
     code j ranks the experts by column j, whose top k values lie in [0.5, 1] and the rest in
     [-1, 0]. The RMS norm scales a position's logits alike, so its top k are those of its
-    code, half the logit range clear of the (k+1)-th at every layer and position."""
+    code, half the logit range clear of the (k+1)-th at every layer and position. (A Gated
+    DeltaNet's out_proj, Qwen3.5's, writes the stream as o_proj does.)"""
     if not config.get("num_experts"):
         return
     hidden, experts, k = config["hidden_size"], config["num_experts"], config["num_experts_per_tok"]
@@ -86,7 +93,7 @@ def settle_toy_weights(config: dict, weights: dict, seed: int) -> None:
     levels = torch.cat((torch.linspace(1.0, 0.5, k), torch.linspace(0.0, -1.0, experts - k)))
     for layer in range(config["num_hidden_layers"]):
         p = f"layers.{layer}."
-        for name in [n for n in weights if n.startswith(p) and n.endswith(("o_proj.weight", "down_proj.weight"))]:
+        for name in [n for n in weights if n.startswith(p) and n.endswith(("o_proj.weight", "out_proj.weight", "down_proj.weight"))]:
             weights[name][:dims] = 0
         weights[p + "post_attention_layernorm.weight"][:dims] = weights[p + "post_attention_layernorm.weight"][:dims].abs()
         if p + "mlp.gate.weight" in weights:

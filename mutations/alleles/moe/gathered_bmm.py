@@ -37,5 +37,5 @@ def moe(x, layer):
     dispatch, each expert's SwiGLU, combine."""
     weights, experts = route(x, layer)
     if experts.numel() <= MOE_GATHER_ROWS:
-        return gathered_experts(x, weights, experts, layer)
-    return sorted_experts(x, weights, experts, layer)
+        return plus_shared_expert(gathered_experts(x, weights, experts, layer), x, layer)
+    return plus_shared_expert(sorted_experts(x, weights, experts, layer), x, layer)

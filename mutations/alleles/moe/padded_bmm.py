@@ -42,5 +42,5 @@ def moe(x, layer):
     (few rows), else dispatch, each expert's SwiGLU over its own rows, combine."""
     weights, experts = route(x, layer)
     if layer["router"].shape[0] * x.shape[0] <= PADDED_MOE_ROWS:
-        return padded_experts(x, weights, experts, layer)
-    return sorted_experts(x, weights, experts, layer)
+        return plus_shared_expert(padded_experts(x, weights, experts, layer), x, layer)
+    return plus_shared_expert(sorted_experts(x, weights, experts, layer), x, layer)

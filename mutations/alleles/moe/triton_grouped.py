@@ -188,5 +188,5 @@ def moe(x, layer):
     """A sparse layer's MLP over x [N, hidden]: route, then the grouped kernels."""
     weights, experts = route(x, layer)
     if experts.numel() and x.stride(-1) == 1:
-        return grouped_experts(x, weights.contiguous(), experts.contiguous(), layer)
-    return sorted_experts(x, weights, experts, layer)
+        return plus_shared_expert(grouped_experts(x, weights.contiguous(), experts.contiguous(), layer), x, layer)
+    return plus_shared_expert(sorted_experts(x, weights, experts, layer), x, layer)

@@ -1,0 +1,149 @@
+"""Qwen3.5-MoE checkpoints made by `transformers` itself (Qwen3_5MoeForCausalLM, a hybrid of
+Gated DeltaNet and gated attention layers over a mixture of experts with a shared expert):
+the reference and the seed engine are held to its logits, through prefill (one prompt
+longer than a chunk of the delta rule), decode, removal, re-prefill and a batch whose members
+change every step; its layout, config and bad checkpoints.
+
+Every model is tiny (hidden 32, 4 layers of which the last attends, 8 experts of 16 top 2, a
+shared expert of 16), every parameter random (tests/test_hf.py's randomize; the decay rates
+A as a trained model's, in [1, 16])."""
+import json
+import random
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
+
+from contract.checkpoint import from_hf_layout, load_checked_weights, to_hf_layout
+from contract.layout import weight_shapes
+from contract.loader import load_engine_module
+from contract.model_config import ConfigError, ModelConfig, derived_configs
+from fitness.reference import ReferenceModel
+from tests.conftest import SEED_ENGINE
+from tests.test_hf import hf_logits, randomize
+
+SHAPE = dict(vocab_size=320, hidden_size=32, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+             head_dim=16, linear_conv_kernel_dim=4, linear_key_head_dim=8, linear_value_head_dim=8,
+             linear_num_key_heads=2, linear_num_value_heads=4, moe_intermediate_size=16,
+             shared_expert_intermediate_size=16, num_experts=8, num_experts_per_tok=2, max_position_embeddings=256,
+             rms_norm_eps=1e-6)
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def make_checkpoint(folder, dtype: torch.dtype):
+    """A random Qwen3.5-MoE checkpoint saved by save_pretrained; the directory."""
+    torch.manual_seed(0)
+    model = Qwen3_5MoeForCausalLM(Qwen3_5MoeTextConfig(**SHAPE))
+    randomize(model)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("A_log"):
+                param.copy_(torch.empty_like(param).uniform_(1, 16).log())
+    model.to(dtype).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    return {name: make_checkpoint(tmp_path_factory.mktemp(f"hybrid_{name}"), dtype) for name, dtype in DTYPES.items()}
+
+
+def test_the_config_reads_the_hybrid(checkpoints):
+    config = ModelConfig.load(checkpoints["fp32"])
+    assert config.layer_types == ("linear_attention",) * 3 + ("full_attention",)
+    assert [config.is_linear_layer(i) for i in range(4)] == [True, True, True, False]
+    assert (config.rotary_dim, config.attn_output_gate, config.zero_centred_norm, config.norm_topk_prob) == (4, True, True, True)
+    assert (config.linear_num_value_heads, config.linear_conv_kernel_dim, config.shared_expert_intermediate_size) == (4, 4, 16)
+    for derived in derived_configs(config).values():  # both kinds of layer, whatever the depth
+        assert set(derived.layer_types) == {"linear_attention", "full_attention"}
+        assert len(derived.layer_types) == derived.num_hidden_layers
+
+
+def test_the_layout_is_what_save_pretrained_writes(checkpoints):
+    config = ModelConfig.load(checkpoints["fp32"])
+    stored = load_file(checkpoints["fp32"] / "model.safetensors")
+    weights = from_hf_layout(stored, config)
+    assert {name: tuple(t.shape) for name, t in weights.items()} == weight_shapes(config.to_dict())
+    # Only q's rotary rows move (q_proj's gate rows stay), and the judge writes them back.
+    q = "layers.3.self_attn.q_proj.weight"
+    assert not torch.equal(weights[q], stored["model." + q])
+    assert torch.equal(weights[q].view(4, 2, 16, 32)[:, :, 4:], stored["model." + q].view(4, 2, 16, 32)[:, :, 4:])
+    back = to_hf_layout(weights, config)
+    assert all(torch.equal(back[name], stored[name]) for name in stored)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reference_matches_transformers(checkpoints, dtype):
+    config = ModelConfig.load(checkpoints[dtype])
+    reference = ReferenceModel(config, load_checked_weights(config, checkpoints[dtype]), "cpu")
+    sequence = torch.randint(0, config.vocab_size, (40,), generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(reference.forward(sequence), hf_logits(checkpoints[dtype], sequence),
+                               atol=1e-4, rtol=1e-4)
+
+
+def churned_calls(engine, vocab: int, seed: int = 3):
+    """Prompts of 70, 4 and 130 tokens (past one and two chunks of the delta rule), then ten
+    steps in which the batch changes every time: decode of a random subset in random order,
+    a request removed, a new one joining, one prefilled again in place of its state.
+    [(logits [B, vocab], [(sequence key, position)])] and every sequence by key."""
+    rng, gen = random.Random(seed), torch.Generator().manual_seed(seed)
+    sequences, live, calls = {}, {}, []  # key -> tokens; request id -> its sequence's key
+
+    def prefill(ids, lengths):
+        for rid, length in zip(ids, lengths):
+            live[rid] = (rid, len(sequences))  # a new key: re-prefill starts a new sequence
+            sequences[live[rid]] = torch.randint(0, vocab, (length,), generator=gen)
+        logits = engine.prefill(ids, [sequences[live[rid]] for rid in ids])
+        calls.append((logits, [(live[rid], len(sequences[live[rid]]) - 1) for rid in ids]))
+
+    prefill([0, 1, 2], [70, 4, 130])
+    for step in range(10):
+        ids = rng.sample(sorted(live), rng.randint(1, len(live)))
+        tokens = torch.randint(0, vocab, (len(ids),), generator=gen)
+        for rid, token in zip(ids, tokens):
+            sequences[live[rid]] = torch.cat((sequences[live[rid]], token[None]))
+        calls.append((engine.decode(ids, tokens), [(live[rid], len(sequences[live[rid]]) - 1) for rid in ids]))
+        if step == 2:
+            engine.remove([1])
+            del live[1]
+        if step == 4:
+            prefill([3], [9])  # joins
+        if step == 6:
+            prefill([0], [5])  # prefilled again: its state replaced
+    return calls, sequences
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_seed_engine_matches_transformers_through_a_churning_batch(checkpoints, dtype):
+    folder = checkpoints[dtype]
+    engine = load_engine_module(SEED_ENGINE).create_engine(json.loads((folder / "config.json").read_text()),
+                                                           str(folder), "cpu")
+    calls, sequences = churned_calls(engine, SHAPE["vocab_size"])
+    expected = {key: hf_logits(folder, sequence) for key, sequence in sequences.items()}
+    for logits, rows in calls:
+        want = torch.stack([expected[key][position] for key, position in rows])
+        torch.testing.assert_close(logits.float(), want, atol=1e-4, rtol=1e-4)
+
+
+def test_a_checkpoint_that_disagrees_with_its_config_names_the_tensor(checkpoints, tmp_path):
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    stored = load_file(checkpoints["fp32"] / "model.safetensors")
+    stored["model.layers.0.linear_attn.conv1d.weight"] = stored["model.layers.0.linear_attn.conv1d.weight"][..., :3].contiguous()
+    save_file(stored, folder / "model.safetensors")
+    (folder / "config.json").write_text((checkpoints["fp32"] / "config.json").read_text())
+    with pytest.raises(ConfigError, match=r"layers\.0\.linear_attn\.conv1d\.weight has shape \(64, 1, 3\)"):
+        load_checked_weights(ModelConfig.load(folder), folder)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"layer_types": ["linear_attention"] * 3}, "layer_types must give"),
+    ({"linear_num_value_heads": 3}, "must be a multiple of linear_num_key_heads"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.1}},
+     "must turn an even number"),
+])
+def test_a_bad_hybrid_config_says_what_is_wrong(checkpoints, change, message):
+    raw = {**json.loads((checkpoints["fp32"] / "config.json").read_text()), **change}
+    with pytest.raises(ConfigError, match=message):
+        ModelConfig.from_dict(raw)
