@@ -16,6 +16,13 @@ writes OUT/NAME/ for each of
                 (30.5 B parameters, 57 GiB: write it only where the disk has room)
   qwen3_30b_a3b_4_layers  the same width, 4 layers (5.8 GiB): beside transformers on one GPU
   tiny_qwen3_moe  a Qwen3-MoE small enough for a CPU: 8 experts of 64, top 2, a dense layer
+  qwen3_5_35b_a3b Qwen3.5-35B-A3B's text model (seed 001's): hidden 2048, 40 layers, every
+                4th attending (16 / 2 heads of 256, gated, RoPE on 64 dims), the rest Gated
+                DeltaNet (16 key / 32 value heads of 128, conv of 4); 256 experts of 512 top 8
+                and a shared expert of 512 in every layer; vocab 248320, untied
+                (34.7 B parameters, 64.6 GiB: only where the disk has room)
+  qwen3_5_35b_a3b_4_layers  the same width, 4 layers (3 DeltaNet, 1 attending; 7.6 GiB)
+  tiny_qwen3_5_moe  a Qwen3.5-MoE small enough for a CPU: 4 layers, 8 experts of 64, top 2
 
 Shards are written one at a time, each drawn just before it is saved: the writer holds one
 shard (MAX_SHARD_BYTES) in memory, not the model.
@@ -68,9 +75,32 @@ TINY_QWEN3_MOE = {**QWEN3_30B_A3B, "hidden_size": 128, "intermediate_size": 256,
                   "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 512,
                   "max_position_embeddings": 512, "num_experts": 8, "num_experts_per_tok": 2,
                   "moe_intermediate_size": 64, "mlp_only_layers": [1], "bos_token_id": 0, "eos_token_id": 1}
+# Written as save_pretrained writes Qwen3_5MoeForCausalLM (the text model alone, model_type
+# qwen3_5_moe_text): the Hub's multimodal checkpoint nests it under text_config.
+QWEN3_5_35B_A3B = {
+    "architectures": ["Qwen3_5MoeForCausalLM"], "model_type": "qwen3_5_moe_text", "torch_dtype": "bfloat16",
+    "hidden_size": 2048, "num_hidden_layers": 40, "num_attention_heads": 16, "num_key_value_heads": 2,
+    "head_dim": 256, "vocab_size": 248320, "max_position_embeddings": 262144, "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False, "attention_bias": False, "hidden_act": "silu",
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
+    "layer_types": ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(40)],
+    "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+    "linear_num_key_heads": 16, "linear_num_value_heads": 32, "num_experts": 256, "num_experts_per_tok": 8,
+    "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512, "bos_token_id": 248044,
+    "eos_token_id": 248044,
+}
+TINY_QWEN3_5_MOE = {**QWEN3_5_35B_A3B, "hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
+                    "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 512, "max_position_embeddings": 512,
+                    "layer_types": ["linear_attention"] * 3 + ["full_attention"], "linear_key_head_dim": 32,
+                    "linear_value_head_dim": 32, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+                    "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+                    "shared_expert_intermediate_size": 64, "bos_token_id": 0, "eos_token_id": 1}
 CHECKPOINTS = {"llama_3_2_1b": LLAMA_3_2_1B, "qwen3_0_6b": QWEN3_0_6B, "tiny_qwen3": TINY_QWEN3,
                "qwen3_30b_a3b": QWEN3_30B_A3B, "qwen3_30b_a3b_4_layers": {**QWEN3_30B_A3B, "num_hidden_layers": 4},
-               "tiny_qwen3_moe": TINY_QWEN3_MOE}
+               "tiny_qwen3_moe": TINY_QWEN3_MOE, "qwen3_5_35b_a3b": QWEN3_5_35B_A3B,
+               "qwen3_5_35b_a3b_4_layers": {**QWEN3_5_35B_A3B, "num_hidden_layers": 4,
+                                            "layer_types": QWEN3_5_35B_A3B["layer_types"][:4]},
+               "tiny_qwen3_5_moe": TINY_QWEN3_5_MOE}
 BF16_BYTES = 2
 
 
@@ -83,7 +113,7 @@ def draw(shape: tuple, generator) -> torch.Tensor:
     """A bf16 tensor: 1 + N(0, 1/16) for a norm weight, N(0, 1/fan_in) for a matrix."""
     if len(shape) == 1:
         return (1 + torch.randn(shape, generator=generator) / 4).to(torch.bfloat16)
-    return (torch.randn(shape, generator=generator) / math.sqrt(shape[1])).to(torch.bfloat16)
+    return (torch.randn(shape, generator=generator) / math.sqrt(math.prod(shape[1:]))).to(torch.bfloat16)  # a conv: its taps
 
 
 def shards(sizes: dict) -> list:
