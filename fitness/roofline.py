@@ -8,11 +8,14 @@ A pass must at least
     and, in a sparse (mixture-of-experts) layer, the experts its tokens reach only: as many
     as n tokens reach on average under uniform routing, E (1 - (1 - k/E)^n) of E, top k
     (8 at batch 1 on Qwen3-30B-A3B, 126 of 128 at 64);
-  - read the cached K/V of its requests (decode) and write the K/V of its new tokens;
+  - read the cached K/V of its requests (decode) and write the K/V of its new tokens, in
+    the layers that attend; in a hybrid's Gated DeltaNet layers (Qwen3.5), read each
+    request's recurrent state (fp32) and write it back (a prefill only writes it);
   - write the logits of each request's last token;
   - do 2 FLOPs per weight per token in the linears (lm_head on each request's last token
-    only; of the experts, a token's k) and 4 * heads * head_dim FLOPs per layer for each
-    (query, visible key) pair.
+    only; of the experts, a token's k) and 4 * heads * head_dim FLOPs per attending layer
+    for each (query, visible key) pair; in a DeltaNet layer, 8 FLOPs per state element per
+    token (decay, recall, update, read).
 Its bound is max(bytes / bandwidth, FLOPs / tensor rate); a case's is the sum over its
 passes. Not counted: kernel launch and host overhead, activations that could stay
 on-chip, and the element-wise work of norms, RoPE and softmax. So the bound is honest
@@ -115,11 +118,23 @@ class WeightCounts:
 def pass_bytes(c: ModelConfig, w: WeightCounts, p: ForwardPass) -> int:
     num_tokens, num_requests = sum(p.num_new), len(p.num_new)
     embedding_rows = num_tokens * c.hidden_size
-    kv_per_token = c.num_hidden_layers * 2 * c.num_key_value_heads * c.head_dim
+    kv_per_token = attending_layers(c) * 2 * c.num_key_value_heads * c.head_dim
     kv = kv_per_token * (sum(p.num_cached) + num_tokens)  # cached read, new written
     logits = num_requests * c.vocab_size
     element_bytes = c.compute_dtype("cuda").itemsize
-    return round(element_bytes * (w.read_per_pass + w.experts_read(num_tokens) + embedding_rows + kv + logits))
+    # A DeltaNet's state: read where a request has one (decode), written by every request.
+    states = sum((2 if cached else 1) * recurrent_state(c) for cached in p.num_cached) * 4  # fp32
+    return round(element_bytes * (w.read_per_pass + w.experts_read(num_tokens) + embedding_rows + kv + logits) + states)
+
+
+def attending_layers(c: ModelConfig) -> int:
+    return sum(not c.is_linear_layer(i) for i in range(c.num_hidden_layers))
+
+
+def recurrent_state(c: ModelConfig) -> int:
+    """Elements of one request's Gated DeltaNet state over every DeltaNet layer (0 but in a hybrid)."""
+    linear = c.num_hidden_layers - attending_layers(c)
+    return linear * c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim
 
 
 def pass_flops(c: ModelConfig, w: WeightCounts, p: ForwardPass) -> int:
@@ -128,8 +143,8 @@ def pass_flops(c: ModelConfig, w: WeightCounts, p: ForwardPass) -> int:
     lm_head = 2 * num_requests * c.hidden_size * c.vocab_size
     # The query at offset j of n new tokens sees cached + j + 1 keys (causal).
     pairs = sum(n * cached + n * (n + 1) // 2 for cached, n in zip(p.num_cached, p.num_new))
-    attention = 4 * c.num_attention_heads * c.head_dim * c.num_hidden_layers * pairs
-    return linears + lm_head + attention
+    attention = 4 * c.num_attention_heads * c.head_dim * attending_layers(c) * pairs
+    return linears + lm_head + attention + 8 * num_tokens * recurrent_state(c)
 
 
 def peaks_of(gpu) -> GpuPeaks:

@@ -8,7 +8,8 @@ def load_weights(model_config, weight_dir, device, dtype):
     and, in a dense layer, "gate_up" hold the stacked rows."""
     weights = read_checkpoint(model_config, weight_dir, device, dtype)
     for layer in weights["layers"]:
-        stack_rows(layer, "qkv", ("q", "k", "v"))
+        if "q" in layer:  # a Gated DeltaNet layer (Qwen3.5) has no q, k, v
+            stack_rows(layer, "qkv", ("q", "k", "v"))
         if "router" not in layer:  # a sparse layer's MLP is its experts: no dense gate/up
             stack_rows(layer, "gate_up", ("gate", "up"))
     return weights

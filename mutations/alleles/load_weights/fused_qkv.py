@@ -8,5 +8,6 @@ def load_weights(model_config, weight_dir, device, dtype):
     v rows stacked and "qkv_sizes" their row counts."""
     weights = read_checkpoint(model_config, weight_dir, device, dtype)
     for layer in weights["layers"]:
-        stack_rows(layer, "qkv", ("q", "k", "v"))
+        if "q" in layer:  # a Gated DeltaNet layer (Qwen3.5) has no q, k, v
+            stack_rows(layer, "qkv", ("q", "k", "v"))
     return weights
