@@ -33,8 +33,10 @@ TURNS_ON = {"qk_norm": True, "attn_output_gate": True, "zero_centred_norm": True
 ROTATED = ()  # q_proj (with its gate rows), k_proj and the q/k norms: their RoPE rows are dense's and qwen3's
 REFERENCE = ("ReferenceModel.gated_delta_net", "ReferenceModel.attention", "ReferenceModel.rms_norm",
              "ReferenceModel.moe")  # fitness/reference.py
+# seed_engine/engine.py; each joins mutations/program.GENES with its first allele (until then
+# a helper, which program.finish brings into a program that lacks it).
 SEED_GENES = ("causal_conv", "delta_rule_chunked", "delta_rule_step", "gated_delta_net", "gated_query",
-              "gate_output", "RecurrentState")  # seed_engine/engine.py
+              "gate_output", "RecurrentState", "plus_shared_expert")
 # The DeltaNet's sizes, with the defaults transformers' Qwen3_5MoeTextConfig gives a config.json without them.
 LINEAR_KEYS = {"linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
                "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4}
