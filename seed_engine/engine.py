@@ -42,7 +42,8 @@ Each concern is one top-level name (a gene) that a rewrite can find and swap:
   attend_decode   one-token attention: gather, pad, mask
   attention       attention_inputs, then the step's attend (one boundary, so a kernel can
                   ready q and k where it reads the cache)
-  Engine          batching: every call's tokens go through one packed forward pass
+  Engine          batching: every call's tokens go through one packed forward pass, a
+                  decoder_layer at a time
   create_engine   the contract's entry point
 
 Every size comes from the config or the weights; imports are stdlib and torch only
@@ -66,11 +67,6 @@ def compute_dtype(model_config, device):
     return torch.bfloat16 if name in ("bfloat16", "bf16") else torch.float16
 
 
-# A Hugging Face checkpoint's q/k rows (with their biases and norm weights) pair dimension
-# i with i + head_dim/2 for RoPE; these are permuted to pair 2i with 2i + 1.
-ROTATE_HALF_ROWS = re.compile(r"self_attn\.(q_proj|k_proj|q_norm|k_norm)\.")
-
-
 def rope_rows(rows, name, model_config):
     """A q/k tensor's rows moved from rotate-half to interleaved order: within each head's
     first rotary_dim rows (all but in Qwen3.5, whose q_proj also has each head's gate rows
@@ -79,6 +75,10 @@ def rope_rows(rows, name, model_config):
     order = torch.arange(2 * head_dim if model_config["attn_output_gate"] and ".q_proj." in name else head_dim)
     order[:rotary] = torch.arange(rotary).view(2, rotary // 2).T.reshape(-1)  # [0, half, 1, half + 1, ...]
     return rows.reshape(-1, len(order), *rows.shape[1:])[:, order].reshape(rows.shape)
+
+# A Hugging Face checkpoint's q/k rows (with their biases and norm weights) pair dimension
+# i with i + head_dim/2 for RoPE; these are permuted to pair 2i with 2i + 1.
+ROTATE_HALF_ROWS = re.compile(r"self_attn\.(q_proj|k_proj|q_norm|k_norm)\.")
 
 
 def read_tensors(weight_dir, model_config):
@@ -102,40 +102,11 @@ def read_tensors(weight_dir, model_config):
     return {name.removeprefix("model."): rope_rows(t, name, model_config) if ROTATE_HALF_ROWS.search(name) else t
             for name, t in tensors.items()}
 
-# Per layer: the seed's key -> the checkpoint's name, then those only some families have,
-# then a dense layer's MLP (a sparse one has a router and experts instead: EXPERT_TENSORS).
-LAYER_TENSORS = {"input_norm": "input_layernorm.weight", "q": "self_attn.q_proj.weight",
-                 "k": "self_attn.k_proj.weight", "v": "self_attn.v_proj.weight",
-                 "o": "self_attn.o_proj.weight", "post_norm": "post_attention_layernorm.weight"}
-
-OPTIONAL_LAYER_TENSORS = {"q_bias": "self_attn.q_proj.bias", "k_bias": "self_attn.k_proj.bias",
-                          "v_bias": "self_attn.v_proj.bias", "q_norm": "self_attn.q_norm.weight",
-                          "k_norm": "self_attn.k_norm.weight"}
-
-
-def is_sparse_layer(model_config, index):
-    """Whether layer `index` has experts (transformers' Qwen3MoeDecoderLayer's rule)."""
-    num_experts = model_config.get("num_experts") or 0
-    step = model_config.get("decoder_sparse_step") or 1
-    return index not in (model_config.get("mlp_only_layers") or ()) and num_experts > 0 and (index + 1) % step == 0
-
-EXPERT_TENSORS = {"experts_gate": "gate_proj.weight", "experts_up": "up_proj.weight",
-                  "experts_down": "down_proj.weight"}  # under mlp.experts.{e}., stacked [E, ...]
-
-DENSE_MLP_TENSORS = {"gate": "mlp.gate_proj.weight", "up": "mlp.up_proj.weight", "down": "mlp.down_proj.weight"}
-
-SHARED_EXPERT_TENSORS = {"shared_gate": "mlp.shared_expert.gate_proj.weight", "shared_up": "mlp.shared_expert.up_proj.weight",
-                         "shared_down": "mlp.shared_expert.down_proj.weight",
-                         "shared_expert_gate": "mlp.shared_expert_gate.weight"}  # a sparse layer's, in Qwen3.5
-
 # A Gated DeltaNet layer's (Qwen3.5), under linear_attn.; its out_proj is the layer's "o".
 LINEAR_TENSORS = {"qkv": "in_proj_qkv.weight", "z": "in_proj_z.weight", "b": "in_proj_b.weight",
                   "a": "in_proj_a.weight", "conv": "conv1d.weight", "norm": "norm.weight"}
-LINEAR_FP32_TENSORS = {"A_log": "A_log", "dt_bias": "dt_bias"}  # the decay's, read in fp32
 
-# Qwen3.5's norms scale by 1 + weight: read as that sum (in fp32, then cast), they are RMSNorms as any.
-ZERO_CENTRED_NORMS = {"input_norm": "input_layernorm.weight", "post_norm": "post_attention_layernorm.weight",
-                      "q_norm": "self_attn.q_norm.weight", "k_norm": "self_attn.k_norm.weight"}
+LINEAR_FP32_TENSORS = {"A_log": "A_log", "dt_bias": "dt_bias"}  # the decay's, read in fp32
 
 
 def read_linear_attention(get, raw, model_config, prefix):
@@ -149,11 +120,41 @@ def read_linear_attention(get, raw, model_config, prefix):
                   key_dim=model_config["linear_key_head_dim"], value_dim=model_config["linear_value_head_dim"])
     return {"linear": linear, "o": get(p + "out_proj.weight")}
 
+# Per layer: the seed's key -> the checkpoint's name, then those only some families have,
+# then a dense layer's MLP (a sparse one has a router and experts instead: EXPERT_TENSORS).
+LAYER_TENSORS = {"input_norm": "input_layernorm.weight", "q": "self_attn.q_proj.weight",
+                 "k": "self_attn.k_proj.weight", "v": "self_attn.v_proj.weight",
+                 "o": "self_attn.o_proj.weight", "post_norm": "post_attention_layernorm.weight"}
+
+OPTIONAL_LAYER_TENSORS = {"q_bias": "self_attn.q_proj.bias", "k_bias": "self_attn.k_proj.bias",
+                          "v_bias": "self_attn.v_proj.bias", "q_norm": "self_attn.q_norm.weight",
+                          "k_norm": "self_attn.k_norm.weight"}
+
 
 def gate_rows_last(rows, heads):
     """A gated q_proj's rows (or bias), each head's query then its gate, as every head's
     query rows, then every head's gate rows: one matmul gives q and the gate side by side."""
     return rows.reshape(heads, 2, -1, *rows.shape[1:]).transpose(0, 1).reshape(rows.shape)
+
+# Qwen3.5's norms scale by 1 + weight: read as that sum (in fp32, then cast), they are RMSNorms as any.
+ZERO_CENTRED_NORMS = {"input_norm": "input_layernorm.weight", "post_norm": "post_attention_layernorm.weight",
+                      "q_norm": "self_attn.q_norm.weight", "k_norm": "self_attn.k_norm.weight"}
+
+
+def is_sparse_layer(model_config, index):
+    """Whether layer `index` has experts (transformers' Qwen3MoeDecoderLayer's rule)."""
+    num_experts = model_config.get("num_experts") or 0
+    step = model_config.get("decoder_sparse_step") or 1
+    return index not in (model_config.get("mlp_only_layers") or ()) and num_experts > 0 and (index + 1) % step == 0
+
+EXPERT_TENSORS = {"experts_gate": "gate_proj.weight", "experts_up": "up_proj.weight",
+                  "experts_down": "down_proj.weight"}  # under mlp.experts.{e}., stacked [E, ...]
+
+SHARED_EXPERT_TENSORS = {"shared_gate": "mlp.shared_expert.gate_proj.weight", "shared_up": "mlp.shared_expert.up_proj.weight",
+                         "shared_down": "mlp.shared_expert.down_proj.weight",
+                         "shared_expert_gate": "mlp.shared_expert_gate.weight"}  # a sparse layer's, in Qwen3.5
+
+DENSE_MLP_TENSORS = {"gate": "mlp.gate_proj.weight", "up": "mlp.up_proj.weight", "down": "mlp.down_proj.weight"}
 
 
 def read_checkpoint(model_config, weight_dir, device, dtype):
@@ -497,36 +498,27 @@ def attention(q, k, v, layer, cos, sin, cache, step, index, eps):
     return attend(q, k, v, cache, index, step)
 
 
-def gated_query(q, layer):
-    """(q, gate): a gated attention's projection [N, 2 * heads*D] (every head's query, then
-    every head's gate: read_checkpoint's order) split in two (Qwen3.5); else (q, None)."""
-    if not layer.get("output_gate"):
-        return q, None
-    return q.chunk(2, dim=-1)
-
-
-def gate_output(attn, gate):
-    """Attention's output [N, heads*D] times sigmoid(gate), where attention is gated."""
-    return attn if gate is None else attn * torch.sigmoid(gate)
-
-
 class RecurrentState:
     """A Gated DeltaNet's state (Qwen3.5), per request and layer: the conv's last kernel - 1
     inputs [conv_dim, kernel - 1] in the compute dtype, and the delta rule's matrix
     [value heads, key dim, value dim] in fp32. A prefill creates it, decode carries it,
     remove frees it."""
 
-    def __init__(self):
+    def __init__(self, model_config, device):
         self.conv = {}  # request -> {layer: [conv_dim, kernel - 1]}
         self.matrix = {}  # request -> {layer: [heads, key dim, value dim]}
 
-    def read(self, layer, request_ids):
-        """(conv [B, conv_dim, kernel - 1], matrix [B, heads, key dim, value dim]) of the requests."""
-        return (torch.stack([self.conv[rid][layer] for rid in request_ids]),
-                torch.stack([self.matrix[rid][layer] for rid in request_ids]))
+    def prepare(self, step):
+        """Nothing to ready: a prefill's write replaces a request's states."""
 
-    def write(self, layer, request_ids, conv, matrix):
-        for rid, conv_r, matrix_r in zip(request_ids, conv, matrix):
+    def read(self, layer, step):
+        """(conv [B, conv_dim, kernel - 1], matrix [B, heads, key dim, value dim]) of the step's requests."""
+        return (torch.stack([self.conv[rid][layer] for rid in step.request_ids]),
+                torch.stack([self.matrix[rid][layer] for rid in step.request_ids]))
+
+    def write(self, layer, step, conv, matrix):
+        """The step's requests' new states (one row each of conv and matrix)."""
+        for rid, conv_r, matrix_r in zip(step.request_ids, conv, matrix):
             self.conv.setdefault(rid, {})[layer] = conv_r
             self.matrix.setdefault(rid, {})[layer] = matrix_r
 
@@ -534,6 +526,34 @@ class RecurrentState:
         for rid in request_ids:
             self.conv.pop(rid, None)
             self.matrix.pop(rid, None)
+
+
+def rope_table_dtype(model_config, dtype):
+    """cos/sin in the compute dtype, as the contract's reference rounds them; in fp32 for a
+    Hugging Face checkpoint, whose gate is fp32 (a bf16 one's RoPE kernels need not then
+    round like the reference's ops)."""
+    return torch.float32 if model_config.get("model_type") in HF_MODEL_TYPES else dtype
+
+
+def as_id_list(request_ids):
+    if torch.is_tensor(request_ids):
+        return [int(r) for r in request_ids.reshape(-1).tolist()]
+    return [int(r) for r in request_ids]
+
+
+@dataclass
+class Step:
+    """One call's batch: which requests, how much each has cached, how much it adds."""
+    request_ids: list
+    start: list  # tokens already cached per request
+    num_new: list  # tokens this call adds per request
+    positions: torch.Tensor  # [N] absolute position of every packed token
+    is_decode: bool
+    # Set by a KV cache's prepare when it addresses K/V by row (the seed's cache does not):
+    slots: torch.Tensor = None  # [N] cache row of every packed token
+    block_table: torch.Tensor = None  # [B, pages] page ids of every request
+    # Set by a recurrent state's prepare when it keeps states in slots (the seed's does not):
+    state_slots: torch.Tensor = None  # [B] state slot of every request
 
 
 def causal_conv(x, state, weight):
@@ -544,6 +564,14 @@ def causal_conv(x, state, weight):
     out = F.conv1d(full, weight, groups=x.shape[1])  # no padding: the state is the past
     return F.silu(out), full[:, :, full.shape[-1] - state.shape[-1]:]
 
+
+def delta_rule_step(q, k, v, log_decay, beta, state):
+    """The gated delta rule for one token of each of B requests: q, k [B, H, Dk], v [B, H, Dv],
+    log_decay and beta [B, H], state [B, H, Dk, Dv], fp32 -> (out [B, H, Dv], the new state)."""
+    state = state * log_decay.exp()[..., None, None]
+    predicted = (k[..., None] * state).sum(-2)  # [B, H, Dv]: what the state recalls for k
+    state = state + k[..., None] * ((v - predicted) * beta[..., None])[..., None, :]
+    return (q[..., None] * state).sum(-2), state
 
 DELTA_CHUNK = 64  # tokens a chunk of the delta rule's prefill solves at once
 
@@ -581,15 +609,6 @@ def delta_rule_chunked(q, k, v, log_decay, beta, state):
     return out.reshape(heads, -1, v.shape[-1])[:, :tokens].transpose(0, 1), state
 
 
-def delta_rule_step(q, k, v, log_decay, beta, state):
-    """The gated delta rule for one token of each of B requests: q, k [B, H, Dk], v [B, H, Dv],
-    log_decay and beta [B, H], state [B, H, Dk, Dv], fp32 -> (out [B, H, Dv], the new state)."""
-    state = state * log_decay.exp()[..., None, None]
-    predicted = (k[..., None] * state).sum(-2)  # [B, H, Dv]: what the state recalls for k
-    state = state + k[..., None] * ((v - predicted) * beta[..., None])[..., None, :]
-    return (q[..., None] * state).sum(-2), state
-
-
 def gated_delta_net(x, layer, states, step, index, eps):
     """A Gated DeltaNet layer (Qwen3.5) over the packed normed x [N, hidden] -> [N, value
     heads * value dim], before out_proj: q, k, v projected and through causal_conv; q and k
@@ -604,7 +623,7 @@ def gated_delta_net(x, layer, states, step, index, eps):
     mixed = (x @ lin["qkv"].T).T  # [conv_dim, N]
     conv_dim, kernel = mixed.shape[0], lin["conv"].shape[-1]
     if step.is_decode:
-        conv_state, matrix = states.read(index, step.request_ids)
+        conv_state, matrix = states.read(index, step)
         mixed, conv_state = causal_conv(mixed.T[:, :, None], conv_state, lin["conv"])  # [B, conv_dim, 1]
         mixed = mixed[:, :, 0]
     else:
@@ -625,37 +644,41 @@ def gated_delta_net(x, layer, states, step, index, eps):
         parts = [delta_rule_chunked(*t, torch.zeros(heads, key_dim, value_dim, device=x.device))
                  for t in zip(*(t.split(step.num_new) for t in (q, k, v, log_decay, beta)))]
         out, matrix = torch.cat([p[0] for p in parts]), torch.stack([p[1] for p in parts])
-    states.write(index, step.request_ids, conv_state, matrix)
+    states.write(index, step, conv_state, matrix)
     out = out.to(x.dtype).float()  # transformers' delta rule hands its norm the compute dtype
     normed = (out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * lin["norm"]
     z = (x @ lin["z"].T).view(n, heads, value_dim)
     return (normed * F.silu(z.float())).to(x.dtype).flatten(1)
 
 
-def rope_table_dtype(model_config, dtype):
-    """cos/sin in the compute dtype, as the contract's reference rounds them; in fp32 for a
-    Hugging Face checkpoint, whose gate is fp32 (a bf16 one's RoPE kernels need not then
-    round like the reference's ops)."""
-    return torch.float32 if model_config.get("model_type") in HF_MODEL_TYPES else dtype
+def gated_query(q, layer):
+    """(q, gate): a gated attention's projection [N, 2 * heads*D] (every head's query, then
+    every head's gate: read_checkpoint's order) split in two (Qwen3.5); else (q, None)."""
+    if not layer.get("output_gate"):
+        return q, None
+    return q.chunk(2, dim=-1)
 
 
-def as_id_list(request_ids):
-    if torch.is_tensor(request_ids):
-        return [int(r) for r in request_ids.reshape(-1).tolist()]
-    return [int(r) for r in request_ids]
+def gate_output(attn, gate):
+    """Attention's output [N, heads*D] times sigmoid(gate), where attention is gated."""
+    return attn if gate is None else attn * torch.sigmoid(gate)
 
 
-@dataclass
-class Step:
-    """One call's batch: which requests, how much each has cached, how much it adds."""
-    request_ids: list
-    start: list  # tokens already cached per request
-    num_new: list  # tokens this call adds per request
-    positions: torch.Tensor  # [N] absolute position of every packed token
-    is_decode: bool
-    # Set by a KV cache's prepare when it addresses K/V by row (the seed's cache does not):
-    slots: torch.Tensor = None  # [N] cache row of every packed token
-    block_table: torch.Tensor = None  # [B, pages] page ids of every request
+def decoder_layer(x, out, layer, cos, sin, cache, states, step, index, head_dim, eps):
+    """One layer over the packed residual stream x [N, hidden], given what the layer before
+    adds to it (`out`; None at the first): (what this layer's MLP adds, the new stream).
+    Its tokens mix through attention, or in a hybrid's DeltaNet layer (Qwen3.5) through
+    gated_delta_net, then the MLP."""
+    if "linear" in layer:
+        h, x = pre_norm(x, out, layer["input_norm"], eps)
+        mixed = gated_delta_net(h, layer, states, step, index, eps)
+    else:
+        q, k, v, x = norm_qkv(x, out, layer["input_norm"], layer, eps)
+        q, gate = gated_query(q, layer)
+        q, k, v = (t.view(x.shape[0], -1, head_dim) for t in (q, k, v))
+        mixed = gate_output(attention(q, k, v, layer, cos, sin, cache, step, index, eps), gate)
+        del q, k, v, gate  # not alive through the MLP, where a large prefill's peak is
+    return norm_mlp(x, mixed @ layer["o"].T, layer["post_norm"], layer, eps)
 
 
 class Engine:
@@ -672,7 +695,7 @@ class Engine:
         self.rope_scaling = model_config.get("rope_scaling")
         self.w = load_weights(model_config, weight_dir, self.device, self.dtype)
         self.cache = KVCache(model_config, self.device, self.dtype)
-        self.states = RecurrentState()  # a hybrid's DeltaNet layers' (Qwen3.5)
+        self.states = RecurrentState(model_config, self.device)  # a hybrid's DeltaNet layers' (Qwen3.5)
 
     @torch.no_grad()
     def prefill(self, request_ids, input_ids):
@@ -696,21 +719,13 @@ class Engine:
 
     def forward(self, tokens, step):
         """Logits [B, vocab] of the last token of each request in `step`."""
-        n = tokens.shape[0]
         self.cache.prepare(step)
+        self.states.prepare(step)
         cos, sin = rope_tables(step.positions, self.rotary_dim, self.rope_theta, self.rope_dtype, self.rope_scaling)
         x = self.w["embed"][tokens]  # [N, hidden]
         out = None  # what the last MLP adds to the residual stream x
         for i, layer in enumerate(self.w["layers"]):
-            if "linear" in layer:  # a Gated DeltaNet layer (Qwen3.5)
-                h, x = pre_norm(x, out, layer["input_norm"], self.eps)
-                mixed = gated_delta_net(h, layer, self.states, step, i, self.eps)
-            else:
-                q, k, v, x = norm_qkv(x, out, layer["input_norm"], layer, self.eps)
-                q, gate = gated_query(q, layer)
-                q, k, v = (t.view(n, -1, self.head_dim) for t in (q, k, v))
-                mixed = gate_output(attention(q, k, v, layer, cos, sin, self.cache, step, i, self.eps), gate)
-            out, x = norm_mlp(x, mixed @ layer["o"].T, layer["post_norm"], layer, self.eps)
+            out, x = decoder_layer(x, out, layer, cos, sin, self.cache, self.states, step, i, self.head_dim, self.eps)
         x = x + out
         logits = rms_norm(x, self.w["norm"], self.eps) @ self.w["lm_head"].T  # [N, vocab]
         last = torch.tensor(step.num_new, device=self.device).cumsum(0) - 1

@@ -1,8 +1,9 @@
 """Qwen3.5-MoE checkpoints made by `transformers` itself (Qwen3_5MoeForCausalLM, a hybrid of
 Gated DeltaNet and gated attention layers over a mixture of experts with a shared expert):
-the reference and the seed engine are held to its logits, through prefill (one prompt
-longer than a chunk of the delta rule), decode, removal, re-prefill and a batch whose members
-change every step; its layout, config and bad checkpoints.
+the reference, the seed engine and the seed with its states in slots (and decode graphs over
+them) are held to its logits, through prefill (one prompt longer than a chunk of the delta
+rule), decode, removal, re-prefill and a batch whose members change every step; its layout,
+config and bad checkpoints; the gate's verdicts on planted bugs.
 
 Every model is tiny (hidden 32, 4 layers of which the last attends, 8 experts of 16 top 2, a
 shared expert of 16), every parameter random (tests/test_hf.py's randomize; the decay rates
@@ -15,6 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
 
+import mutations
 from contract.checkpoint import from_hf_layout, load_checked_weights, to_hf_layout
 from contract.layout import weight_shapes
 from contract.loader import load_engine_module
@@ -115,11 +117,29 @@ def churned_calls(engine, vocab: int, seed: int = 3):
     return calls, sequences
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_seed_engine_matches_transformers_through_a_churning_batch(checkpoints, dtype):
+def program(swaps: tuple, tmp_path):
+    """The seed with `swaps` (operator names) applied in order, loaded."""
+    source = SEED_ENGINE.read_text()
+    for name in swaps:
+        source = mutations.get_operator(name).apply(source, random.Random(0)).source
+    path = tmp_path / "program.py"
+    path.write_text(source)
+    return load_engine_module(path)
+
+
+# The seed's states (a tensor per request and layer), kept in slots, and those slots replayed
+# by decode graphs (on a CPU the graphs' static-buffer forward runs eagerly, padding rows too).
+PROGRAMS = {"seed": (), "state_slots": ("allele.RecurrentState.slots",),
+            "state_slots_graphs": ("allele.RecurrentState.slots", "allele.Engine.cuda_graphs")}
+
+
+@pytest.mark.parametrize("dtype, swaps", [("fp32", ()), ("bf16", ())] + [("fp32", PROGRAMS[name]) for name in
+                                                                        ("state_slots", "state_slots_graphs")],
+                         ids=["seed-fp32", "seed-bf16", "state_slots", "state_slots_graphs"])
+def test_engines_match_transformers_through_a_churning_batch(checkpoints, dtype, swaps, tmp_path):
     folder = checkpoints[dtype]
-    engine = load_engine_module(SEED_ENGINE).create_engine(json.loads((folder / "config.json").read_text()),
-                                                           str(folder), "cpu")
+    engine = program(swaps, tmp_path).create_engine(json.loads((folder / "config.json").read_text()),
+                                                    str(folder), "cpu")
     calls, sequences = churned_calls(engine, SHAPE["vocab_size"])
     expected = {key: hf_logits(folder, sequence) for key, sequence in sequences.items()}
     for logits, rows in calls:
@@ -162,14 +182,14 @@ def planted(old: str, new: str) -> str:
 
 PLANTED = {  # what a hybrid's engine gets wrong -> the seed with it
     "the conv's state not carried": planted(
-        "        conv_state, matrix = states.read(index, step.request_ids)\n",
-        "        conv_state, matrix = states.read(index, step.request_ids)\n        conv_state = conv_state * 0\n"),
+        "        conv_state, matrix = states.read(index, step)\n",
+        "        conv_state, matrix = states.read(index, step)\n        conv_state = conv_state * 0\n"),
     "the delta rule's state not carried": planted(
-        "        conv_state, matrix = states.read(index, step.request_ids)\n",
-        "        conv_state, matrix = states.read(index, step.request_ids)\n        matrix = matrix * 0\n"),
+        "        conv_state, matrix = states.read(index, step)\n",
+        "        conv_state, matrix = states.read(index, step)\n        matrix = matrix * 0\n"),
     "states kept in another request's slot": planted(  # vLLM's users' bug: fine at batch 1 and 2
-        "        for rid, conv_r, matrix_r in zip(request_ids, conv, matrix):",
-        "        for rid, conv_r, matrix_r in zip(sorted(request_ids), conv, matrix):"),
+        "        for rid, conv_r, matrix_r in zip(step.request_ids, conv, matrix):",
+        "        for rid, conv_r, matrix_r in zip(sorted(step.request_ids), conv, matrix):"),
     "attention's output gate dropped": planted("    return attn if gate is None else attn * torch.sigmoid(gate)",
                                                "    return attn"),
     "RoPE over the whole head": planted("rope_tables(step.positions, self.rotary_dim,", "rope_tables(step.positions, self.head_dim,"),

@@ -1,6 +1,7 @@
-"""`bash serve.sh` on a Qwen3-MoE checkpoint (target/hf_checkpoints.py's tiny one, fp32 on a
-CPU): greedy completions are the reference's own while other requests join and leave, so
-that each step routes a different mix of tokens to the experts."""
+"""`bash serve.sh` on a Qwen3-MoE checkpoint and on a Qwen3.5-MoE one (target/hf_checkpoints.py's
+tiny ones, fp32 on a CPU): greedy completions are the reference's own while other requests
+join and leave, so that each step routes a different mix of tokens to the experts and, in
+the hybrid, carries a different set of recurrent states."""
 import asyncio
 import random
 
@@ -15,10 +16,10 @@ from target import hf_checkpoints, toy_tokenizer
 from tests.test_serve import async_client, reference_greedy, serving
 
 
-@pytest.fixture(scope="module")
-def target(tmp_path_factory):
+@pytest.fixture(scope="module", params=["tiny_qwen3_moe", "tiny_qwen3_5_moe"])
+def target(tmp_path_factory, request):
     """(config.json, checkpoint dir with a byte-level tokenizer): vocab 512 fits one."""
-    folder = hf_checkpoints.write(tmp_path_factory.mktemp("serve_moe"), "tiny_qwen3_moe")
+    folder = hf_checkpoints.write(tmp_path_factory.mktemp("serve_moe"), request.param)
     toy_tokenizer.write(ModelConfig.load(folder).vocab_size, folder)
     return folder / "config.json", folder
 

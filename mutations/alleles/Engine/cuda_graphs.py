@@ -13,6 +13,9 @@ position up to max_position_embeddings, so a captured step never builds one.
 
 Needs a KV cache with row addressing and static addresses (slab or paged; when one grows,
 its tensors move and the graphs are captured again) and a decode attention of static shape.
+A hybrid's DeltaNet layers (Qwen3.5) decode in graphs only when their recurrent states keep
+static addresses too (RecurrentState.slots: padding rows in its scratch slot 0); with the
+seed's states a hybrid decodes eagerly.
 """
 import torch
 
@@ -32,13 +35,18 @@ class Engine:
         self.num_heads = model_config["num_attention_heads"]
         self.num_kv_heads = model_config["num_key_value_heads"]
         self.head_dim = model_config["head_dim"]
+        self.rotary_dim = model_config.get("rotary_dim", self.head_dim)  # (read_config before Qwen3.5 set none)
         self.eps = float(model_config.get("rms_norm_eps") or 1e-5)
         self.rope_theta = float(model_config.get("rope_theta") or 10000.0)
         self.rope_scaling = model_config.get("rope_scaling")
         self.w = load_weights(model_config, weight_dir, self.device, self.dtype)
         self.cache = KVCache(model_config, self.device, self.dtype)
+        self.states = RecurrentState(model_config, self.device)
+        # A hybrid's states must stay where a graph reads them (a slot per request).
+        self.graphs_hold_states = getattr(self.states, "static_addresses", False) or \
+            not any("linear" in layer for layer in self.w["layers"])
         every_position = torch.arange(self.cache.max_positions, device=self.device)
-        self.rope_cos, self.rope_sin = rope_tables(every_position, self.head_dim, self.rope_theta,
+        self.rope_cos, self.rope_sin = rope_tables(every_position, self.rotary_dim, self.rope_theta,
                                                    self.rope_dtype, self.rope_scaling)  # [max_positions, head_dim/2]
         self.buckets = graph_buckets(MAX_GRAPH_BATCH)
         self.graph_width = graph_width(self.cache)
@@ -48,6 +56,7 @@ class Engine:
             "positions": torch.zeros(largest, dtype=torch.long, device=self.device),
             "slots": torch.zeros(largest, dtype=torch.long, device=self.device),
             "block_table": torch.zeros(largest, self.graph_width, dtype=torch.long, device=self.device),
+            "state_slots": torch.zeros(largest, dtype=torch.long, device=self.device),
         }
         self.graphs, self.graph_logits, self.graph_pool = {}, {}, None
         self.capture_graphs()
@@ -56,7 +65,7 @@ class Engine:
     def capture_graphs(self):
         """One graph per bucket, largest first, sharing one memory pool; none on CPU."""
         self.graphs, self.graph_logits, self.graph_pool = {}, {}, None
-        self.captured_generation = self.cache.generation
+        self.captured_generation = self.generation()
         if self.device.type != "cuda":
             return  # nothing to capture: `replay` runs forward_static eagerly
         for buffer in self.static.values():
@@ -75,12 +84,14 @@ class Engine:
         """Logits [B, vocab] of a prepared decode step through the graph of bucket `size`."""
         batch, width = step.block_table.shape
         s = self.static
-        for name in ("tokens", "positions", "slots", "block_table"):
-            s[name][:size].zero_()  # padding rows -> scratch row 0, position 0
+        for name in ("tokens", "positions", "slots", "block_table", "state_slots"):
+            s[name][:size].zero_()  # padding rows -> scratch row 0, position 0, state slot 0
         s["tokens"][:batch] = tokens
         s["positions"][:batch] = step.positions
         s["slots"][:batch] = step.slots
         s["block_table"][:batch, :width] = step.block_table
+        if step.state_slots is not None:
+            s["state_slots"][:batch] = step.state_slots
         if size in self.graphs:
             self.graphs[size].replay()
             logits = self.graph_logits[size]
@@ -104,40 +115,43 @@ class Engine:
         tokens = token_ids.reshape(-1).to(self.device, torch.long)
         step = Step(ids, start, [1] * len(ids), positions, True)
         size = next((b for b in self.buckets if b >= len(ids)), None)
-        if size is None or not fits_graph(self.cache, self.graph_width, start):
+        if size is None or not fits_graph(self.cache, self.graph_width, start) or not self.graphs_hold_states:
             return self.forward(tokens, step)  # eager: more requests, or longer, than any graph
         self.cache.prepare(step)
-        if self.cache.generation != self.captured_generation:
-            self.capture_graphs()  # the cache grew: its tensors moved under the graphs
+        self.states.prepare(step)
+        if self.generation() != self.captured_generation:
+            self.capture_graphs()  # the cache or the states grew: their tensors moved under the graphs
         return self.replay(size, tokens, step)
+
+    def generation(self):
+        """Changes whenever the tensors a graph reads move (the cache's, the states')."""
+        return self.cache.generation, getattr(self.states, "generation", 0)
 
     def remove(self, request_ids):
         self.cache.remove(as_id_list(request_ids))
+        self.states.remove(as_id_list(request_ids))
 
     def forward_static(self, size):
         """Decode logits [size, vocab] of the static buffers' first `size` rows."""
         s = self.static
         step = Step([], [], [1] * size, s["positions"][:size], True, s["slots"][:size],
-                    s["block_table"][:size])
+                    s["block_table"][:size], s["state_slots"][:size])
         x = self.hidden_states(s["tokens"][:size], step)
         return rms_norm(x, self.w["norm"], self.eps) @ self.w["lm_head"].T  # one token per row
 
     def hidden_states(self, tokens, step):
         """The residual stream [N, hidden] after every layer, for a prepared step."""
-        n = tokens.shape[0]
         cos, sin = self.rope_cos[step.positions], self.rope_sin[step.positions]  # [N, head_dim/2]
         x = self.w["embed"][tokens]  # [N, hidden]
         out = None  # what the last MLP adds to the residual stream x
         for i, layer in enumerate(self.w["layers"]):
-            q, k, v, x = norm_qkv(x, out, layer["input_norm"], layer, self.eps)
-            q, k, v = (t.view(n, -1, self.head_dim) for t in (q, k, v))
-            attn = attention(q, k, v, layer, cos, sin, self.cache, step, i, self.eps)
-            out, x = norm_mlp(x, attn @ layer["o"].T, layer["post_norm"], layer, self.eps)
+            out, x = decoder_layer(x, out, layer, cos, sin, self.cache, self.states, step, i, self.head_dim, self.eps)
         return x + out
 
     def forward(self, tokens, step):
         """Logits [B, vocab] of the last token of each request in `step` (eager)."""
         self.cache.prepare(step)
+        self.states.prepare(step)
         x = self.hidden_states(tokens, step)
         logits = rms_norm(x, self.w["norm"], self.eps) @ self.w["lm_head"].T  # [N, vocab]
         last = torch.tensor(step.num_new, device=self.device).cumsum(0) - 1

@@ -139,6 +139,10 @@ class Engine:
         self.rope_theta = float(model_config.get("rope_theta") or 10000.0)
         self.rope_scaling = model_config.get("rope_scaling")
         self.w = load_weights(model_config, weight_dir, self.device, self.dtype)
+        if any("linear" in layer for layer in self.w["layers"]):
+            # Its captured prefills know no request, and a DeltaNet's chunked prefill runs per request.
+            raise NotImplementedError("Engine.cuda_graphs_prefill does not serve a hybrid's Gated DeltaNet "
+                                      "layers (Qwen3.5): Engine.cuda_graphs does")
         self.cache = KVCache(model_config, self.device, self.dtype)
         every_position = torch.arange(self.cache.max_positions, device=self.device)
         self.rope_cos, self.rope_sin = rope_tables(every_position, self.head_dim, self.rope_theta,
