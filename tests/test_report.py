@@ -74,9 +74,10 @@ def test_the_winner_is_the_finals_choice_whatever_rows_follow(small_target, tmp_
     final = frame[frame["operator"] == FINAL].iloc[-1]
     other = frame.loc[(frame["operator"] == "confirm") & (frame["candidate_id"] != final["candidate_id"]),
                       "candidate_id"].iloc[-1]
-    tipping = frame[frame["operator"] == "confirm"].iloc[[-1]].copy()
+    # Rows far ahead, enough of them to tip the fit whatever else the (stand-in) run drew.
+    tipping = frame[frame["operator"] == "confirm"].iloc[[-1] * 5].copy()
     tipping[["candidate_id", "baseline_id", "ratio", "fitness"]] = [other, final["candidate_id"], 3.0,
-                                                                    3.0 * final["fitness"]]  # far ahead in the fit
+                                                                    3.0 * final["fitness"]]
     tipped = pd.concat([frame, tipping], ignore_index=True)
     assert Scores.from_frame(tipped).speed(other) > Scores.from_frame(tipped).speed(final["candidate_id"])
     assert winner_of(tipped) == final["candidate_id"]

@@ -34,19 +34,20 @@ def test_greedy_completions_equal_the_reference_while_others_join_and_leave(serv
     config = ModelConfig.load(folder)
     reference = ReferenceModel(config, load_checked_weights(config, folder), "cpu")
     eos = Tokenizer(folder).eos_token_id
+    served_model = config.model_type  # the name the server answers to
     rng = random.Random(2)
     prompts = [[rng.randrange(3, 512) for _ in range(n)] for n in (1, 7, 30, 12, 50)]
     max_tokens = [10, 4, 14, 8, 6]
 
     async def greedy(openai, i):
         await asyncio.sleep(0.02 * i)  # each joins a batch already running
-        response = await openai.completions.create(model="qwen3_moe", prompt=prompts[i], temperature=0,
+        response = await openai.completions.create(model=served_model, prompt=prompts[i], temperature=0,
                                                    max_tokens=max_tokens[i], extra_body={"return_token_ids": True})
         return response.choices[0].model_extra["token_ids"]
 
     async def sampled(openai, i):  # of different lengths: they leave at different steps
         await asyncio.sleep(0.01 * i)
-        await openai.completions.create(model="qwen3_moe", prompt=[9 + i] * (4 * i + 1), max_tokens=6 + 5 * i,
+        await openai.completions.create(model=served_model, prompt=[9 + i] * (4 * i + 1), max_tokens=6 + 5 * i,
                                         temperature=1.0, extra_body={"ignore_eos": True})
 
     async def churn():
