@@ -419,9 +419,10 @@ def test_300_concurrent_requests_are_all_answered(server):
 def test_the_load_generator_writes_its_levels_and_a_plot(server, target, tmp_path):
     bench.main(["--base-url", server, "--tokenizer", str(target[1]), "--concurrency", "1,2",
                 "--num-requests", "2", "--input-len", "8", "--output-len", "4", "--burst", "6",
-                "--client-processes", "2", "--out", str(tmp_path)])
+                "--client-processes", "2", "--warmup", "2", "--out", str(tmp_path)])
     report = json.loads((tmp_path / "bench.json").read_text())
-    assert [level["concurrency"] for level in report["sweep"]] == [1, 2]
+    assert [level["concurrency"] for level in report["sweep"]] == [1, 2]  # the warm-up requests not among them
+    assert report["harness_score"] == pytest.approx(sum(lv["total_tokens_per_s"] for lv in report["sweep"]), abs=0.02)
     for level in report["sweep"] + [report["burst"]]:
         assert level["failed"] == 0
         assert level["output_tokens"] == 4 * level["requests"]

@@ -23,6 +23,7 @@ from serve.serving import RequestError, best_of_each, merged
 from serve.tokenizer import FastStreamDecoder, StreamDecoder, Tokenizer
 from target import toy_tokenizer
 from tests.conftest import REPO, SEED_ENGINE
+from serve import bench
 from serve.bench import RequestResult, summarize
 from tools import served_vs_offline, serve_offline
 
@@ -379,3 +380,17 @@ def test_the_server_is_set_against_its_engine_offline():
     assert served_vs_offline.compare(offline, bench) == {
         "concurrency": 64, "served_over_offline_tokens_per_s": 0.522, "ttft_minus_prefill_ms": 5.09,
         "tpot_over_decode_step": 1.369, "burst_over_offline_tokens_per_s": 0.766, "burst_lost": 0}
+
+
+def test_the_hackathon_score_is_the_weighted_sum_of_each_levels_prompt_and_completion_tokens():
+    # Seed 001's baseline table (vLLM 0.19, 8 H200s): its score, 191,151.
+    table = {1: 984, 2: 1753, 4: 3038, 8: 4749, 16: 6446, 32: 11144, 64: 12810}
+    levels = [{"concurrency": c, "total_tokens_per_s": tps} for c, tps in table.items()]
+    assert bench.harness_score(levels) == bench.VLLM_BASELINE_SCORE == 191_151
+
+
+def test_the_hackathon_workload_sets_its_defaults_and_the_command_line_still_stands():
+    args = bench.parse_args(["--base-url", "http://x", "--workload", "hackathon", "--num-requests", "8"])
+    assert (args.input_len, args.output_len, args.warmup, args.burst) == (1024, 323, 2, 0)
+    assert args.concurrency == [1, 2, 4, 8, 16, 32, 64] and args.num_requests == 8
+    assert bench.parse_args(["--base-url", "http://x"]).output_len == 1024
