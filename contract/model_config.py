@@ -149,6 +149,11 @@ class ModelConfig:
         return qwen3_5_moe.is_linear_layer(self.to_dict(), layer)
 
     @property
+    def num_attention_layers(self) -> int:
+        """Layers that attend, and so keep K/V (all but a hybrid's DeltaNet layers)."""
+        return sum(not self.is_linear_layer(i) for i in range(self.num_hidden_layers))
+
+    @property
     def rotary_dim(self) -> int:
         """The dimensions of each head RoPE turns (the first ones)."""
         return int(self.head_dim * self.partial_rotary_factor)

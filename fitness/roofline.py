@@ -118,7 +118,7 @@ class WeightCounts:
 def pass_bytes(c: ModelConfig, w: WeightCounts, p: ForwardPass) -> int:
     num_tokens, num_requests = sum(p.num_new), len(p.num_new)
     embedding_rows = num_tokens * c.hidden_size
-    kv_per_token = attending_layers(c) * 2 * c.num_key_value_heads * c.head_dim
+    kv_per_token = c.num_attention_layers * 2 * c.num_key_value_heads * c.head_dim
     kv = kv_per_token * (sum(p.num_cached) + num_tokens)  # cached read, new written
     logits = num_requests * c.vocab_size
     element_bytes = c.compute_dtype("cuda").itemsize
@@ -127,13 +127,9 @@ def pass_bytes(c: ModelConfig, w: WeightCounts, p: ForwardPass) -> int:
     return round(element_bytes * (w.read_per_pass + w.experts_read(num_tokens) + embedding_rows + kv + logits) + states)
 
 
-def attending_layers(c: ModelConfig) -> int:
-    return sum(not c.is_linear_layer(i) for i in range(c.num_hidden_layers))
-
-
 def recurrent_state(c: ModelConfig) -> int:
     """Elements of one request's Gated DeltaNet state over every DeltaNet layer (0 but in a hybrid)."""
-    linear = c.num_hidden_layers - attending_layers(c)
+    linear = c.num_hidden_layers - c.num_attention_layers
     return linear * c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim
 
 
@@ -143,7 +139,7 @@ def pass_flops(c: ModelConfig, w: WeightCounts, p: ForwardPass) -> int:
     lm_head = 2 * num_requests * c.hidden_size * c.vocab_size
     # The query at offset j of n new tokens sees cached + j + 1 keys (causal).
     pairs = sum(n * cached + n * (n + 1) // 2 for cached, n in zip(p.num_cached, p.num_new))
-    attention = 4 * c.num_attention_heads * c.head_dim * attending_layers(c) * pairs
+    attention = 4 * c.num_attention_heads * c.head_dim * c.num_attention_layers * pairs
     return linears + lm_head + attention + 8 * num_tokens * recurrent_state(c)
 
 

@@ -1,7 +1,10 @@
 """Serve an engine file behind the OpenAI API.
 
     python -m serve --engine workspace/engine.py --model-config C --weight-dir W
-                    [--tokenizer DIR] [--host 127.0.0.1] [--port 8000] [--device auto]
+                    [--tokenizer DIR] [--host 127.0.0.1] [--port 8000] [--device auto] [--replicas N]
+
+On CUDA one replica of the engine serves on each GPU (serve.replicas), behind one endpoint;
+--replicas chooses how many (on a CPU, 1 unless asked).
 
 The tokenizer is `--tokenizer`, else the weight folder's own (tokenizer.json beside the
 weights), else the repository's toy tokenizer of the model's vocab_size, generated when
@@ -13,12 +16,15 @@ import json
 import logging
 from pathlib import Path
 
+import torch
 import uvicorn
 
+from contract.devices import is_cuda, resolve_device
 from contract.model_config import ModelConfig
 from serve.app import build_app
 from serve.core_client import EngineCoreClient
 from serve.llm_engine import LLMEngine
+from serve.replicas import ReplicatedClient
 from serve.scheduler import SchedulerConfig
 from serve.serving import ServedModel
 from serve.tokenizer import Tokenizer
@@ -46,6 +52,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--kv-memory-fraction", type=float, default=0.5)
     parser.add_argument("--max-num-prefill-tokens", type=int, default=DEFAULTS.max_num_prefill_tokens)
     parser.add_argument("--max-num-waiting", type=int, default=DEFAULTS.max_num_waiting)
+    parser.add_argument("--replicas", type=int, help="engine replicas, one per GPU (default: every GPU "
+                                                      "on CUDA, 1 on a CPU)")
     parser.add_argument("--log-level", default="warning")
     parser.add_argument("--timeline", action="store_true",
                         help="record each step's times in both processes, for GET /timeline "
@@ -66,7 +74,14 @@ def build(args) -> tuple:
     made and warmed up."""
     config = ModelConfig.load(args.model_config)
     tokenizer = Tokenizer(tokenizer_dir(args))
-    client = EngineCoreClient(args, tokenizer.eos_token_id)
+    if args.replicas is not None and args.replicas < 1:
+        raise SystemExit(f"--replicas must be at least 1, got {args.replicas}")
+    on_cuda = is_cuda(resolve_device(args.device))
+    replicas = args.replicas or (max(torch.cuda.device_count(), 1) if on_cuda else 1)
+    if on_cuda and replicas > max(torch.cuda.device_count(), 1):
+        raise SystemExit(f"--replicas {replicas}: this host has {torch.cuda.device_count()} GPUs")
+    client = ReplicatedClient(args, tokenizer.eos_token_id, replicas, on_cuda) if replicas > 1 else \
+        EngineCoreClient(args, tokenizer.eos_token_id)
     ready = client.wait_ready()
     llm = LLMEngine(client, ready.scheduler_config, tokenizer, args.timeline)
     name = args.served_model_name or json.loads(args.model_config.read_text()).get("model_type", "model")

@@ -12,6 +12,7 @@ With --timeline each message also carries when the step was scheduled, launched,
 (the device done) and sent, perf_counter times that the API process's share on Linux.
 """
 import logging
+import os
 import signal
 import time
 from dataclasses import dataclass
@@ -140,7 +141,7 @@ def max_num_kv_tokens(args, config: ModelConfig, device: str, max_model_len: int
     if not device.startswith("cuda"):
         return args.max_num_seqs * max_model_len
     element_size = torch.finfo(config.compute_dtype(device)).bits // 8
-    bytes_per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * element_size
+    bytes_per_token = 2 * config.num_attention_layers * config.num_key_value_heads * config.head_dim * element_size
     free_bytes, _ = torch.cuda.mem_get_info()
     return int(free_bytes * args.kv_memory_fraction) // bytes_per_token
 
@@ -164,6 +165,8 @@ def run_engine_core(args, eos_token_id: Optional[int], requests: Connection, out
     """The core process: CoreReady (or CoreFailed), then a StepOutputs a step, until the API
     process closes its end (or dies: the same end of file), so no core outlives its server."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the API process's to handle
+    if getattr(args, "cuda_visible_devices", None) is not None:  # a replica's GPU: before CUDA starts here
+        os.environ["CUDA_VISIBLE_DEVICES"] = args.cuda_visible_devices
     logging.basicConfig(level=args.log_level.upper())
     try:
         core = make_engine_core(args, eos_token_id)

@@ -30,6 +30,7 @@ class LLMEngine:
         self.processor = OutputProcessor()
         self.error: Optional[Exception] = None  # what stopped the core, if anything did
         self.stats = {"num_seqs_running": 0, "num_seqs_waiting": 0, "generation_tokens_total": 0}
+        self.latest = {}  # replica -> its latest StepOutputs (serve.replicas; one replica: 0)
         # With --timeline, a row a step: the core's times, then received, detokenized, handed, seqs.
         self.timeline = [] if record_timeline else None
 
@@ -88,9 +89,12 @@ class LLMEngine:
             self.client.abort(stopped)
         detokenized = time.perf_counter()
         self.processor.hand_out(touched)
-        last = steps[-1]
-        self.stats = {"num_seqs_running": last.num_running, "num_seqs_waiting": last.num_waiting,
-                      "generation_tokens_total": last.num_generated_tokens}
+        for step in steps:
+            self.latest[getattr(step, "replica", 0)] = step
+        latest = self.latest.values()
+        self.stats = {"num_seqs_running": sum(s.num_running for s in latest),
+                      "num_seqs_waiting": sum(s.num_waiting for s in latest),
+                      "generation_tokens_total": sum(s.num_generated_tokens for s in latest)}
         if self.timeline is not None:
             handed = time.perf_counter()
             self.timeline += [[*s.times, received, detokenized, handed, len(s.seq_ids)] for s in steps]

@@ -16,7 +16,11 @@ from target import hf_checkpoints, toy_tokenizer
 from tests.test_serve import async_client, reference_greedy, serving
 
 
-@pytest.fixture(scope="module", params=["tiny_qwen3_moe", "tiny_qwen3_5_moe"])
+# The hybrid served by two replicas of the engine behind the one endpoint (serve.replicas).
+FLAGS = {"tiny_qwen3_moe": (), "tiny_qwen3_5_moe": ("--replicas", "2")}
+
+
+@pytest.fixture(scope="module", params=list(FLAGS))
 def target(tmp_path_factory, request):
     """(config.json, checkpoint dir with a byte-level tokenizer): vocab 512 fits one."""
     folder = hf_checkpoints.write(tmp_path_factory.mktemp("serve_moe"), request.param)
@@ -26,7 +30,8 @@ def target(tmp_path_factory, request):
 
 @pytest.fixture(scope="module")
 def server(target, tmp_path_factory):
-    yield from serving(target, tmp_path_factory.mktemp("moe"), "--max-num-seqs", "6", "--max-num-waiting", "50")
+    yield from serving(target, tmp_path_factory.mktemp("moe"), "--max-num-seqs", "6", "--max-num-waiting", "50",
+                       *FLAGS[target[1].name])
 
 
 def test_greedy_completions_equal_the_reference_while_others_join_and_leave(server, target):

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from serve.__main__ import build, parse_args
 from serve.app import build_app
 from serve.engine_core import EngineCore
+from serve.replicas import ReplicatedClient
 from serve.logprobs import completion_logprobs
 from serve.model_runner import ModelRunner, Step
 from serve.output_processor import OutputProcessor, SequenceOutput, SequenceState
@@ -394,3 +395,24 @@ def test_the_hackathon_workload_sets_its_defaults_and_the_command_line_still_sta
     assert (args.input_len, args.output_len, args.warmup, args.burst) == (1024, 323, 2, 0)
     assert args.concurrency == [1, 2, 4, 8, 16, 32, 64] and args.num_requests == 8
     assert bench.parse_args(["--base-url", "http://x"]).output_len == 1024
+
+
+def test_replicas_take_each_sequence_to_the_least_loaded_and_free_it_when_it_ends():
+    class Core:  # an EngineCoreClient's add and abort, recorded
+        def __init__(self):
+            self.added, self.aborted = [], []
+
+        def add(self, requests):
+            self.added += [r[0] for r in requests]
+
+        def abort(self, seq_ids):
+            self.aborted += seq_ids
+
+    client = ReplicatedClient.__new__(ReplicatedClient)
+    client.replicas, client.owner, client.in_flight = [Core(), Core()], {}, [0, 0]
+    client.add([(i, [1], None) for i in range(5)])
+    assert [c.added for c in client.replicas] == [[0, 2, 4], [1, 3]]
+    client.abort([0, 2, 99])  # 99: unknown, ignored
+    assert client.replicas[0].aborted == [0, 2] and client.in_flight == [1, 2]
+    client.add([(5, [1], None), (6, [1], None)])
+    assert client.replicas[0].added[-2:] == [5, 6] and client.in_flight == [3, 2]
