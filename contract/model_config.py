@@ -142,11 +142,11 @@ class ModelConfig:
 
     def is_sparse_layer(self, layer: int) -> bool:
         """Whether layer `layer`'s MLP is a mixture of experts."""
-        return is_sparse_layer(self.to_dict(), layer)
+        return is_sparse_layer(vars(self), layer)
 
     def is_linear_layer(self, layer: int) -> bool:
         """Whether layer `layer` mixes tokens with a Gated DeltaNet rather than attention."""
-        return qwen3_5_moe.is_linear_layer(self.to_dict(), layer)
+        return qwen3_5_moe.is_linear_layer(vars(self), layer)
 
     @property
     def num_attention_layers(self) -> int:

@@ -102,6 +102,12 @@ def read_tensors(weight_dir, model_config):
     return {name.removeprefix("model."): rope_rows(t, name, model_config) if ROTATE_HALF_ROWS.search(name) else t
             for name, t in tensors.items()}
 
+# Per layer: the seed's key -> the checkpoint's name, then those only some families have,
+# then a dense layer's MLP (a sparse one has a router and experts instead: EXPERT_TENSORS).
+LAYER_TENSORS = {"input_norm": "input_layernorm.weight", "q": "self_attn.q_proj.weight",
+                 "k": "self_attn.k_proj.weight", "v": "self_attn.v_proj.weight",
+                 "o": "self_attn.o_proj.weight", "post_norm": "post_attention_layernorm.weight"}
+
 # A Gated DeltaNet layer's (Qwen3.5), under linear_attn.; its out_proj is the layer's "o".
 LINEAR_TENSORS = {"qkv": "in_proj_qkv.weight", "z": "in_proj_z.weight", "b": "in_proj_b.weight",
                   "a": "in_proj_a.weight", "conv": "conv1d.weight", "norm": "norm.weight"}
@@ -120,12 +126,6 @@ def read_linear_attention(get, raw, model_config, prefix):
                   key_dim=model_config["linear_key_head_dim"], value_dim=model_config["linear_value_head_dim"])
     return {"linear": linear, "o": get(p + "out_proj.weight")}
 
-# Per layer: the seed's key -> the checkpoint's name, then those only some families have,
-# then a dense layer's MLP (a sparse one has a router and experts instead: EXPERT_TENSORS).
-LAYER_TENSORS = {"input_norm": "input_layernorm.weight", "q": "self_attn.q_proj.weight",
-                 "k": "self_attn.k_proj.weight", "v": "self_attn.v_proj.weight",
-                 "o": "self_attn.o_proj.weight", "post_norm": "post_attention_layernorm.weight"}
-
 OPTIONAL_LAYER_TENSORS = {"q_bias": "self_attn.q_proj.bias", "k_bias": "self_attn.k_proj.bias",
                           "v_bias": "self_attn.v_proj.bias", "q_norm": "self_attn.q_norm.weight",
                           "k_norm": "self_attn.k_norm.weight"}
@@ -137,8 +137,7 @@ def gate_rows_last(rows, heads):
     return rows.reshape(heads, 2, -1, *rows.shape[1:]).transpose(0, 1).reshape(rows.shape)
 
 # Qwen3.5's norms scale by 1 + weight: read as that sum (in fp32, then cast), they are RMSNorms as any.
-ZERO_CENTRED_NORMS = {"input_norm": "input_layernorm.weight", "post_norm": "post_attention_layernorm.weight",
-                      "q_norm": "self_attn.q_norm.weight", "k_norm": "self_attn.k_norm.weight"}
+ZERO_CENTRED_NORMS = ("input_norm", "post_norm", "q_norm", "k_norm")
 
 
 def is_sparse_layer(model_config, index):
@@ -176,9 +175,8 @@ def read_checkpoint(model_config, weight_dir, device, dtype):
     for i in range(model_config["num_hidden_layers"]):
         p = f"layers.{i}."
         if model_config["layer_types"] and model_config["layer_types"][i] == "linear_attention":
-            layer = {"input_norm": get(p + "input_layernorm.weight"),
-                     "post_norm": get(p + "post_attention_layernorm.weight"),
-                     **read_linear_attention(get, raw, model_config, p)}
+            layer = {key: get(p + LAYER_TENSORS[key]) for key in ("input_norm", "post_norm")}
+            layer.update(read_linear_attention(get, raw, model_config, p))
         else:
             layer = {key: get(p + name) for key, name in LAYER_TENSORS.items()}
             layer.update({key: get(p + name) for key, name in OPTIONAL_LAYER_TENSORS.items() if p + name in raw})
@@ -188,7 +186,8 @@ def read_checkpoint(model_config, weight_dir, device, dtype):
                 if key in layer:
                     layer[key] = gate_rows_last(layer[key], model_config["num_attention_heads"])
         if model_config["zero_centred_norm"]:
-            layer.update({key: plus_one(p + name) for key, name in ZERO_CENTRED_NORMS.items() if key in layer})
+            names = {**LAYER_TENSORS, **OPTIONAL_LAYER_TENSORS}
+            layer.update({key: plus_one(p + names[key]) for key in ZERO_CENTRED_NORMS if key in layer})
         if is_sparse_layer(model_config, i):
             layer["router"] = get(p + "mlp.gate.weight")  # [E, hidden]
             layer["top_k"], layer["renormalise"] = model_config["num_experts_per_tok"], model_config["norm_topk_prob"]
@@ -645,8 +644,7 @@ def gated_delta_net(x, layer, states, step, index, eps):
                  for t in zip(*(t.split(step.num_new) for t in (q, k, v, log_decay, beta)))]
         out, matrix = torch.cat([p[0] for p in parts]), torch.stack([p[1] for p in parts])
     states.write(index, step, conv_state, matrix)
-    out = out.to(x.dtype).float()  # transformers' delta rule hands its norm the compute dtype
-    normed = (out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * lin["norm"]
+    normed = rms_norm(out.to(x.dtype), lin["norm"], eps)  # transformers' delta rule hands its norm the compute dtype
     z = (x @ lin["z"].T).view(n, heads, value_dim)
     return (normed * F.silu(z.float())).to(x.dtype).flatten(1)
 

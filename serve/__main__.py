@@ -77,8 +77,9 @@ def build(args) -> tuple:
     if args.replicas is not None and args.replicas < 1:
         raise SystemExit(f"--replicas must be at least 1, got {args.replicas}")
     on_cuda = is_cuda(resolve_device(args.device))
-    replicas = args.replicas or (max(torch.cuda.device_count(), 1) if on_cuda else 1)
-    if on_cuda and replicas > max(torch.cuda.device_count(), 1):
+    gpus = max(torch.cuda.device_count(), 1) if on_cuda else 1
+    replicas = args.replicas or gpus
+    if on_cuda and replicas > gpus:
         raise SystemExit(f"--replicas {replicas}: this host has {torch.cuda.device_count()} GPUs")
     client = ReplicatedClient(args, tokenizer.eos_token_id, replicas, on_cuda) if replicas > 1 else \
         EngineCoreClient(args, tokenizer.eos_token_id)

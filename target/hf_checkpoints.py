@@ -21,7 +21,7 @@ writes OUT/NAME/ for each of
                 DeltaNet (16 key / 32 value heads of 128, conv of 4); 256 experts of 512 top 8
                 and a shared expert of 512 in every layer; vocab 248320, untied
                 (34.7 B parameters, 64.6 GiB: only where the disk has room)
-  qwen3_5_35b_a3b_4_layers  the same width, 4 layers (3 DeltaNet, 1 attending; 7.6 GiB)
+  qwen3_5_35b_a3b_4_layers  the same width, 4 layers (3 DeltaNet, 1 attending; 8.2 GiB)
   tiny_qwen3_5_moe  a Qwen3.5-MoE small enough for a CPU: 4 layers, 8 experts of 64, top 2
 
 Shards are written one at a time, each drawn just before it is saved: the writer holds one

@@ -194,8 +194,8 @@ PLANTED = {  # what a hybrid's engine gets wrong -> the seed with it
                                                "    return attn"),
     "RoPE over the whole head": planted("rope_tables(step.positions, self.rotary_dim,", "rope_tables(step.positions, self.head_dim,"),
     "the shared expert dropped": planted('    if "shared_expert_gate" not in layer:\n', "    if True:\n"),
-    "the norms' 1 + weight missed": planted('        if model_config["zero_centred_norm"]:\n            layer.update(',
-                                            '        if False:\n            layer.update('),
+    "the norms' 1 + weight missed": planted('        if model_config["zero_centred_norm"]:\n            names =',
+                                            '        if False:\n            names ='),
 }
 
 

@@ -12,3 +12,18 @@ export PYTHONPATH=/tmp/site
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 [ -f target/weights/model.pt ] || python3 -m target.toy_weights > /dev/null
 T="--model-config target/model_config.json --weight-dir target/weights --device cuda"
+
+# An engine's batch-1 and 64 x 256 decode steps on a Hugging Face directory, beside the bound
+# (fitness bench --step-time --roofline): the JSON to FILE, its errors beside it in bench.err,
+# one line printed. Extra arguments go to fitness bench (--warmup 1 --repeat 1); a --case
+# among them takes the place of the two.
+#   decode_steps LABEL ENGINE DIR FILE [flags ...]
+decode_steps() {
+    local label=$1 engine=$2 dir=$3 file=$4; shift 4
+    local cases=(--case decode_1x128x64 --case decode_64x256x64)
+    [[ " $* " == *" --case "* ]] && cases=()
+    python3 -m fitness bench --engine "$engine" --model-config "$dir/config.json" --weight-dir "$dir" \
+        --device cuda --cases large ${cases[@]+"${cases[@]}"} --step-time --roofline "$@" \
+        > "$file" 2>> "$(dirname "$file")/bench.err"
+    python3 -m tools.bench_line "$label" < "$file"
+}

@@ -35,10 +35,7 @@ stage four layers
 hf4=$!
 CUDA_VISIBLE_DEVICES=0 python3 -m tools.matches_transformers "$seed" "$four" --device cuda 2> "$out/matches.err" \
     | tee "$out/matches_4_layers.json"
-CUDA_VISIBLE_DEVICES=0 python3 -m fitness bench --engine "$seed" --model-config "$four/config.json" \
-  --weight-dir "$four" --device cuda --cases large --case decode_1x128x64 --case decode_64x256x64 \
-  --step-time --roofline --warmup 1 --repeat 2 > "$out/bench_4_layers_seed.json" 2>> "$out/bench.err"
-python3 -m tools.bench_line "4 layers seed" < "$out/bench_4_layers_seed.json"
+CUDA_VISIBLE_DEVICES=0 decode_steps "4 layers seed" "$seed" "$four" "$out/bench_4_layers_seed.json" --warmup 1 --repeat 2
 wait $hf4; cat "$out/transformers_4_layers.txt"
 wait $writer
 
@@ -46,9 +43,7 @@ stage all 40 layers
 (CUDA_VISIBLE_DEVICES=1 python3 -m tools.transformers_bench "$full" --mode eager --repeat 1 --case decode_1x128x64 \
     --steps "${HF_STEPS:-8}" > "$out/transformers_40_layers.txt" 2> "$out/transformers_40_layers.err") &
 hf40=$!
-CUDA_VISIBLE_DEVICES=0 python3 -m fitness bench --engine "$seed" --model-config "$full/config.json" \
-  --weight-dir "$full" --device cuda --cases large --case decode_1x128x64 \
-  --step-time --roofline --warmup 1 --repeat 1 > "$out/bench_40_layers_seed.json" 2>> "$out/bench.err"
-python3 -m tools.bench_line "40 layers seed" < "$out/bench_40_layers_seed.json"
+CUDA_VISIBLE_DEVICES=0 decode_steps "40 layers seed" "$seed" "$full" "$out/bench_40_layers_seed.json" \
+    --case decode_1x128x64 --warmup 1 --repeat 1
 wait $hf40; cat "$out/transformers_40_layers.txt"
 stage done

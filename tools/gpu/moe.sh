@@ -39,10 +39,8 @@ hf4=$!
 CUDA_VISIBLE_DEVICES=0 python3 -m tools.matches_transformers "$engine" "$four" --device cuda 2> "$out/matches.err" \
     | tee "$out/matches_4_layers.json"
 for program in "$engine" seed_engine/engine.py; do
-  CUDA_VISIBLE_DEVICES=0 python3 -m fitness bench --engine "$program" --model-config "$four/config.json" \
-    --weight-dir "$four" --device cuda --cases large --case decode_1x128x64 --case decode_64x256x64 \
-    --step-time --roofline > "$out/bench_4_layers_$(basename "$program" .py).json" 2>> "$out/bench.err"
-  python3 -m tools.bench_line "4 layers $program" < "$out/bench_4_layers_$(basename "$program" .py).json"
+  CUDA_VISIBLE_DEVICES=0 decode_steps "4 layers $program" "$program" "$four" \
+      "$out/bench_4_layers_$(basename "$program" .py).json"
 done
 wait $hf4; cat "$out/transformers_4_layers.txt"
 wait $writer
@@ -51,10 +49,7 @@ stage all 48 layers
 (CUDA_VISIBLE_DEVICES=1 python3 -m tools.transformers_bench "$full" --mode eager --repeat 1 --case decode_1x128x64 \
     --steps "${HF_STEPS:-8}" > "$out/transformers_48_layers.txt" 2> "$out/transformers_48_layers.err") &
 hf48=$!
-CUDA_VISIBLE_DEVICES=0 python3 -m fitness bench --engine "$engine" --model-config "$full/config.json" \
-  --weight-dir "$full" --device cuda --cases large --case decode_1x128x64 --case decode_64x256x64 \
-  --step-time --roofline --warmup 1 --repeat 1 > "$out/bench_48_layers.json" 2>> "$out/bench.err"
-python3 -m tools.bench_line "48 layers by hand" < "$out/bench_48_layers.json"
+CUDA_VISIBLE_DEVICES=0 decode_steps "48 layers by hand" "$engine" "$full" "$out/bench_48_layers.json" --warmup 1 --repeat 1
 
 stage served
 CUDA_VISIBLE_DEVICES=0 python3 -m serve --engine "$engine" --model-config "$full/config.json" --weight-dir "$full" \
