@@ -42,6 +42,7 @@ SHAPE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_laye
               "num_key_value_heads", "head_dim", "max_position_embeddings")
 JUDGED_KEYS = ("device", "machine", "model", "dtype", "date", "tokens_per_s", "vs_seed", "run", "candidate")
 PAIRED_KEYS = ("model", "tokens_per_s")  # values written as key=value pairs
+NUMBER_KEYS = ("vs_seed",)  # the other keys' values are text
 JUDGED_LINE = re.compile(r"^#\s*([a-z_]+):\s*(.*?)\s*$")
 
 
@@ -89,7 +90,10 @@ def judged_on(text: str) -> dict:
         match = JUDGED_LINE.match(line)
         if match and match.group(1) in JUDGED_KEYS:
             key, value = match.groups()
-            judged[key] = parse_pairs(value) if key in PAIRED_KEYS else parse_value(value)
+            if key in PAIRED_KEYS:
+                judged[key] = parse_pairs(value)
+            else:  # ids stay text: a hash such as 59675999e6736123 reads as a float (inf)
+                judged[key] = parse_value(value) if key in NUMBER_KEYS else value
     return judged
 
 
@@ -98,6 +102,8 @@ def parse_pairs(text: str) -> dict:
 
 
 def parse_value(text: str):
+    if text == "None":  # a shape key the config lacks (a Qwen3.5 has no dense intermediate_size)
+        return None
     for convert in (int, float):
         try:
             return convert(text)

@@ -37,6 +37,9 @@ def test_every_shipped_recipe_says_what_it_was_judged_on_and_reads_back_as_writt
         assert entry.judged["device"] == "cuda" and entry.judged["dtype"] in ("float16", "bfloat16"), entry.name
         assert set(entry.judged["model"]) == set(library.SHAPE_KEYS), entry.name
         assert library.judged_on("\n".join(library.judged_lines(entry.judged))) == entry.judged
+    # A hash of digits and one e is no float; a config that lacks a shape key says None.
+    odd = {"candidate": "59675999e6736123", "run": "20261125", "model": {"intermediate_size": None, "hidden_size": 2048}}
+    assert library.judged_on("\n".join(library.judged_lines(odd))) == odd
     # A bf16 run on the toy model's shape starts from the bf16 searches' winner with the
     # highest recorded figures, an fp16 one from the hand-kept recipe.
     shape = json.loads((REPO / "target" / "model_config.json").read_text())
