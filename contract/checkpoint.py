@@ -65,6 +65,9 @@ def read_weights(weight_dir, config: ModelConfig) -> dict:
 def from_hf_layout(stored: dict, config: ModelConfig) -> dict:
     """Hugging Face names and rotate-half rows -> the contract's names and interleaved rows."""
     weights = {contract_name(name): tensor for name, tensor in stored.items()}
+    for name, t in weights.items():
+        if ROTATED.search(name) and t.shape[0] % rope_row_order(name, config)[0]:
+            raise ConfigError(f"{hf_name(name)} has {t.shape[0]} rows, not a whole number of heads")
     return {name: per_head_rows(t, *rope_row_order(name, config)) if ROTATED.search(name) else t
             for name, t in weights.items()}
 
@@ -102,19 +105,42 @@ def load_checked_weights(config: ModelConfig, weight_dir) -> dict:
     shapes; a tied head is the embedding table itself, unless the checkpoint stores a head
     of its own anyway (transformers 5 then keeps that one)."""
     weights = read_weights(weight_dir, config)
-    expected = weight_shapes(config.to_dict())
-    missing = sorted(set(expected) - set(weights))
-    if missing:
-        raise ConfigError(f"{weight_dir} lacks {len(missing)} tensors, e.g. {missing[0]}")
-    for name, shape in expected.items():
-        if tuple(weights[name].shape) != shape:
-            raise ConfigError(f"{weight_dir}: {name} has shape {tuple(weights[name].shape)}, "
-                              f"the config implies {shape}")
-    # An MLP tensor the config does not name: more experts than it says, or experts where it has none.
-    unexpected = sorted(name for name in weights if ".mlp." in name and name not in expected)
-    if unexpected:
-        raise ConfigError(f"{weight_dir} stores {len(unexpected)} MLP tensors its config does not imply "
-                          f"(num_experts {config.num_experts}), e.g. {unexpected[0]}")
+    check_shapes({name: tuple(t.shape) for name, t in weights.items()}, config, weight_dir)
     if config.tie_word_embeddings:
         weights.setdefault("lm_head.weight", weights["embed_tokens.weight"])
     return weights
+
+
+def check_weight_files(config: ModelConfig, weight_dir) -> None:
+    """load_checked_weights' checks from the files' headers alone (a 65 GB checkpoint is
+    not read into memory to be checked)."""
+    files = checkpoint_files(weight_dir)
+    if files[0].name == CONTRACT_FILE:
+        stored = torch.load(files[0], map_location="cpu", weights_only=True, mmap=True)
+        check_shapes({name: tuple(t.shape) for name, t in stored.items()}, config, weight_dir)
+        return
+    from safetensors import safe_open
+
+    shapes = {}
+    for path in files:
+        if path.suffix == ".safetensors":
+            with safe_open(path, "pt") as f:
+                shapes.update({contract_name(name): tuple(f.get_slice(name).get_shape()) for name in f.keys()})
+    check_shapes(shapes, config, weight_dir)
+
+
+def check_shapes(shapes: dict, config: ModelConfig, weight_dir) -> None:
+    """ConfigError unless {contract name: shape} holds every tensor the config implies, in
+    its shape, and no MLP tensor it does not."""
+    expected = weight_shapes(config.to_dict())
+    missing = sorted(set(expected) - set(shapes))
+    if missing:
+        raise ConfigError(f"{weight_dir} lacks {len(missing)} tensors, e.g. {missing[0]}")
+    for name, shape in expected.items():
+        if shapes[name] != shape:
+            raise ConfigError(f"{weight_dir}: {name} has shape {shapes[name]}, the config implies {shape}")
+    # An MLP tensor the config does not name: more experts than it says, or experts where it has none.
+    unexpected = sorted(name for name in shapes if ".mlp." in name and name not in expected)
+    if unexpected:
+        raise ConfigError(f"{weight_dir} stores {len(unexpected)} MLP tensors its config does not imply "
+                          f"(num_experts {config.num_experts}), e.g. {unexpected[0]}")

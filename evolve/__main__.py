@@ -16,7 +16,7 @@ import importlib
 import sys
 from pathlib import Path
 
-from contract.checkpoint import load_checked_weights
+from contract.checkpoint import check_weight_files
 from contract.devices import resolve_device
 from contract.model_config import ConfigError, ModelConfig
 from evolve import checkpoint
@@ -109,7 +109,7 @@ def check_target(config) -> None:
     model = ModelConfig.load(config.model_config)
     if Path(config.weight_dir).resolve() == (TARGET_DIR / "weights").resolve():
         ensure(config.model_config, config.weight_dir)  # the repository's own toy weights
-    load_checked_weights(model, config.weight_dir)
+    check_weight_files(model, config.weight_dir)
     if not Path(config.seed_engine).is_file():
         raise SettingsError(f"seed engine not found: {config.seed_engine}")
 

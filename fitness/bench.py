@@ -11,17 +11,19 @@ beside the clock and its inputs. Untrusted code is judged by `python -m fitness 
 
     python -m fitness bench [--engine E] [--model-config C] [--weight-dir W]
         [--device auto|cpu|cuda] [--cases public|hidden|all] [--warmup 1] [--repeat 3]
-        [--roofline [--gpu auto|h100|h200]] [--step-time]
+        [--roofline [--gpu auto|h100|h200]] [--step-time] [--one-engine]
 
 --step-time adds, to each case that decodes one fixed batch (`decode_events`), the time of
 a decode step alone: in each fresh engine's run the steps are timed apart from the prefill
 before them (a synchronisation between), and the median run's steps are divided by their
 count. `tools.transformers_bench` times generate's steps apart from its prefill the same
-way, so the two tools' step figures stand side by side. (Subtracting a separate run of the
+way, so the two tools' step figures stand side by side. --one-engine drops the warm-up engine
+before the fresh ones are made, for a model the device holds once (Qwen3.5-35B-A3B on one H200). (Subtracting a separate run of the
 prefill alone, as both did before, let the prefill's noise into the step: Qwen3's batch-64
 step read 2.6-3.6 ms on one H100, transformers' Llama 11.0-15.0 ms, docs/PERF.md.)
 """
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -32,7 +34,7 @@ import torch
 
 from fitness import roofline
 # The cases live in fitness.cases, shared with the roofline; callers may take them from here.
-from contract.checkpoint import load_checked_weights
+from contract.checkpoint import check_weight_files
 from contract.devices import DEVICE_CHOICES, is_cuda, ramp_gpu_clocks, resolve_device
 from contract.loader import SEED_ENGINE, load_engine_module
 from contract.model_config import ConfigError, ModelConfig
@@ -63,16 +65,22 @@ def timed_run(engine, calls, device) -> float:
 
 
 def fresh_engine_runs(module, config_dict, weight_dir, device, calls, warmup=1, repeat=3,
-                      timed=timed_run) -> tuple:
+                      timed=timed_run, one_engine=False) -> tuple:
     """The contract's protocol: a warm-up engine runs the calls `warmup` times and stays
     alive; then `repeat` fresh engines each run them once, measured by `timed(engine,
     calls, device)`. (the seconds of each run, peak bytes over the fresh engines, bytes the
-    warm-up engine holds beside them)."""
+    warm-up engine holds beside them.) `one_engine`: the warm-up engine is dropped first,
+    for a model that fits the device once."""
     cuda = is_cuda(device)
     with torch.no_grad():
         warm_engine = module.create_engine(config_dict, str(weight_dir), device)
         for _ in range(warmup):
             run_calls(warm_engine, calls)
+        if one_engine:
+            warm_engine = None
+            gc.collect()
+            if cuda:
+                torch.cuda.empty_cache()
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         warm_bytes = torch.cuda.memory_allocated() if cuda else 0
@@ -87,10 +95,11 @@ def fresh_engine_runs(module, config_dict, weight_dir, device, calls, warmup=1, 
 
 
 def run_case(module, config_dict, weight_dir, device, events, seed=CASE_SEED, warmup=1, repeat=3,
-             *, case_name: str = "") -> dict:
+             *, case_name: str = "", one_engine=False) -> dict:
     """The contract's result dict for one case; `config_dict` goes to the engine untouched."""
     calls = materialize(events, config_dict["vocab_size"], seed, device)
-    times, peak_bytes, warm_bytes = fresh_engine_runs(module, config_dict, weight_dir, device, calls, warmup, repeat)
+    times, peak_bytes, warm_bytes = fresh_engine_runs(module, config_dict, weight_dir, device, calls, warmup, repeat,
+                                                      one_engine=one_engine)
     seconds = statistics.median(times)
     prefill_tokens, decode_tokens = count_tokens(events)
     return {
@@ -109,11 +118,11 @@ def run_case(module, config_dict, weight_dir, device, events, seed=CASE_SEED, wa
     }
 
 
-def run_benchmark(module, config_dict, weight_dir, device, cases: dict, warmup=1, repeat=3) -> list:
+def run_benchmark(module, config_dict, weight_dir, device, cases: dict, warmup=1, repeat=3, one_engine=False) -> list:
     """One result dict per case, in the order of `cases`, after ramping the GPU's clocks."""
     ramp_gpu_clocks(device)
     return [run_case(module, config_dict, weight_dir, device, events, warmup=warmup, repeat=repeat,
-                     case_name=name)
+                     case_name=name, one_engine=one_engine)
             for name, events in cases.items()]
 
 
@@ -143,7 +152,7 @@ def without_steps(events) -> list:
 
 
 def add_step_times(results: list, module, config_dict, weight_dir, device, cases: dict, warmup=1,
-                   repeat=3) -> None:
+                   repeat=3, one_engine=False) -> None:
     """`ms_per_decode_step` for each fixed-batch decode case (see the module's docstring)."""
     for result in results:
         events = cases[result["case_name"]]
@@ -151,7 +160,7 @@ def add_step_times(results: list, module, config_dict, weight_dir, device, cases
         if steps:
             calls = materialize(events, config_dict["vocab_size"], CASE_SEED, device)
             times, _, _ = fresh_engine_runs(module, config_dict, weight_dir, device, calls, warmup, repeat,
-                                         timed=timed_steps)
+                                         timed=timed_steps, one_engine=one_engine)
             result["ms_per_decode_step"] = statistics.median(times) * 1e3 / steps
 
 
@@ -181,6 +190,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the GPU the roofline assumes; auto reads the device's name")
     parser.add_argument("--step-time", action="store_true",
                         help="add ms_per_decode_step to each case that decodes one fixed batch")
+    parser.add_argument("--one-engine", action="store_true",
+                        help="drop the warm-up engine before the fresh ones are made (a model that "
+                             "fits the device once; the contract keeps it alive)")
 
 
 def cli(args) -> int:
@@ -188,7 +200,7 @@ def cli(args) -> int:
     try:
         raw_config = json.loads(Path(args.model_config).read_text())
         config = ModelConfig.from_dict(raw_config)
-        load_checked_weights(config, args.weight_dir)  # a clear message now, not a crash later
+        check_weight_files(config, args.weight_dir)  # a clear message now, not a crash later
     except (OSError, json.JSONDecodeError, ConfigError) as err:
         print(f"bench: {err}", file=sys.stderr)
         return 2
@@ -200,9 +212,11 @@ def cli(args) -> int:
     cases = {name: events for name, events in cases.items() if not args.case or name in args.case}
     device = resolve_device(args.device)
     module = load_engine_module(args.engine)
-    results = run_benchmark(module, raw_config, args.weight_dir, device, cases, args.warmup, args.repeat)
+    results = run_benchmark(module, raw_config, args.weight_dir, device, cases, args.warmup, args.repeat,
+                            args.one_engine)
     if args.step_time:
-        add_step_times(results, module, raw_config, args.weight_dir, device, cases, args.warmup, args.repeat)
+        add_step_times(results, module, raw_config, args.weight_dir, device, cases, args.warmup, args.repeat,
+                       args.one_engine)
     if args.roofline:
         gpu = roofline.gpu_for_device(device) if args.gpu == "auto" else args.gpu
         add_roofline(results, config, cases, gpu)

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,7 +22,7 @@ from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Q
                           Qwen3Config, Qwen3ForCausalLM)
 
 import mutations
-from contract.checkpoint import load_checked_weights
+from contract.checkpoint import check_weight_files, load_checked_weights
 from contract.layout import weight_shapes
 from contract.loader import load_engine_module
 from contract.model_config import ConfigError, ModelConfig
@@ -296,6 +297,21 @@ def test_unreadable_checkpoints_say_why(checkpoints, tmp_path):
         load_checked_weights(config, folder)
 
 
+def test_shapes_are_checked_from_the_headers_as_from_the_tensors(checkpoints, tmp_path):
+    """What bench and run.sh check before a 65 GB model is loaded: the headers alone."""
+    folder = shutil.copytree(checkpoints["llama", "fp32", False], tmp_path / "checkpoint")
+    config = ModelConfig.load(folder)
+    check_weight_files(config, folder)
+    stored = load_file(folder / "model.safetensors")
+    name = "model.layers.0.self_attn.k_proj.weight"
+    stored[name] = stored[name][:-1].contiguous()
+    save_file(stored, folder / "model.safetensors")
+    with pytest.raises(ConfigError, match=r"layers\.0\.self_attn\.k_proj\.weight has shape"):
+        check_weight_files(config, folder)
+    with pytest.raises(ConfigError, match=f"{name} has 31 rows, not a whole number of heads"):
+        load_checked_weights(config, folder)
+
+
 def test_every_file_of_a_sharded_checkpoint_is_held_to_its_fingerprint(checkpoints, tmp_path):
     """The fingerprint the search takes goes to its judges as JSON, and covers each shard."""
     folder = shutil.copytree(checkpoints["qwen2", "fp32", True], tmp_path / "sharded")
@@ -334,6 +350,19 @@ def test_real_shapes_have_their_models_parameter_counts(name, billions):
     shapes = weight_shapes(config.to_dict())
     assert sum(math.prod(shape) for shape in shapes.values()) / 1e9 == pytest.approx(billions, abs=0.001)
     assert config.tie_word_embeddings and "lm_head.weight" not in shapes
+
+
+def test_shards_past_a_full_disk_go_to_the_overflow_folder_linked(tmp_path, monkeypatch):
+    monkeypatch.setattr(hf_checkpoints, "MAX_SHARD_BYTES", 100_000)
+    monkeypatch.setattr(hf_checkpoints, "SPARE_BYTES", 0)
+    free = shutil.disk_usage(tmp_path).free
+    monkeypatch.setattr(hf_checkpoints.shutil, "disk_usage",  # the disk fills after the first shard
+                        lambda path: shutil._ntuple_diskusage(0, 0, free if not list(Path(path).glob("*.safetensors")) else 0))
+    folder = hf_checkpoints.write(tmp_path / "out", "tiny_qwen3", overflow=tmp_path / "memory")
+    shards = sorted(folder.glob("model-*.safetensors"))
+    assert len(shards) > 2 and not shards[0].is_symlink() and all(s.is_symlink() for s in shards[1:])
+    assert all(s.resolve().parent == (tmp_path / "memory" / "tiny_qwen3").resolve() for s in shards[1:])
+    assert_engine_matches(load_engine_module(SEED_ENGINE), folder)
 
 
 def test_shards_split_past_the_limit(monkeypatch):
