@@ -527,6 +527,114 @@ class RecurrentState:
             self.matrix.pop(rid, None)
 
 
+def causal_conv(x, state, weight):
+    """SiLU of the causal depthwise conv of x [B, C, T], carried on from `state` [B, C,
+    kernel - 1] (the inputs before x; zeros for a new request), with weight [C, 1, kernel]:
+    (out [B, C, T], the new state: the last kernel - 1 inputs)."""
+    full = torch.cat((state, x), dim=-1)  # [B, C, kernel - 1 + T]
+    out = F.conv1d(full, weight, groups=x.shape[1])  # no padding: the state is the past
+    return F.silu(out), full[:, :, full.shape[-1] - state.shape[-1]:]
+
+
+def delta_rule_step(q, k, v, log_decay, beta, state):
+    """The gated delta rule for one token of each of B requests: q, k [B, H, Dk], v [B, H, Dv],
+    log_decay and beta [B, H], state [B, H, Dk, Dv], fp32 -> (out [B, H, Dv], the new state)."""
+    state = state * log_decay.exp()[..., None, None]
+    predicted = (k[..., None] * state).sum(-2)  # [B, H, Dv]: what the state recalls for k
+    state = state + k[..., None] * ((v - predicted) * beta[..., None])[..., None, :]
+    return (q[..., None] * state).sum(-2), state
+
+
+def delta_rule_inputs(mixed, lin):
+    """q, k [N, value heads, key dim] (unit length, q scaled; each key head serving a run of
+    value heads) and v [N, value heads, value dim], fp32, from the conv's output [N, conv_dim]."""
+    key_dim, key_width = lin["key_dim"], lin["key_heads"] * lin["key_dim"]
+    q, k, v = mixed.float().split((key_width, key_width, lin["value_heads"] * lin["value_dim"]), -1)
+    q, k = (t.view(len(t), -1, key_dim).repeat_interleave(lin["value_heads"] // lin["key_heads"], 1) for t in (q, k))
+    q, k = (t * torch.rsqrt(t.pow(2).sum(-1, keepdim=True) + 1e-6) for t in (q, k))
+    return q / math.sqrt(key_dim), k, v.view(len(v), lin["value_heads"], lin["value_dim"])
+
+
+def delta_net_decode(mixed, log_decay, beta, lin, states, step, index):
+    """One token of each request through its carried conv and delta-rule state, from the
+    projections mixed [B, conv_dim], log_decay and beta [B, value heads] -> [B, value heads,
+    value dim] (fp32); the states carried on."""
+    conv_state, matrix = states.read(index, step)
+    mixed, conv_state = causal_conv(mixed[:, :, None], conv_state, lin["conv"])  # [B, conv_dim, 1]
+    out, matrix = delta_rule_step(*delta_rule_inputs(mixed[:, :, 0], lin), log_decay, beta, matrix)
+    states.write(index, step, conv_state, matrix)
+    return out
+
+
+def prompt_convs(mixed, lin, step):
+    """causal_conv over each prompt of mixed [N, conv_dim] from a zero state: (out [N,
+    conv_dim], each prompt's conv state [B, conv_dim, kernel - 1])."""
+    conv_dim, kernel = mixed.shape[1], lin["conv"].shape[-1]
+    outs, conv_states = [], []
+    for part in mixed.T.split(step.num_new, dim=1):
+        fresh = torch.zeros(1, conv_dim, kernel - 1, dtype=mixed.dtype, device=mixed.device)
+        out, conv_state = causal_conv(part[None], fresh, lin["conv"])
+        outs.append(out[0].T)
+        conv_states.append(conv_state[0])
+    return torch.cat(outs), torch.stack(conv_states)
+
+DELTA_CHUNK = 64  # tokens a chunk of the delta rule's prefill solves at once
+
+
+def chunk_systems(q, k, v, log_decay, beta):
+    """What each DELTA_CHUNK tokens of the delta rule need, solved for all chunks at once:
+    q, k [H, chunks, C, Dk], v [H, chunks, C, Dv], log_decay and beta [H, chunks, C] ->
+    (u, w, G, attention): with G the decay summed from the chunk's start,
+    u = (I + A)^-1 (beta v) and w = (I + A)^-1 (beta k exp(G)), where A[i, j] = beta_i
+    k_i.k_j exp(G_i - G_j) below the diagonal; attention = (q k') exp(G_i - G_j), causal with
+    its diagonal (FLA's and transformers' chunked form)."""
+    decay = log_decay.cumsum(-1)  # G
+    lower = torch.ones(DELTA_CHUNK, DELTA_CHUNK, dtype=torch.bool, device=q.device).tril()
+    between = (decay[..., :, None] - decay[..., None, :]).masked_fill(~lower, float("-inf")).exp()  # exp(G_i - G_j)
+    k_beta = k * beta[..., None]
+    system = ((k_beta @ k.transpose(-1, -2)) * between).tril(-1) + torch.eye(DELTA_CHUNK, device=q.device)
+    u = torch.linalg.solve_triangular(system, v * beta[..., None], upper=False)
+    w = torch.linalg.solve_triangular(system, k_beta * decay.exp()[..., None], upper=False)
+    return u, w, decay, (q @ k.transpose(-1, -2)) * between
+
+
+def delta_rule_chunked(q, k, v, log_decay, beta, state):
+    """The gated delta rule over one request's tokens, a chunk at a time: q, k [T, H, Dk]
+    (unit length; q scaled), v [T, H, Dv], log_decay and beta [T, H], state [H, Dk, Dv],
+    all fp32 -> (out [T, H, Dv], the state after them).
+
+    Token by token the state S decays by exp(g), then S += k (beta (v - S'k))' and q reads
+    it. Within a chunk those writes are one lower-triangular solve (chunk_systems); then the
+    chunk's new values are u - w S, its output q exp(G) S plus its causal attention over
+    them, and S moves on to the chunk's end."""
+    tokens, heads = q.shape[:2]
+    pad = -tokens % DELTA_CHUNK
+    q, k, v, log_decay, beta = (F.pad(t.transpose(0, 1), (0, 0) * (t.dim() - 2) + (0, pad))
+                                for t in (q, k, v, log_decay, beta))  # [H, T', ...]: padding writes nothing
+    q, k, v = (t.reshape(heads, -1, DELTA_CHUNK, t.shape[-1]) for t in (q, k, v))  # [H, chunks, C, D]
+    u, w, decay, attention = chunk_systems(q, k, v, log_decay.reshape(heads, -1, DELTA_CHUNK),
+                                           beta.reshape(heads, -1, DELTA_CHUNK))
+    out = torch.empty_like(v)
+    for c in range(q.shape[1]):
+        new = u[:, c] - w[:, c] @ state  # [H, C, Dv]
+        out[:, c] = (q[:, c] * decay[:, c, :, None].exp()) @ state + attention[:, c] @ new
+        to_end = (decay[:, c, -1:] - decay[:, c]).exp()[..., None]  # [H, C, 1]
+        state = state * decay[:, c, -1, None, None].exp() + (k[:, c] * to_end).transpose(-1, -2) @ new
+    return out.reshape(heads, -1, v.shape[-1])[:, :tokens].transpose(0, 1), state
+
+
+def delta_net_prefill(mixed, log_decay, beta, lin, states, step, index):
+    """Each prompt's conv from a zero state and its delta rule a chunk at a time, from the
+    projections mixed [N, conv_dim], log_decay and beta [N, value heads] -> [N, value heads,
+    value dim] (fp32); the requests' new states written."""
+    convolved, conv_states = prompt_convs(mixed, lin, step)
+    q, k, v = delta_rule_inputs(convolved, lin)
+    zero = torch.zeros(lin["value_heads"], lin["key_dim"], lin["value_dim"], device=mixed.device)
+    parts = [delta_rule_chunked(*t, zero) for t in zip(*(t.split(step.num_new) for t in (q, k, v, log_decay, beta)))]
+    states.write(index, step, conv_states, torch.stack([p[1] for p in parts]))
+    return torch.cat([p[0] for p in parts])
+
+
 def rope_table_dtype(model_config, dtype):
     """cos/sin in the compute dtype, as the contract's reference rounds them; in fp32 for a
     Hugging Face checkpoint, whose gate is fp32 (a bf16 one's RoPE kernels need not then
@@ -555,97 +663,18 @@ class Step:
     state_slots: torch.Tensor = None  # [B] state slot of every request
 
 
-def causal_conv(x, state, weight):
-    """SiLU of the causal depthwise conv of x [B, C, T], carried on from `state` [B, C,
-    kernel - 1] (the inputs before x; zeros for a new request), with weight [C, 1, kernel]:
-    (out [B, C, T], the new state: the last kernel - 1 inputs)."""
-    full = torch.cat((state, x), dim=-1)  # [B, C, kernel - 1 + T]
-    out = F.conv1d(full, weight, groups=x.shape[1])  # no padding: the state is the past
-    return F.silu(out), full[:, :, full.shape[-1] - state.shape[-1]:]
-
-
-def delta_rule_step(q, k, v, log_decay, beta, state):
-    """The gated delta rule for one token of each of B requests: q, k [B, H, Dk], v [B, H, Dv],
-    log_decay and beta [B, H], state [B, H, Dk, Dv], fp32 -> (out [B, H, Dv], the new state)."""
-    state = state * log_decay.exp()[..., None, None]
-    predicted = (k[..., None] * state).sum(-2)  # [B, H, Dv]: what the state recalls for k
-    state = state + k[..., None] * ((v - predicted) * beta[..., None])[..., None, :]
-    return (q[..., None] * state).sum(-2), state
-
-DELTA_CHUNK = 64  # tokens a chunk of the delta rule's prefill solves at once
-
-
-def delta_rule_chunked(q, k, v, log_decay, beta, state):
-    """The gated delta rule over one request's tokens, a chunk at a time: q, k [T, H, Dk]
-    (unit length; q scaled), v [T, H, Dv], log_decay and beta [T, H], state [H, Dk, Dv],
-    all fp32 -> (out [T, H, Dv], the state after them).
-
-    Token by token the state S decays by exp(g), then S += k (beta (v - S'k))' and q reads
-    it. Within a chunk those writes are one lower-triangular solve: with G the decay summed
-    from the chunk's start, u = (I + A)^-1 (beta v) and w = (I + A)^-1 (beta k exp(G)),
-    where A[i, j] = beta_i k_i.k_j exp(G_i - G_j) below the diagonal; then the chunk's new
-    values are u - w S, its output q exp(G) S plus its causal q.k attention over them, and
-    S moves on to the chunk's end (FLA's and transformers' chunked form)."""
-    tokens, heads = q.shape[:2]
-    pad = -tokens % DELTA_CHUNK
-    q, k, v, log_decay, beta = (F.pad(t.transpose(0, 1), (0, 0) * (t.dim() - 2) + (0, pad))
-                                for t in (q, k, v, log_decay, beta))  # [H, T', ...]: padding writes nothing
-    q, k, v = (t.reshape(heads, -1, DELTA_CHUNK, t.shape[-1]) for t in (q, k, v))  # [H, chunks, C, D]
-    decay = log_decay.reshape(heads, -1, DELTA_CHUNK).cumsum(-1)  # [H, chunks, C]: G
-    lower = torch.ones(DELTA_CHUNK, DELTA_CHUNK, dtype=torch.bool, device=q.device).tril()
-    between = (decay[..., :, None] - decay[..., None, :]).masked_fill(~lower, float("-inf")).exp()  # exp(G_i - G_j)
-    k_beta = k * beta.reshape(decay.shape)[..., None]
-    system = ((k_beta @ k.transpose(-1, -2)) * between).tril(-1) + torch.eye(DELTA_CHUNK, device=q.device)
-    u = torch.linalg.solve_triangular(system, v * beta.reshape(decay.shape)[..., None], upper=False)
-    w = torch.linalg.solve_triangular(system, k_beta * decay.exp()[..., None], upper=False)
-    attention = (q @ k.transpose(-1, -2)) * between  # causal, the diagonal included
-    out = torch.empty_like(v)
-    for c in range(q.shape[1]):
-        new = u[:, c] - w[:, c] @ state  # [H, C, Dv]
-        out[:, c] = (q[:, c] * decay[:, c, :, None].exp()) @ state + attention[:, c] @ new
-        to_end = (decay[:, c, -1:] - decay[:, c]).exp()[..., None]  # [H, C, 1]
-        state = state * decay[:, c, -1, None, None].exp() + (k[:, c] * to_end).transpose(-1, -2) @ new
-    return out.reshape(heads, -1, v.shape[-1])[:, :tokens].transpose(0, 1), state
-
-
 def gated_delta_net(x, layer, states, step, index, eps):
     """A Gated DeltaNet layer (Qwen3.5) over the packed normed x [N, hidden] -> [N, value
-    heads * value dim], before out_proj: q, k, v projected and through causal_conv; q and k
-    unit length (fp32), q scaled, each key head serving a run of value heads; the delta rule
-    chunked over each prompt, a step per decoded token; each head's output RMS-normed,
+    heads * value dim], before out_proj: q, k, v projected and through causal_conv; the delta
+    rule chunked over each prompt, a step per decoded token; each head's output RMS-normed,
     times silu(z)."""
     lin = layer["linear"]
-    heads, key_dim, value_dim = lin["value_heads"], lin["key_dim"], lin["value_dim"]
-    n, repeat = x.shape[0], lin["value_heads"] // lin["key_heads"]
     beta = torch.sigmoid(x @ lin["b"].T).float()  # [N, heads]
     log_decay = -lin["A_log"].exp() * F.softplus((x @ lin["a"].T).float() + lin["dt_bias"])
-    mixed = (x @ lin["qkv"].T).T  # [conv_dim, N]
-    conv_dim, kernel = mixed.shape[0], lin["conv"].shape[-1]
-    if step.is_decode:
-        conv_state, matrix = states.read(index, step)
-        mixed, conv_state = causal_conv(mixed.T[:, :, None], conv_state, lin["conv"])  # [B, conv_dim, 1]
-        mixed = mixed[:, :, 0]
-    else:
-        outs, conv_states = [], []
-        for part in mixed.split(step.num_new, dim=1):  # each prompt from a zero state
-            fresh = torch.zeros(1, conv_dim, kernel - 1, dtype=mixed.dtype, device=mixed.device)
-            out, conv_state = causal_conv(part[None], fresh, lin["conv"])
-            outs.append(out[0].T)
-            conv_states.append(conv_state[0])
-        mixed, conv_state = torch.cat(outs), torch.stack(conv_states)  # [N, conv_dim]
-    q, k, v = mixed.float().split((lin["key_heads"] * key_dim, lin["key_heads"] * key_dim, heads * value_dim), -1)
-    q, k = (t.view(n, -1, key_dim).repeat_interleave(repeat, 1) for t in (q, k))
-    q, k = (t * torch.rsqrt(t.pow(2).sum(-1, keepdim=True) + 1e-6) for t in (q, k))
-    q, v = q / math.sqrt(key_dim), v.view(n, heads, value_dim)
-    if step.is_decode:
-        out, matrix = delta_rule_step(q, k, v, log_decay, beta, matrix)
-    else:
-        parts = [delta_rule_chunked(*t, torch.zeros(heads, key_dim, value_dim, device=x.device))
-                 for t in zip(*(t.split(step.num_new) for t in (q, k, v, log_decay, beta)))]
-        out, matrix = torch.cat([p[0] for p in parts]), torch.stack([p[1] for p in parts])
-    states.write(index, step, conv_state, matrix)
+    mix = delta_net_decode if step.is_decode else delta_net_prefill
+    out = mix(x @ lin["qkv"].T, log_decay, beta, lin, states, step, index)
     normed = rms_norm(out.to(x.dtype), lin["norm"], eps)  # transformers' delta rule hands its norm the compute dtype
-    z = (x @ lin["z"].T).view(n, heads, value_dim)
+    z = (x @ lin["z"].T).view(out.shape)
     return (normed * F.silu(z.float())).to(x.dtype).flatten(1)
 
 

@@ -19,6 +19,7 @@ from serve.scheduler import Scheduler, SchedulerConfig
 from target.toy_weights import ensure
 from fitness.adversaries import planted
 from tests.conftest import FASTEST, REPO, SEED_ENGINE
+from tests.slot_states import Pools
 from tests.test_hf import FAMILIES, make_checkpoint
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -238,6 +239,69 @@ def test_the_moe_triton_alleles_match_fp32_on_qwen3_30b_a3b_layer(rows):
     static.copy_(torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16))
     graph.replay()
     assert torch.equal(captured, module.moe(static, layer))
+
+
+@pytest.mark.parametrize("rows", [1, 3, 64])
+def test_the_fused_delta_net_decode_matches_the_seeds_on_qwen3_5_layer(rows):
+    """delta_net_decode.triton_fused against the seed's, bf16, Qwen3.5-35B-A3B's DeltaNet (16
+    key and 32 value heads of 128, conv kernel 4), requests in scattered slots, three steps:
+    outputs and both states, carried in place; and in a captured graph replayed on new
+    rows, what an eager call gives."""
+    from mutations.alleles import load_module as load_allele
+    fused = load_allele("delta_net_decode", "triton_fused").delta_net_decode
+    seed = load_engine_module(SEED_ENGINE)
+    torch.manual_seed(0)
+    lin = {"key_heads": 16, "value_heads": 32, "key_dim": 128, "value_dim": 128,
+           "conv": torch.randn(8192, 1, 4, device="cuda", dtype=torch.bfloat16) / 2}
+    conv = torch.randn(80, 8192, 3, device="cuda", dtype=torch.bfloat16)
+    matrix = torch.randn(80, 32, 128, 128, device="cuda") / 8
+    theirs = Pools(conv, matrix)
+    ours = theirs.copy()
+    step = seed.Step([], [], [], None, True, state_slots=torch.randperm(79, device="cuda")[:rows] + 1)
+    for _ in range(3):
+        mixed = torch.randn(rows, 8192, device="cuda", dtype=torch.bfloat16)
+        log_decay = -torch.rand(rows, 32, device="cuda")
+        beta = torch.rand(rows, 32, device="cuda")
+        got = fused(mixed, log_decay, beta, lin, ours, step, 0)
+        want = seed.delta_net_decode(mixed, log_decay, beta, lin, theirs, step, 0)
+        assert ((got - want).norm() / want.norm()).item() < 4e-3  # a conv output in bf16 may round apart
+        assert ((ours.matrix[0] - theirs.matrix[0]).norm() / theirs.matrix[0].norm()).item() < 4e-3
+        assert torch.equal(ours.conv[0], theirs.conv[0])  # the inputs, shifted: no arithmetic
+    static = [mixed.clone(), log_decay.clone(), beta.clone()]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = fused(*static, lin, ours, step, 0)
+    before = ours.copy()
+    static[0].copy_(torch.randn_like(static[0]))
+    static[1].copy_(-torch.rand_like(static[1]))
+    static[2].copy_(torch.rand_like(static[2]))
+    graph.replay()
+    assert torch.equal(captured, fused(*static, lin, before, step, 0))
+    assert torch.equal(ours.matrix[0], before.matrix[0]) and torch.equal(ours.conv[0], before.conv[0])
+
+
+def test_the_chunked_delta_net_prefill_matches_the_seeds_on_qwen3_5_layer():
+    """delta_net_prefill.triton_chunked against the seed's on Qwen3.5-35B-A3B's DeltaNet,
+    prompts of 1,024, 300 and 1 tokens at once: outputs and the states it leaves (a bf16
+    engine's: the kernel's products in tf32, 10 bits of mantissa)."""
+    from mutations.alleles import load_module as load_allele
+    chunked = load_allele("delta_net_prefill", "triton_chunked").delta_net_prefill
+    seed = load_engine_module(SEED_ENGINE)
+    torch.manual_seed(0)
+    lin = {"key_heads": 16, "value_heads": 32, "key_dim": 128, "value_dim": 128,
+           "conv": torch.randn(8192, 1, 4, device="cuda", dtype=torch.bfloat16) / 2}
+    lengths = [1024, 300, 1]
+    pools = [Pools(torch.zeros(4, 8192, 3, device="cuda", dtype=torch.bfloat16),
+                   torch.zeros(4, 32, 128, 128, device="cuda")) for _ in range(2)]
+    step = seed.Step([0, 1, 2], [0, 0, 0], lengths, None, False, state_slots=torch.tensor([3, 1, 2], device="cuda"))
+    mixed = torch.randn(sum(lengths), 8192, device="cuda", dtype=torch.bfloat16)
+    log_decay = -torch.rand(sum(lengths), 32, device="cuda") / 4
+    beta = torch.rand(sum(lengths), 32, device="cuda")
+    want = seed.delta_net_prefill(mixed, log_decay, beta, lin, pools[0], step, 0)
+    got = chunked(mixed, log_decay, beta, lin, pools[1], step, 0)
+    assert ((got - want).norm() / want.norm()).item() < 3e-3
+    assert ((pools[1].matrix[0] - pools[0].matrix[0]).norm() / pools[0].matrix[0].norm()).item() < 3e-3
+    assert torch.equal(pools[1].conv[0], pools[0].conv[0])
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

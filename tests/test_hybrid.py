@@ -182,11 +182,11 @@ def planted(old: str, new: str) -> str:
 
 PLANTED = {  # what a hybrid's engine gets wrong -> the seed with it
     "the conv's state not carried": planted(
-        "        conv_state, matrix = states.read(index, step)\n",
-        "        conv_state, matrix = states.read(index, step)\n        conv_state = conv_state * 0\n"),
+        "    conv_state, matrix = states.read(index, step)\n",
+        "    conv_state, matrix = states.read(index, step)\n    conv_state = conv_state * 0\n"),
     "the delta rule's state not carried": planted(
-        "        conv_state, matrix = states.read(index, step)\n",
-        "        conv_state, matrix = states.read(index, step)\n        matrix = matrix * 0\n"),
+        "    conv_state, matrix = states.read(index, step)\n",
+        "    conv_state, matrix = states.read(index, step)\n    matrix = matrix * 0\n"),
     "states kept in another request's slot": planted(  # vLLM's users' bug: fine at batch 1 and 2
         "        for rid, conv_r, matrix_r in zip(step.request_ids, conv, matrix):",
         "        for rid, conv_r, matrix_r in zip(sorted(step.request_ids), conv, matrix):"),

@@ -1,0 +1,66 @@
+"""The Gated DeltaNet's Triton alleles (delta_net_decode.triton_fused,
+delta_net_prefill.triton_chunked) against the seed's genes, fp32 on CPU tensors through
+Triton's interpreter. Run in a fresh process with TRITON_INTERPRET=1 (the test does); exits
+non-zero on the first mismatch and prints "ok NAME" for each check."""
+import os
+import sys
+from pathlib import Path
+
+assert os.environ.get("TRITON_INTERPRET") == "1", "set TRITON_INTERPRET=1 before importing triton"
+import torch  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+from contract.loader import SEED_ENGINE, load_engine_module  # noqa: E402
+from mutations.alleles import load_module as load  # noqa: E402
+from tests.slot_states import Pools  # noqa: E402
+
+SEED = load_engine_module(SEED_ENGINE)
+
+DECODE = load("delta_net_decode", "triton_fused")  # the seed's genes under the allele's
+PREFILL = load("delta_net_prefill", "triton_chunked")
+
+
+def check(name, got, want, tol=1e-4):
+    err = ((got - want).abs().max() / want.abs().max().clamp(min=1e-6)).item()
+    if got.shape != want.shape or err > tol:
+        sys.exit(f"FAIL {name}: shape {tuple(got.shape)} / {tuple(want.shape)}, relative error {err:.3g} > {tol:.3g}")
+    print(f"ok {name} (relative error {err:.2g})")
+
+
+def check_step(name, got, want, ours, theirs):
+    """Outputs, delta-rule states and conv states (the inputs shifted: exactly) alike."""
+    check(f"{name}: outputs", got, want)
+    check(f"{name}: states", ours.matrix[0], theirs.matrix[0])
+    check(f"{name}: conv states", ours.conv[0], theirs.conv[0], tol=0)
+
+
+def linear(key_heads, value_heads, key_dim, value_dim, kernel=4):
+    channels = 2 * key_heads * key_dim + value_heads * value_dim
+    return {"key_heads": key_heads, "value_heads": value_heads, "key_dim": key_dim, "value_dim": value_dim,
+            "conv": torch.randn(channels, 1, kernel) / 2}, channels
+
+
+def inputs(rows, lin, channels):
+    return (torch.randn(rows, channels), -torch.rand(rows, lin["value_heads"]), torch.rand(rows, lin["value_heads"]))
+
+
+torch.manual_seed(0)
+for dims in ((2, 4, 16, 16), (1, 2, 8, 8), (2, 4, 16, 32)):  # key heads, value heads, key dim, value dim
+    lin, channels = linear(*dims)
+    slots = 9
+    theirs = Pools(torch.randn(slots, channels, 3), torch.randn(slots, dims[1], dims[2], dims[3]) / 4)
+    ours = theirs.copy()
+    for lengths in ([70, 4, 130], [64], [1, 65]):  # chunks of 64: two, one, three; exactly one; a lone token
+        step = SEED.Step(list(range(len(lengths))), [0] * len(lengths), lengths, None, False,
+                         state_slots=torch.randperm(slots - 1)[:len(lengths)] + 1)
+        mixed, log_decay, beta = inputs(sum(lengths), lin, channels)
+        want = SEED.delta_net_prefill(mixed, log_decay, beta, lin, theirs, step, 0)
+        got = PREFILL.delta_net_prefill(mixed, log_decay, beta, lin, ours, step, 0)
+        check_step(f"prefill {dims} {lengths}", got, want, ours, theirs)
+        step.is_decode, step.num_new = True, [1] * len(lengths)
+        for i in range(3):
+            mixed, log_decay, beta = inputs(len(lengths), lin, channels)
+            want = SEED.delta_net_decode(mixed, log_decay, beta, lin, theirs, step, 0)
+            got = DECODE.delta_net_decode(mixed, log_decay, beta, lin, ours, step, 0)
+            check_step(f"decode {dims} {lengths} step {i}", got, want, ours, theirs)
