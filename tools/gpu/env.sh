@@ -27,3 +27,22 @@ decode_steps() {
         > "$file" 2>> "$(dirname "$file")/bench.err"
     python3 -m tools.bench_line "$label" < "$file"
 }
+
+# `python -m serve` on a free port, its output in DIR/server.out and server.log: sets $server
+# (its pid; killed on exit) and $url; returns 1, the log's tail printed, if it died or did not
+# start in 400 s (a 65 GB model loads in about a minute). Extra arguments go to the server.
+#   start_server DIR [serve flags ...]
+start_server() {
+    local dir=$1; shift
+    python3 -m serve "$@" --port 0 > "$dir/server.out" 2> "$dir/server.log" &
+    server=$!
+    trap 'kill $server 2>/dev/null' EXIT
+    url=
+    for _ in $(seq 400); do
+        url=$(awk '/^serving /{print $2}' "$dir/server.out")
+        [[ -n "$url" ]] && return 0
+        kill -0 $server 2>/dev/null || { echo "the server died:"; tail -20 "$dir/server.log"; return 1; }
+        sleep 1
+    done
+    echo "the server did not start in 400 s"; return 1
+}

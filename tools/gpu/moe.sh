@@ -52,17 +52,7 @@ hf48=$!
 CUDA_VISIBLE_DEVICES=0 decode_steps "48 layers by hand" "$engine" "$full" "$out/bench_48_layers.json" --warmup 1 --repeat 1
 
 stage served
-CUDA_VISIBLE_DEVICES=0 python3 -m serve --engine "$engine" --model-config "$full/config.json" --weight-dir "$full" \
-    --port 0 > "$out/server.out" 2> "$out/server.log" &
-server=$!
-trap 'kill $server 2>/dev/null' EXIT
-for _ in $(seq 400); do
-    url=$(awk '/^serving /{print $2}' "$out/server.out")
-    [[ -n "$url" ]] && break
-    kill -0 $server 2>/dev/null || { echo "the server died:"; tail -20 "$out/server.log"; break; }
-    sleep 1
-done
-if [[ -n "$url" ]]; then
+if CUDA_VISIBLE_DEVICES=0 start_server "$out" --engine "$engine" --model-config "$full/config.json" --weight-dir "$full"; then
   python3 -m serve.bench --base-url "$url" --tokenizer "$full" --out "$out" --concurrency 64 \
       --num-requests 64 --input-len 1024 --output-len 323 --burst 300 | tee "$out/served.txt"
 fi

@@ -26,16 +26,7 @@ if [[ "${OFFLINE:-1}" == 1 ]]; then
     python3 -m tools.serve_offline --engine "$engine" "${target[@]}" | tee "$out/offline.json"
 fi
 
-python3 -m serve --engine "$engine" "${target[@]}" --port 0 > "$out/server.out" 2> "$out/server.log" &
-server=$!
-trap 'kill $server 2>/dev/null' EXIT
-for _ in $(seq 300); do
-    url=$(awk '/^serving /{print $2}' "$out/server.out")
-    [[ -n "$url" ]] && break
-    kill -0 $server 2>/dev/null || { echo "the server died:"; tail -20 "$out/server.log"; exit 1; }
-    sleep 1
-done
-[[ -n "$url" ]] || { echo "the server did not start in 300 s"; exit 1; }
+start_server "$out" --engine "$engine" "${target[@]}" || exit 1
 echo "serving $url"
 if [[ "${CHECK:-1}" == 1 ]]; then  # greedy outputs against the reference's, 32 at once
     python3 -m tools.serve_greedy_check --base-url "$url" "${target[@]}" | tee "$out/greedy_check.json"

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Issue 62 on one H200 (64 GiB of disk: the 64.6 GiB checkpoint spills into a tmpfs), the
+# hybrid's programs from the seed, each a swap more than the last:
+#   moe     = the seed + moe.triton_grouped + route.triton_topk (issue 61's kernels)
+#   fused   = moe + RecurrentState.slots + delta_net_decode.triton_fused
+#   graphs  = fused + Engine.cuda_graphs + attend_decode.triton_split_kv
+#   prefill = graphs + delta_net_prefill.triton_chunked
+#   bash tools/gpu/hybrid_programs.sh OUT        (longer than one call: under setsid)
+# 1. the kernels' GPU tests; the gate on the tiny hybrid (bf16, every derived config) of
+#    $GATE (default: fused graphs prefill);
+# 2. 4 layers of the real width: batch-1 and 64 x 256 decode steps of $BENCH (default: all
+#    four) beside the bound, and where $SERVED's 64 x 256 case spends its time (tools.profile_case);
+# 3. all 40 layers: $SERVED's steps (fitness bench --one-engine; default prefill), then served
+#    on the hackathon's workload (serve.bench --workload hackathon; LEVELS overrides its levels).
+# Each stage appends to OUT/stages.txt; a stage that fails is noted and the next one runs.
+set -uo pipefail
+out=$1; mkdir -p "$out"
+source tools/gpu/env.sh
+stage() { echo "== $* $(date +%T)" | tee -a "$out/stages.txt"; }
+df -h / /tmp /dev/shm 2>&1 | tee "$out/disks.txt"; free -g | tee -a "$out/disks.txt"
+
+stage programs
+p=/tmp/programs; mkdir -p $p
+python3 -m mutations apply allele.moe.triton_grouped seed_engine/engine.py -o $p/a.py > /dev/null &&
+python3 -m mutations apply allele.route.triton_topk $p/a.py -o $p/moe.py > /dev/null &&
+python3 -m mutations apply allele.RecurrentState.slots $p/moe.py -o $p/b.py > /dev/null &&
+python3 -m mutations apply allele.delta_net_decode.triton_fused $p/b.py -o $p/fused.py > /dev/null &&
+python3 -m mutations apply allele.Engine.cuda_graphs $p/fused.py -o $p/c.py > /dev/null &&
+python3 -m mutations apply allele.attend_decode.triton_split_kv $p/c.py -o $p/graphs.py > /dev/null &&
+python3 -m mutations apply allele.delta_net_prefill.triton_chunked $p/graphs.py -o $p/prefill.py > /dev/null || exit 1
+served=$p/${SERVED:-prefill}.py
+grep -h "^# allele" $served | sort | uniq -c | tee "$out/graphs_alleles.txt"
+
+stage kernels
+python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py -k "${GPU_TESTS:-delta_net or moe_triton}" 2>&1 | tail -15 > "$out/gpu_tests.txt"
+tail -1 "$out/gpu_tests.txt"
+
+stage checkpoints
+python3 -m target.hf_checkpoints /tmp/hf --device cuda --only tiny_qwen3_5_moe --only qwen3_5_35b_a3b_4_layers > /dev/null || exit 1
+tiny=/tmp/hf/tiny_qwen3_5_moe four=/tmp/hf/qwen3_5_35b_a3b_4_layers full=/tmp/hf/qwen3_5_35b_a3b
+
+stage gate on the tiny hybrid
+for name in ${GATE:-fused graphs prefill}; do
+  python3 -m fitness judge $p/$name.py --model-config "$tiny" --weight-dir "$tiny" --device cuda --bench none \
+      --seed 1364846281 > "$out/gate_$name.json" 2> "$out/gate_$name.err"
+  python3 -c "import json,sys; v=json.load(open(sys.argv[1])); print(sys.argv[2], v['status'], v['stage'], v['worst_ratio'], v['worst_case'], v['error'][:300])" \
+      "$out/gate_$name.json" $name | tee -a "$out/gates.txt"
+done
+
+stage four layers
+for name in ${BENCH:-moe fused graphs prefill}; do
+  decode_steps "4 layers $name" $p/$name.py "$four" "$out/bench_4_layers_$name.json" --warmup 1 --repeat 2
+done
+python3 -m tools.profile_case --engine $served --model-config "$four/config.json" --weight-dir "$four" \
+    --cases large --case decode_64x256x64 --top 25 > "$out/profile_4_layers.txt" 2>&1
+
+stage full checkpoint
+mkdir -p /mnt/ram && (mountpoint -q /mnt/ram || mount -t tmpfs -o size=40g tmpfs /mnt/ram)
+python3 -m target.hf_checkpoints /tmp/hf --device cuda --only qwen3_5_35b_a3b --overflow /mnt/ram > /dev/null 2> "$out/full_write.err" || exit 1
+python3 -m target.toy_tokenizer --config "$full/config.json" --output "$full" > /dev/null 2>> "$out/full_write.err"
+ls -la "$full" | head -5; df -h /tmp /mnt/ram | tee -a "$out/disks.txt"
+
+stage all 40 layers
+[[ "${FULL_BENCH:-1}" == 1 ]] && decode_steps "40 layers $(basename $served .py)" $served "$full" \
+    "$out/bench_40_layers.json" --warmup 1 --repeat 1 --one-engine
+
+stage served
+if start_server "$out" --engine $served --model-config "$full/config.json" --weight-dir "$full" --replicas 1; then
+  python3 -m serve.bench --base-url "$url" --tokenizer "$full" --out "$out" --workload hackathon \
+      ${LEVELS:+--concurrency $LEVELS} | tee "$out/served.txt"
+fi
+kill $server 2>/dev/null
+stage done
