@@ -635,6 +635,21 @@ def delta_net_prefill(mixed, log_decay, beta, lin, states, step, index):
     return torch.cat([p[0] for p in parts])
 
 
+def delta_gates(x, lin):
+    """(log_decay, beta) [N, value heads] in fp32 for the normed x [N, hidden]: each head's
+    decay exp(-exp(A_log) softplus(x a' + dt_bias)), as its log, and its write strength
+    sigmoid(x b')."""
+    beta = torch.sigmoid(x @ lin["b"].T).float()
+    return -lin["A_log"].exp() * F.softplus((x @ lin["a"].T).float() + lin["dt_bias"]), beta
+
+
+def gated_rms_norm(out, z, weight, eps):
+    """Each head's output out [N, heads, value dim] (fp32) RMS-normed in z's dtype, times
+    silu(z) [N, heads, value dim]: [N, heads * value dim] in z's dtype."""
+    normed = rms_norm(out.to(z.dtype), weight, eps)  # transformers' delta rule hands its norm the compute dtype
+    return (normed * F.silu(z.float())).to(z.dtype).flatten(1)
+
+
 def rope_table_dtype(model_config, dtype):
     """cos/sin in the compute dtype, as the contract's reference rounds them; in fp32 for a
     Hugging Face checkpoint, whose gate is fp32 (a bf16 one's RoPE kernels need not then
@@ -669,13 +684,10 @@ def gated_delta_net(x, layer, states, step, index, eps):
     rule chunked over each prompt, a step per decoded token; each head's output RMS-normed,
     times silu(z)."""
     lin = layer["linear"]
-    beta = torch.sigmoid(x @ lin["b"].T).float()  # [N, heads]
-    log_decay = -lin["A_log"].exp() * F.softplus((x @ lin["a"].T).float() + lin["dt_bias"])
+    log_decay, beta = delta_gates(x, lin)
     mix = delta_net_decode if step.is_decode else delta_net_prefill
     out = mix(x @ lin["qkv"].T, log_decay, beta, lin, states, step, index)
-    normed = rms_norm(out.to(x.dtype), lin["norm"], eps)  # transformers' delta rule hands its norm the compute dtype
-    z = (x @ lin["z"].T).view(out.shape)
-    return (normed * F.silu(z.float())).to(x.dtype).flatten(1)
+    return gated_rms_norm(out, (x @ lin["z"].T).view(out.shape), lin["norm"], eps)
 
 
 def gated_query(q, layer):

@@ -304,6 +304,28 @@ def test_the_chunked_delta_net_prefill_matches_the_seeds_on_qwen3_5_layer():
     assert torch.equal(pools[1].conv[0], pools[0].conv[0])
 
 
+@pytest.mark.parametrize("rows", [1, 64, 300])
+def test_the_delta_net_gate_and_norm_kernels_match_the_seeds_on_qwen3_5_layer(rows):
+    """delta_gates.triton and gated_rms_norm.triton against the seed's, bf16, Qwen3.5's width
+    (hidden 2048, 32 value heads of 128): the decay and beta, the gated output."""
+    from mutations.alleles import load_module as load_allele
+    gates = load_allele("delta_gates", "triton").delta_gates
+    norm = load_allele("gated_rms_norm", "triton").gated_rms_norm
+    seed = load_engine_module(SEED_ENGINE)
+    torch.manual_seed(0)
+    lin = {"a": torch.randn(32, 2048, device="cuda", dtype=torch.bfloat16) / 45,
+           "b": torch.randn(32, 2048, device="cuda", dtype=torch.bfloat16) / 45,
+           "A_log": torch.randn(32, device="cuda"), "dt_bias": torch.randn(32, device="cuda")}
+    x = torch.randn(rows, 2048, device="cuda", dtype=torch.bfloat16)
+    for got, want in zip(gates(x, lin), seed.delta_gates(x, lin)):
+        assert ((got - want).norm() / want.norm()).item() < 1e-2  # a dot product rounded to bf16 may land apart
+    out = torch.randn(rows, 32, 128, device="cuda")
+    z = torch.randn(rows, 32, 128, device="cuda", dtype=torch.bfloat16)
+    weight = torch.rand(128, device="cuda", dtype=torch.bfloat16) + 0.5
+    got, want = norm(out, z, weight, 1e-6), seed.gated_rms_norm(out, z, weight, 1e-6)
+    assert ((got.float() - want.float()).norm() / want.float().norm()).item() < 4e-3
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("heads,kv_heads,head_dim", [(4, 4, 192), (32, 8, 64), (16, 8, 128)])
 def test_the_rope_kernels_round_as_torch_does_on_the_real_shapes(heads, kv_heads, head_dim, dtype):

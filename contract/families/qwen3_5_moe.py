@@ -36,7 +36,8 @@ REFERENCE = ("ReferenceModel.gated_delta_net", "ReferenceModel.attention", "Refe
 # seed_engine/engine.py; each joins mutations/program.GENES with its first allele (until then
 # a helper, which program.finish brings into a program that lacks it).
 SEED_GENES = ("causal_conv", "delta_rule_chunked", "delta_rule_step", "gated_delta_net", "gated_query",
-              "gate_output", "RecurrentState", "plus_shared_expert")
+              "gate_output", "RecurrentState", "plus_shared_expert", "delta_net_decode", "delta_net_prefill",
+              "delta_gates", "gated_rms_norm", "delta_rule_inputs", "prompt_convs", "chunk_systems")
 # The DeltaNet's sizes, with the defaults transformers' Qwen3_5MoeTextConfig gives a config.json without them.
 LINEAR_KEYS = {"linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
                "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4}

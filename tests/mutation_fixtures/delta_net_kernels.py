@@ -1,6 +1,6 @@
 """The Gated DeltaNet's Triton alleles (delta_net_decode.triton_fused,
-delta_net_prefill.triton_chunked) against the seed's genes, fp32 on CPU tensors through
-Triton's interpreter. Run in a fresh process with TRITON_INTERPRET=1 (the test does); exits
+delta_net_prefill.triton_chunked, delta_gates.triton, gated_rms_norm.triton) against the
+seed's genes, fp32 (and fp16 for the last two) on CPU tensors through Triton's interpreter. Run in a fresh process with TRITON_INTERPRET=1 (the test does); exits
 non-zero on the first mismatch and prints "ok NAME" for each check."""
 import os
 import sys
@@ -19,10 +19,12 @@ SEED = load_engine_module(SEED_ENGINE)
 
 DECODE = load("delta_net_decode", "triton_fused")  # the seed's genes under the allele's
 PREFILL = load("delta_net_prefill", "triton_chunked")
+GATES = load("delta_gates", "triton")
+NORM = load("gated_rms_norm", "triton")
 
 
 def check(name, got, want, tol=1e-4):
-    err = ((got - want).abs().max() / want.abs().max().clamp(min=1e-6)).item()
+    err = ((got - want).abs().max() / want.abs().max().clamp(min=1e-6)).item() if want.numel() else 0.0
     if got.shape != want.shape or err > tol:
         sys.exit(f"FAIL {name}: shape {tuple(got.shape)} / {tuple(want.shape)}, relative error {err:.3g} > {tol:.3g}")
     print(f"ok {name} (relative error {err:.2g})")
@@ -64,3 +66,18 @@ for dims in ((2, 4, 16, 16), (1, 2, 8, 8), (2, 4, 16, 32)):  # key heads, value 
             want = SEED.delta_net_decode(mixed, log_decay, beta, lin, theirs, step, 0)
             got = DECODE.delta_net_decode(mixed, log_decay, beta, lin, ours, step, 0)
             check_step(f"decode {dims} {lengths} step {i}", got, want, ours, theirs)
+
+for dtype, tol in ((torch.float32, 1e-5), (torch.float16, 2e-3)):  # fp16: one rounding may land apart
+    for rows, hidden, heads in ((1, 64, 4), (5, 300, 32), (0, 64, 4)):
+        lin = {"a": (torch.randn(heads, hidden) / hidden ** 0.5).to(dtype),
+               "b": (torch.randn(heads, hidden) / hidden ** 0.5).to(dtype),
+               "A_log": torch.randn(heads), "dt_bias": torch.randn(heads) * 8}  # some past softplus' threshold
+        x = torch.randn(rows, hidden).to(dtype)
+        got, want = GATES.delta_gates(x, lin), SEED.delta_gates(x, lin)
+        for name, g, w in zip(("log_decay", "beta"), got, want):
+            check(f"delta_gates {dtype} {rows}x{hidden}, {heads} heads: {name}", g, w, tol)
+        out = torch.randn(rows, heads, 16) * 3
+        z = torch.randn(rows, heads, 16).to(dtype)
+        weight = (1 + torch.randn(16) / 4).to(dtype)
+        check(f"gated_rms_norm {dtype} {rows}x{heads}x16", NORM.gated_rms_norm(out, z, weight, 1e-6),
+              SEED.gated_rms_norm(out, z, weight, 1e-6), tol)

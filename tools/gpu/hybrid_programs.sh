@@ -5,12 +5,13 @@
 #   fused   = moe + RecurrentState.slots + delta_net_decode.triton_fused
 #   graphs  = fused + Engine.cuda_graphs + attend_decode.triton_split_kv
 #   prefill = graphs + delta_net_prefill.triton_chunked
+#   gates   = prefill + delta_gates.triton + gated_rms_norm.triton
 #   bash tools/gpu/hybrid_programs.sh OUT        (longer than one call: under setsid)
 # 1. the kernels' GPU tests; the gate on the tiny hybrid (bf16, every derived config) of
-#    $GATE (default: fused graphs prefill);
+#    $GATE (default: fused graphs prefill gates);
 # 2. 4 layers of the real width: batch-1 and 64 x 256 decode steps of $BENCH (default: all
-#    four) beside the bound, and where $SERVED's 64 x 256 case spends its time (tools.profile_case);
-# 3. all 40 layers: $SERVED's steps (fitness bench --one-engine; default prefill), then served
+#    five) beside the bound, and where $SERVED's 64 x 256 case spends its time (tools.profile_case);
+# 3. all 40 layers: $SERVED's steps (fitness bench --one-engine; default gates), then served
 #    on the hackathon's workload (serve.bench --workload hackathon; LEVELS overrides its levels).
 # Each stage appends to OUT/stages.txt; a stage that fails is noted and the next one runs.
 set -uo pipefail
@@ -27,8 +28,10 @@ python3 -m mutations apply allele.RecurrentState.slots $p/moe.py -o $p/b.py > /d
 python3 -m mutations apply allele.delta_net_decode.triton_fused $p/b.py -o $p/fused.py > /dev/null &&
 python3 -m mutations apply allele.Engine.cuda_graphs $p/fused.py -o $p/c.py > /dev/null &&
 python3 -m mutations apply allele.attend_decode.triton_split_kv $p/c.py -o $p/graphs.py > /dev/null &&
-python3 -m mutations apply allele.delta_net_prefill.triton_chunked $p/graphs.py -o $p/prefill.py > /dev/null || exit 1
-served=$p/${SERVED:-prefill}.py
+python3 -m mutations apply allele.delta_net_prefill.triton_chunked $p/graphs.py -o $p/prefill.py > /dev/null &&
+python3 -m mutations apply allele.delta_gates.triton $p/prefill.py -o $p/d.py > /dev/null &&
+python3 -m mutations apply allele.gated_rms_norm.triton $p/d.py -o $p/gates.py > /dev/null || exit 1
+served=$p/${SERVED:-gates}.py
 grep -h "^# allele" $served | sort | uniq -c | tee "$out/graphs_alleles.txt"
 
 stage kernels
@@ -40,7 +43,7 @@ python3 -m target.hf_checkpoints /tmp/hf --device cuda --only tiny_qwen3_5_moe -
 tiny=/tmp/hf/tiny_qwen3_5_moe four=/tmp/hf/qwen3_5_35b_a3b_4_layers full=/tmp/hf/qwen3_5_35b_a3b
 
 stage gate on the tiny hybrid
-for name in ${GATE:-fused graphs prefill}; do
+for name in ${GATE:-fused graphs prefill gates}; do
   python3 -m fitness judge $p/$name.py --model-config "$tiny" --weight-dir "$tiny" --device cuda --bench none \
       --seed 1364846281 > "$out/gate_$name.json" 2> "$out/gate_$name.err"
   python3 -c "import json,sys; v=json.load(open(sys.argv[1])); print(sys.argv[2], v['status'], v['stage'], v['worst_ratio'], v['worst_case'], v['error'][:300])" \
@@ -48,7 +51,7 @@ for name in ${GATE:-fused graphs prefill}; do
 done
 
 stage four layers
-for name in ${BENCH:-moe fused graphs prefill}; do
+for name in ${BENCH:-moe fused graphs prefill gates}; do
   decode_steps "4 layers $name" $p/$name.py "$four" "$out/bench_4_layers_$name.json" --warmup 1 --repeat 2
 done
 python3 -m tools.profile_case --engine $served --model-config "$four/config.json" --weight-dir "$four" \

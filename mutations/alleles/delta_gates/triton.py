@@ -1,0 +1,57 @@
+"""A Gated DeltaNet's decay and write strength (Qwen3.5) in one Triton kernel: both projections and the gate math.
+
+The seed runs two matmuls of [N, hidden] by [value heads, hidden] and eight elementwise
+launches (sigmoid, casts, the bias, softplus, exp, the products) a layer: ten launches for
+2 x 32 numbers a token. Here a program per token reads its row of x once, takes its dot
+products with every head's row of a and b in fp32, rounds them to x's dtype as the seed's
+matmuls do, and writes log_decay = -exp(A_log) softplus(x a' + dt_bias) and beta =
+sigmoid(x b') (rounded to x's dtype, as the seed's sigmoid is). Each program reads the
+weights (2 x 128 KB on Qwen3.5) again: from L2 in a decode batch; in a long prefill about a
+millisecond a layer, beside the tens the layer takes.
+"""
+import torch
+import triton
+import triton.language as tl
+
+REQUIRES = {}
+DEVICES = "cuda"
+
+DELTA_GATES_BLOCK = 256  # range: 64..1024; hidden dims a step of the dot products takes
+
+
+@triton.jit
+def delta_gates_kernel(x_ptr, a_ptr, b_ptr, a_log_ptr, dt_bias_ptr, decay_ptr, beta_ptr, hidden, heads,
+                       BLOCK_H: tl.constexpr, BLOCK: tl.constexpr):
+    """decay[n] and beta[n] (heads each, fp32) from x[n] [hidden] and a, b [heads, hidden]."""
+    n = tl.program_id(0)
+    h = tl.arange(0, BLOCK_H)
+    h_ok = h < heads
+    dot_a = tl.zeros([BLOCK_H], dtype=tl.float32)
+    dot_b = tl.zeros([BLOCK_H], dtype=tl.float32)
+    for start in range(0, hidden, BLOCK):
+        d = start + tl.arange(0, BLOCK)
+        d_ok = d < hidden
+        x = tl.load(x_ptr + n * hidden + d, mask=d_ok, other=0.0).to(tl.float32)
+        rows = h[:, None] * hidden + d[None, :]
+        ok = h_ok[:, None] & d_ok[None, :]
+        dot_a += tl.sum(tl.load(a_ptr + rows, mask=ok, other=0.0).to(tl.float32) * x[None, :], 1)
+        dot_b += tl.sum(tl.load(b_ptr + rows, mask=ok, other=0.0).to(tl.float32) * x[None, :], 1)
+    dtype = x_ptr.dtype.element_ty
+    dot_a = dot_a.to(dtype).to(tl.float32) + tl.load(dt_bias_ptr + h, mask=h_ok, other=0.0)
+    softplus = tl.where(dot_a > 20.0, dot_a, tl.log(1.0 + tl.exp(dot_a)))  # torch's threshold
+    decay = -tl.exp(tl.load(a_log_ptr + h, mask=h_ok, other=0.0)) * softplus
+    beta = tl.sigmoid(dot_b.to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
+    tl.store(decay_ptr + n * heads + h, decay, mask=h_ok)
+    tl.store(beta_ptr + n * heads + h, beta, mask=h_ok)
+
+
+def delta_gates(x, lin):
+    """The seed's (log_decay, beta) [N, value heads], fp32."""
+    rows, hidden = x.shape
+    heads = lin["a"].shape[0]
+    decay = torch.empty(rows, heads, device=x.device, dtype=torch.float32)
+    beta = torch.empty_like(decay)
+    if rows:
+        delta_gates_kernel[(rows,)](x.contiguous(), lin["a"], lin["b"], lin["A_log"], lin["dt_bias"], decay, beta,
+                                    hidden, heads, BLOCK_H=triton.next_power_of_2(heads), BLOCK=DELTA_GATES_BLOCK)
+    return decay, beta
