@@ -64,12 +64,16 @@ def read_weights(weight_dir, config: ModelConfig) -> dict:
 
 def from_hf_layout(stored: dict, config: ModelConfig) -> dict:
     """Hugging Face names and rotate-half rows -> the contract's names and interleaved rows."""
-    weights = {contract_name(name): tensor for name, tensor in stored.items()}
-    for name, t in weights.items():
-        if ROTATED.search(name) and t.shape[0] % rope_row_order(name, config)[0]:
-            raise ConfigError(f"{hf_name(name)} has {t.shape[0]} rows, not a whole number of heads")
-    return {name: per_head_rows(t, *rope_row_order(name, config)) if ROTATED.search(name) else t
-            for name, t in weights.items()}
+    weights = {}
+    for stored_name, t in stored.items():
+        name = contract_name(stored_name)
+        if ROTATED.search(name):
+            block, order = rope_row_order(name, config)
+            if t.shape[0] % block:
+                raise ConfigError(f"{stored_name} has {t.shape[0]} rows, not a whole number of heads")
+            t = per_head_rows(t, block, order)
+        weights[name] = t
+    return weights
 
 
 def to_hf_layout(weights: dict, config: ModelConfig) -> dict:

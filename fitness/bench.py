@@ -17,10 +17,12 @@ beside the clock and its inputs. Untrusted code is judged by `python -m fitness 
 a decode step alone: in each fresh engine's run the steps are timed apart from the prefill
 before them (a synchronisation between), and the median run's steps are divided by their
 count. `tools.transformers_bench` times generate's steps apart from its prefill the same
-way, so the two tools' step figures stand side by side. --one-engine drops the warm-up engine
-before the fresh ones are made, for a model the device holds once (Qwen3.5-35B-A3B on one H200). (Subtracting a separate run of the
+way, so the two tools' step figures stand side by side. (Subtracting a separate run of the
 prefill alone, as both did before, let the prefill's noise into the step: Qwen3's batch-64
 step read 2.6-3.6 ms on one H100, transformers' Llama 11.0-15.0 ms, docs/PERF.md.)
+
+--one-engine drops the warm-up engine before the fresh ones are made, for a model the device
+holds once (Qwen3.5-35B-A3B on one H200).
 """
 import argparse
 import gc

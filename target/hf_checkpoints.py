@@ -150,12 +150,13 @@ def write(out: Path, name: str, seed: int = 0, device: str = "cpu", overflow: Pa
     for file, group in zip(files, groups):
         tensors = {n: draw(shapes[n], generator) for n in group}
         (folder / file).unlink(missing_ok=True)
+        target = folder / file
         if overflow and shutil.disk_usage(folder).free < sum(t.nbytes for t in tensors.values()) + SPARE_BYTES:
-            (Path(overflow) / name).mkdir(parents=True, exist_ok=True)
-            save_file(tensors, Path(overflow) / name / file, metadata={"format": "pt"})
-            (folder / file).symlink_to((Path(overflow) / name / file).resolve())
-        else:
-            save_file(tensors, folder / file, metadata={"format": "pt"})
+            target = (Path(overflow) / name / file).resolve()
+            target.parent.mkdir(parents=True, exist_ok=True)
+        save_file(tensors, target, metadata={"format": "pt"})
+        if target != folder / file:
+            (folder / file).symlink_to(target)
     if len(groups) > 1:
         total = sum(math.prod(shape) * BF16_BYTES for shape in shapes.values())
         weight_map = {n: file for file, group in zip(files, groups) for n in group}
