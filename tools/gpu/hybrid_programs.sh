@@ -6,12 +6,16 @@
 #   graphs  = fused + Engine.cuda_graphs + attend_decode.triton_split_kv
 #   prefill = graphs + delta_net_prefill.triton_chunked
 #   gates   = prefill + delta_gates.triton + gated_rms_norm.triton
+#   all     = gates + the generic alleles and rewrites of fastest.txt (dense models' norms,
+#             RoPE, projections, head) but its prefill graphs, which keep no DeltaNet state
 #   bash tools/gpu/hybrid_programs.sh OUT        (longer than one call: under setsid)
 # 1. the kernels' GPU tests; the gate on the tiny hybrid (bf16, every derived config) of
-#    $GATE (default: fused graphs prefill gates);
-# 2. 4 layers of the real width: batch-1 and 64 x 256 decode steps of $BENCH (default: all
-#    five) beside the bound, and where $SERVED's 64 x 256 case spends its time (tools.profile_case);
-# 3. all 40 layers: $SERVED's steps (fitness bench --one-engine; default gates), then served
+#    $GATE (default: gates all);
+# 2. 4 layers of the real width: batch-1 and 64 x 256 decode steps of $BENCH (default: graphs
+#    gates all) beside the bound, and where the served program's 64 x 256 case spends its time
+#    (tools.profile_case). The served program is $SERVED, else the first of all, gates
+#    whose gate passed, else graphs;
+# 3. all 40 layers: the served program's steps (fitness bench --one-engine), then served
 #    on the hackathon's workload (serve.bench --workload hackathon; LEVELS overrides its levels).
 # Each stage appends to OUT/stages.txt; a stage that fails is noted and the next one runs.
 set -uo pipefail
@@ -31,8 +35,11 @@ python3 -m mutations apply allele.attend_decode.triton_split_kv $p/c.py -o $p/gr
 python3 -m mutations apply allele.delta_net_prefill.triton_chunked $p/graphs.py -o $p/prefill.py > /dev/null &&
 python3 -m mutations apply allele.delta_gates.triton $p/prefill.py -o $p/d.py > /dev/null &&
 python3 -m mutations apply allele.gated_rms_norm.triton $p/d.py -o $p/gates.py > /dev/null || exit 1
-served=$p/${SERVED:-gates}.py
-grep -h "^# allele" $served | sort | uniq -c | tee "$out/graphs_alleles.txt"
+cp $p/gates.py $p/all.py
+for op in $(grep -v "^#" mutations/recipes/fastest.txt | grep -v Engine.cuda_graphs_prefill); do
+  python3 -m mutations apply $op $p/all.py -o $p/all.py > /dev/null || exit 1
+done
+grep -h "^# allele" $p/all.py | sort | uniq -c | tee "$out/all_alleles.txt"
 
 stage kernels
 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py -k "${GPU_TESTS:-delta_net or moe_triton}" 2>&1 | tail -15 > "$out/gpu_tests.txt"
@@ -43,15 +50,19 @@ python3 -m target.hf_checkpoints /tmp/hf --device cuda --only tiny_qwen3_5_moe -
 tiny=/tmp/hf/tiny_qwen3_5_moe four=/tmp/hf/qwen3_5_35b_a3b_4_layers full=/tmp/hf/qwen3_5_35b_a3b
 
 stage gate on the tiny hybrid
-for name in ${GATE:-fused graphs prefill gates}; do
+for name in ${GATE:-gates all}; do
   python3 -m fitness judge $p/$name.py --model-config "$tiny" --weight-dir "$tiny" --device cuda --bench none \
       --seed 1364846281 > "$out/gate_$name.json" 2> "$out/gate_$name.err"
   python3 -c "import json,sys; v=json.load(open(sys.argv[1])); print(sys.argv[2], v['status'], v['stage'], v['worst_ratio'], v['worst_case'], v['error'][:300])" \
       "$out/gate_$name.json" $name | tee -a "$out/gates.txt"
 done
+served=$p/graphs.py
+for name in all gates; do grep -q "^$name ok" "$out/gates.txt" && { served=$p/$name.py; break; }; done
+[[ -n "${SERVED:-}" ]] && served=$p/$SERVED.py
+echo "served: $served" | tee -a "$out/stages.txt"
 
 stage four layers
-for name in ${BENCH:-moe fused graphs prefill gates}; do
+for name in ${BENCH:-graphs gates all}; do
   decode_steps "4 layers $name" $p/$name.py "$four" "$out/bench_4_layers_$name.json" --warmup 1 --repeat 2
 done
 python3 -m tools.profile_case --engine $served --model-config "$four/config.json" --weight-dir "$four" \
