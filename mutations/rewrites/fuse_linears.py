@@ -55,6 +55,9 @@ def candidates(module: cst.Module) -> list:
             if not isinstance(line, cst.SimpleStatementLine):
                 continue
             groups = {}
+            if not any(isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply)
+                       for node in program.walk(line)):
+                continue  # most lines: m.findall's walk (in source order, as the keys must be) is slow
             for node in m.findall(line, WEIGHT_MATMUL):
                 x, d, key = matmul_parts(node)
                 keys = groups.setdefault((x, d), [])

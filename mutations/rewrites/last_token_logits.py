@@ -75,7 +75,7 @@ class IndexFirst(cst.CSTTransformer):
 
 
 def has_match(module: cst.Module) -> bool:
-    return any(match_block(list(block.body)) for block in m.findall(module, m.IndentedBlock()))
+    return any(match_block(list(node.body)) for node in program.walk(module) if isinstance(node, cst.IndentedBlock))
 
 
 class LastTokenLogitsOperator(StructuralRewrite):
