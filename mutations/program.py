@@ -64,10 +64,13 @@ def defined_name(stmt) -> str | None:
     """The name a top-level def, class or single-name assignment binds, else None."""
     if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
         return stmt.name.value
-    if m.matches(stmt, m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget(target=m.Name())])])):
-        return stmt.body[0].targets[0].target.value
-    if m.matches(stmt, m.SimpleStatementLine(body=[m.AnnAssign(target=m.Name())])):
-        return stmt.body[0].target.value
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return None  # isinstance, not matchers: asked of every statement, many times a swap
+    small = stmt.body[0]
+    if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+        return small.targets[0].target.value
+    if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
+        return small.target.value
     return None
 
 

@@ -58,17 +58,22 @@ def table_attention(q, cache, layer, step):
 
 def launch_rope(kernel, x, cos, sin):
     """x [N, heads, head_dim] rotated by a Triton RoPE kernel, one program a token (the
-    `apply_rope` alleles' kernels take the same arguments)."""
+    `apply_rope` alleles' kernels take the same arguments), over the first 2 * cos.shape[-1]
+    dimensions of each head (all but in Qwen3.5, whose heads keep the rest as they are)."""
     num_tokens, num_heads, head_dim = x.shape
-    out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
+    half = cos.shape[-1]  # pairs turned: the kernel reads and writes no column past them
+    if 2 * half < head_dim:
+        out = x.clone(memory_format=torch.contiguous_format)
+    else:
+        out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
     if num_tokens == 0:
         return out
     if x.stride(-1) != 1:
         x = x.contiguous()
     cos, sin = cos.contiguous(), sin.contiguous()
     kernel[(num_tokens,)](x, cos, sin, out, x.stride(0), x.stride(1), cos.stride(0), out.stride(0), out.stride(1),
-                          num_heads, HALF=head_dim // 2, BLOCK_H=triton.next_power_of_2(num_heads),
-                          BLOCK_P=triton.next_power_of_2(head_dim // 2), num_warps=ROPE_WARPS)
+                          num_heads, HALF=half, BLOCK_H=triton.next_power_of_2(num_heads),
+                          BLOCK_P=triton.next_power_of_2(half), num_warps=ROPE_WARPS)
     return out
 
 

@@ -177,17 +177,21 @@ def layer_of_heads(head_dim, num_heads, num_kv_heads, norms, dtype, max_position
 
 
 def check_attention_inputs(head_dim, norms, dtype=torch.float32, table_dtype=None, num_heads=4, num_kv_heads=2,
-                           cache="paged_chunks"):
+                           cache="paged_chunks", rotary=None):
     """attention_inputs.triton against the genes it fuses (norm_heads.triton,
     apply_rope.triton_rows, the cache's write), bit for bit: q and k rewritten in place, and
     the cache's rows, over a prompt of 5 tokens (paged_chunks: two chunks of 2 pages of 4;
-    another cache writes its own rows) and one decode."""
+    another cache writes its own rows) and one decode. With `rotary` (RoPE on part of each
+    head), through the genes the allele then calls, as a program has them."""
     torch.manual_seed(11)
     chunks = load("KVCache", cache)
     chunks.PAGE_SIZE, chunks.CHUNK_PAGES, chunks.POOL_PAGES = 4, 2, 4
     fused = load("attention_inputs", "triton")
     norm, rope = load("norm_heads", "triton"), load("apply_rope", "triton_rows")
+    fused.norm_heads = norm.norm_heads
+    fused.rotate_heads = lambda q, k, cos, sin: (rope.apply_rope(q, cos, sin), rope.apply_rope(k, cos, sin))
     config, layer, sizes, inv_freq = layer_of_heads(head_dim, num_heads, num_kv_heads, norms, dtype, 32)
+    inv_freq = inv_freq[:(rotary or head_dim) // 2]
     caches = [chunks.KVCache(config, "cpu", dtype) for _ in range(2)]
     for new, positions in ((5, torch.arange(5)), (1, torch.tensor([5]))):
         angles = positions.float()[:, None] * inv_freq[None, :]
@@ -205,7 +209,7 @@ def check_attention_inputs(head_dim, norms, dtype=torch.float32, table_dtype=Non
             else:
                 q, k = fused.attention_inputs(q, k, v, layer, cos, sin, pool, step, 0, 1e-6)
             outputs.append(torch.cat([t.flatten() for t in (q, k, *pool.read(0, 3))]).float())
-        label = f"attention_inputs {cache} D={head_dim} norms={norms} {dtype} tables {table_dtype or dtype} {new} tokens"
+        label = f"attention_inputs {cache} D={head_dim} rotary={rotary or head_dim} norms={norms} {dtype} tables {table_dtype or dtype} {new} tokens"
         check(label, outputs[1], outputs[0], tol=1e-12)
 
 
@@ -310,18 +314,23 @@ def check_prefill_static(head_dim=24, lengths=(3, 7, 1), prompt_slots=5, rows=16
     check(f"{name} padding rows", got[n:], torch.zeros_like(got[n:]), tol=1e-12)
 
 
-def check_rope(head_dim, num_heads=3, tokens=5, dtype=torch.float32, allele="triton"):
-    """Against the seed's rotation. Not in bf16: the interpreter truncates where a GPU rounds
-    to nearest, so its bf16 cannot show the rounding order (the GPU gate's bf16 config does)."""
+def check_rope(head_dim, num_heads=3, tokens=5, dtype=torch.float32, allele="triton", rotary=None):
+    """Against the seed's rotation, over the first `rotary` dimensions of each head (all by
+    default; Qwen3.5 turns 64 of 256 and keeps the rest). Not in bf16: the interpreter
+    truncates where a GPU rounds to nearest, so its bf16 cannot show the rounding order (the
+    GPU gate's bf16 config does)."""
     torch.manual_seed(4)
     module = load("apply_rope", allele)
+    rotary = rotary or head_dim
     qkv = torch.randn(tokens, (num_heads + 2) * head_dim).to(dtype)
     x = qkv[:, :num_heads * head_dim].view(tokens, num_heads, head_dim)  # strided, as after a fused QKV
-    angles = torch.rand(tokens, head_dim // 2) * 6
+    angles = torch.rand(tokens, rotary // 2) * 6
     cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
-    x0, x1 = x[..., 0::2], x[..., 1::2]
-    want = torch.stack((x0 * cos[:, None] - x1 * sin[:, None], x0 * sin[:, None] + x1 * cos[:, None]), -1).flatten(-2)
-    check(f"rope.{allele} D={head_dim} heads={num_heads} {dtype}", module.apply_rope(x, cos, sin), want, tol=1e-12)
+    x0, x1 = x[..., 0:rotary:2], x[..., 1:rotary:2]
+    turned = torch.stack((x0 * cos[:, None] - x1 * sin[:, None], x0 * sin[:, None] + x1 * cos[:, None]), -1)
+    want = torch.cat((turned.flatten(-2), x[..., rotary:]), dim=-1)
+    check(f"rope.{allele} D={head_dim} rotary={rotary} heads={num_heads} {dtype}", module.apply_rope(x, cos, sin),
+          want, tol=1e-12)
 
 
 def check_swiglu(tokens=3, width=40, dtype=torch.float32, tol=1e-4):
@@ -559,6 +568,9 @@ if __name__ == "__main__":
     check_rope(head_dim=24, allele="triton_rows")
     check_rope(head_dim=256, num_heads=1, allele="triton_rows")
     check_rope(head_dim=24, num_heads=5, dtype=torch.float16, allele="triton_rows")
+    check_rope(head_dim=32, rotary=8)  # Qwen3.5's partial RoPE: the rest of each head kept
+    check_rope(head_dim=32, rotary=8, allele="triton_rows")
+    check_attention_inputs(head_dim=32, norms=True, rotary=8)
     check_swiglu()
     check_swiglu(dtype=torch.bfloat16, tol=3e-2)
     check_glu_matmul()

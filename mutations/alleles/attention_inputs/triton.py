@@ -75,6 +75,10 @@ def attention_inputs(q, k, v, layer, cos, sin, cache, step, index, eps):
     `index`."""
     if q.shape[0] == 0:
         return q, k
+    if 2 * cos.shape[-1] < q.shape[2]:  # RoPE on part of each head (Qwen3.5): the kernel turns all of it
+        q, k = rotate_heads(*norm_heads(q, k, layer, eps), cos, sin)
+        cache.write(index, step, k, v)
+        return q, k
     # In place, as norm_heads.triton: every engine passes views of a fresh projection.
     q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
     cos, sin = cos.contiguous(), sin.contiguous()
