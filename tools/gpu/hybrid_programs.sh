@@ -9,6 +9,8 @@
 #   all     = gates + the generic alleles and rewrites of fastest.txt (dense models' norms,
 #             RoPE, projections, head) but its prefill graphs, which keep no DeltaNet state
 #   bash tools/gpu/hybrid_programs.sh OUT        (longer than one call: under setsid)
+# Poll it at once, each call writing one tarball of OUT to $OUT: a call that brings back many
+# files returns late, and the machine (with the run) is given back 30 s after a call ends.
 # 1. the kernels' GPU tests; the gate on the tiny hybrid (bf16, every derived config) of
 #    $GATE (default: gates all);
 # 2. 4 layers of the real width: batch-1 and 64 x 256 decode steps of $BENCH (default: graphs
