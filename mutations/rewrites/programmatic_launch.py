@@ -64,8 +64,9 @@ def kernels_without_flag(module: cst.Module) -> list:
     without the flag, and those that place their own wait (they have it) but are launched
     without it. A jit function another one calls (`split_share(...)`) is a device
     function, not launched."""
-    called = {c.func.value for c in program.walk(module) if isinstance(c, cst.Call) and isinstance(c.func, cst.Name)}
-    bare = {c.func.value.value for c in m.findall(module, m.Call()) if launched(c, set())}  # launches without it
+    calls = [c for c in program.walk(module) if isinstance(c, cst.Call)]
+    called = {c.func.value for c in calls if isinstance(c.func, cst.Name)}
+    bare = {c.func.value.value for c in calls if launched(c, set())}  # launches without it
     return [s.name.value for s in module.body if is_kernel(s) and s.name.value not in called
             and (not has_flag(s) or s.name.value in bare)]
 

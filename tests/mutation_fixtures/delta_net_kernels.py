@@ -1,7 +1,8 @@
 """The Gated DeltaNet's Triton alleles (delta_net_decode.triton_fused,
 delta_net_prefill.triton_chunked, delta_gates.triton, gated_rms_norm.triton) against the
-seed's genes, fp32 (and fp16 for the last two) on CPU tensors through Triton's interpreter. Run in a fresh process with TRITON_INTERPRET=1 (the test does); exits
-non-zero on the first mismatch and prints "ok NAME" for each check."""
+seed's genes, fp32 (and fp16 for the last two) on CPU tensors through Triton's interpreter.
+Run in a fresh process with TRITON_INTERPRET=1 (the test does); exits non-zero on the first
+mismatch and prints "ok NAME" for each check."""
 import os
 import sys
 from pathlib import Path
