@@ -361,10 +361,11 @@ def probe_fails(check, driver, references: References, seed: int, scratch, limit
 
 
 def check_module(module, config: ModelConfig, weight_dir, device: str, seed: int, scratch,
-                 margin: float = DEFAULT_MARGIN, derived: bool = True) -> GateResult:
+                 margin: float = DEFAULT_MARGIN, derived: bool = True, references=None) -> GateResult:
     """The whole gate on an imported module, in this process (`python -m fitness check`);
-    a GateFailure when the module raises."""
-    references = References(device)
+    a GateFailure when the module raises. `references`: References kept across modules
+    (a walk's children judged on one seed share their logits)."""
+    references = references or References(device)
     references.model(config, weight_dir)  # missing or misshapen weights: a ConfigError now
     return run_gate(InProcessDriver(module, device), references, config, weight_dir, seed,
                     scratch, margin, "full" if derived else "screen")

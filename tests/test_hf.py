@@ -167,14 +167,16 @@ def cpu_recipe_program() -> str:
     return source
 
 
-def test_the_recipes_program_matches_transformers_through_the_triton_interpreter():
+def test_the_recipes_program_matches_transformers_through_the_triton_interpreter(fastest_source, tmp_path):
     """The fastest recipe's program itself (Triton kernels, the prefill-graph engine run
     eagerly), on a CPU: its kernels run in Triton's interpreter, in a process of its own.
     A Qwen3-MoE too (tests/test_moe.py's checkpoint): its alleles keep the router and experts."""
     env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
     families = [*FAMILIES, "qwen3_moe"]
+    program = tmp_path / "fastest.py"
+    program.write_text(fastest_source)  # this process's replay, made once for its tests
     done = subprocess.run([sys.executable, str(REPO / "tests" / "mutation_fixtures" / "recipe_vs_transformers.py"),
-                           *families], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+                           str(program), *families], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert done.stdout.split() == [word for family in families for word in ("ok", family)]
 

@@ -27,6 +27,7 @@ import mutations
 from contract.loader import load_engine_module, source_hash
 from contract.model_config import ModelConfig
 from fitness.gate import check_module, static_problems
+from fitness.reference_logits import References
 from mutations import program
 from target.toy_weights import write as write_weights
 
@@ -45,6 +46,7 @@ class Judge:
         self.config, self.weight_dir, self.scratch = ModelConfig.from_dict(config), Path(weight_dir), Path(scratch)
         self.device, self.derived, self.seed = device, derived, seed
         self.verdicts = {}
+        self.references = References(device)  # one seed for every child: their logits computed once
 
     def __call__(self, source: str) -> dict:
         key = source_hash(source)
@@ -60,7 +62,7 @@ class Judge:
         path.write_text(source)
         try:
             result = check_module(load_engine_module(path), self.config, self.weight_dir, self.device,
-                                  self.seed, self.scratch, derived=self.derived)
+                                  self.seed, self.scratch, derived=self.derived, references=self.references)
             return {"static": True, "gate": result.passed, "error": result.error}
         except Exception as err:  # a crash is a failed gate
             return {"static": True, "gate": False, "error": f"{type(err).__name__}: {err}"[:300]}

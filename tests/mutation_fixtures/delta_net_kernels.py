@@ -15,6 +15,9 @@ sys.path.insert(0, str(REPO))
 from contract.loader import SEED_ENGINE, load_engine_module  # noqa: E402
 from mutations.alleles import load_module as load  # noqa: E402
 from tests.slot_states import Pools  # noqa: E402
+from tests import triton_interpreter  # noqa: E402
+
+triton_interpreter.install()  # the same interpreter, its per-launch cost cut
 
 SEED = load_engine_module(SEED_ENGINE)
 

@@ -27,6 +27,9 @@ from contract.loader import load_engine_module  # noqa: E402
 from contract.model_config import ModelConfig, derived_configs  # noqa: E402
 from fitness import gate  # noqa: E402
 from fitness.reference_logits import References  # noqa: E402
+from tests import triton_interpreter  # noqa: E402
+
+triton_interpreter.install()  # the same interpreter, its per-launch cost cut
 
 
 def judge(op_name, config, weight_dir, scratch) -> dict:

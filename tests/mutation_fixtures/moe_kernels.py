@@ -12,6 +12,9 @@ import torch  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 from mutations.alleles import load_module as load  # noqa: E402
+from tests import triton_interpreter  # noqa: E402
+
+triton_interpreter.install()  # the same interpreter, its per-launch cost cut
 
 SEED = load("moe", "triton_grouped")  # the seed's genes under the allele's: route and sorted_experts are the seed's
 

@@ -25,6 +25,9 @@ import torch  # noqa: E402
 
 import mutations  # noqa: E402
 from contract.loader import load_engine_module  # noqa: E402
+from tests import triton_interpreter  # noqa: E402
+
+triton_interpreter.install()  # the same interpreter, its per-launch cost cut
 
 OPERATORS = ("allele.Engine.cuda_graphs_prefill", "allele.apply_rope.triton")
 

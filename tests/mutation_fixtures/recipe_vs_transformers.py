@@ -1,7 +1,7 @@
 """The fastest recipe's program against transformers on a CPU, its Triton kernels through
 Triton's interpreter (a fresh process: TRITON_INTERPRET must be set before triton is imported).
 
-    TRITON_INTERPRET=1 python tests/mutation_fixtures/recipe_vs_transformers.py FAMILY...
+    TRITON_INTERPRET=1 python tests/mutation_fixtures/recipe_vs_transformers.py [PROGRAM.py] FAMILY...
 
 For each family, a random bf16 checkpoint saved by transformers (tests/test_hf.py's, or
 tests/test_moe.py's for qwen3_moe); prints "ok FAMILY" once the program's prefill and decode
@@ -23,6 +23,9 @@ from mutations import recipe  # noqa: E402
 from tests.conftest import FASTEST  # noqa: E402
 from tests import test_moe  # noqa: E402
 from tests.test_hf import assert_engine_matches, make_checkpoint  # noqa: E402
+from tests import triton_interpreter  # noqa: E402
+
+triton_interpreter.install()  # the same interpreter, its per-launch cost cut
 
 
 def checkpoint(folder, family):
@@ -31,11 +34,15 @@ def checkpoint(folder, family):
     return make_checkpoint(folder, family, torch.bfloat16)
 
 
-def main(families) -> int:
+def main(args) -> int:
+    """PROGRAM.py: the recipe's program as the caller replayed it (else replayed here)."""
     torch.set_num_threads(1)
     root = Path(tempfile.mkdtemp())
-    program = root / "fastest.py"
-    program.write_text(recipe.apply(recipe.parse(FASTEST.read_text())))
+    if args and args[0].endswith(".py"):
+        program, families = Path(args[0]), args[1:]
+    else:
+        program, families = root / "fastest.py", args
+        program.write_text(recipe.apply(recipe.parse(FASTEST.read_text())))
     for family in families:
         assert_engine_matches(load_engine_module(program), checkpoint(root / family, family))
         print("ok", family, flush=True)

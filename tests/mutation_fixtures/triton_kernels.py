@@ -15,6 +15,9 @@ NO_CACHE = SimpleNamespace(reference_rounding=False)  # varlen prefill reads onl
 sys.path.insert(0, str(REPO))
 from mutations.rewrites.kernels import prefetched_linear as linear  # noqa: E402
 from mutations.alleles import load_module as load  # noqa: E402
+from tests import triton_interpreter  # noqa: E402
+
+triton_interpreter.install()  # the same interpreter, its per-launch cost cut
 
 
 def reference_norm(x, weight, eps):
