@@ -16,6 +16,7 @@ are confirmed.
 evolve/README.md ("How the search chooses") says why.
 """
 import time
+from dataclasses import dataclass
 
 from evolve.judging import confirm, unjudged
 from evolve.memo import Known
@@ -30,6 +31,40 @@ CHILDREN_PER_MERGE = 3
 MAX_DRAWS_PER_CHILD = 3
 
 
+@dataclass(frozen=True)
+class Budget:
+    """What the time left allows when a generation breeds (Search.budget)."""
+    left_s: float  # of the run's wall-clock budget
+    final_s: float  # the final comparison's estimate, kept for it
+    screen_s: float  # one screen's estimate
+    workers: int
+
+    def sweep_limit(self, num_children: int) -> int:
+        """Children a sweep may make: operators.sweep_size of the time before the final."""
+        return sweep_size(self.left_s - self.final_s, self.screen_s, self.workers, num_children)
+
+
+@dataclass(frozen=True)
+class Breeding:
+    """What breeding draws on, the same all run: the operators, the scores, the seed, the
+    run's rng and the crossover probability."""
+    toolbox: object
+    scores: object
+    seed: Program
+    rng: object
+    crossover_prob: float
+
+
+@dataclass(frozen=True)
+class GenerationRecord:
+    """What a generation did, for the logbook, the console and results.log
+    (Search.finish_generation)."""
+    new_results: list  # (fitness, verdict) of each judgement
+    num_cached: int
+    num_declined: int
+    seconds: float
+
+
 def evolve(search) -> None:
     """Generations until the count or the budget runs out (../shared/DESIGN.md, "The search (evolve/)")."""
     toolbox, config = search.toolbox, search.config
@@ -37,17 +72,20 @@ def evolve(search) -> None:
         gen, started = search.generation, time.monotonic()
         # Breed: a sweep of every operator, then merges, crossovers and the bandit's mutations.
         if gen == 0:
-            brood, parents = Brood(search, search.population, search.num_first_declined), []
+            brood, parents = Brood(search.population, search.num_first_declined), []
         else:
             parents = search.population
-            brood = breed(search, parents, config.population)
+            brood = breed(search.breeding, parents, list(search.hall_of_fame), config.population, gen, search.budget())
+        for declined, parent_ids in brood.declined:
+            search.record_decline(declined, parent_ids)
         offspring = brood.children
         # Judge each new source once, beside its parent; generation 0's beside its floor.
         num_cached = brood.num_known + sum(p.id in search.scores for p in offspring)
         new = first_judgements(search, offspring) if gen == 0 else search.screen(gen, offspring)
         # Merge the gains just screened into the best at once, not a generation later: a
         # short search's last generation has no later one (docs/PERF.md).
-        if gen > 0 and brood.add_if_new(toolbox.merge_every_gain(best_of(search), search.scores)):
+        best = best_of(search.hall_of_fame, search.seed)
+        if gen > 0 and brood.add_if_new(toolbox.merge_every_gain(best, search.scores)):
             new += search.screen(gen, offspring[-1:])
         # Confirm the ones that could be kept (in generation 0, beside the floor).
         confirm(search.judging, search.hall_of_fame, gen, offspring, beside=search.floor.id if gen == 0 else None)
@@ -60,7 +98,7 @@ def evolve(search) -> None:
         # Select: the elite kept, tournaments for the rest (or NSGA-II on both objectives).
         search.population = toolbox.select(parents + offspring, config.population)
         # Report and checkpoint: one record for the console, results.log and the logbook.
-        search.finish_generation(new, num_cached, brood.num_declined, time.monotonic() - started)
+        search.finish_generation(GenerationRecord(new, num_cached, brood.num_declined, time.monotonic() - started))
 
 
 def first_judgements(search, programs: list) -> list:
@@ -88,10 +126,11 @@ def first_judgements(search, programs: list) -> list:
 
 class Brood:
     """A generation's children as they are bred; the known ones (nothing new: counted as
-    cached) and the declined ones (recorded in history.csv) counted apart."""
+    cached) and the declined ones (for history.csv) counted apart."""
 
-    def __init__(self, search, children=(), num_declined: int = 0):
-        self.search, self.children, self.num_known, self.num_declined = search, list(children), 0, num_declined
+    def __init__(self, children=(), num_declined: int = 0):
+        self.children, self.num_known, self.num_declined = list(children), 0, num_declined
+        self.declined = []  # (Declined, parent ids), in the order they came
 
     def add_if_new(self, result) -> bool:
         """Add a child, and nothing else: no decline recorded, no known one counted."""
@@ -106,33 +145,31 @@ class Brood:
             self.num_known += 1
         else:
             self.num_declined += 1
-            self.search.record_decline(result, parent_ids)
+            self.declined.append((result, parent_ids))
 
 
-def breed(search, parents: list, num_children: int) -> Brood:
+def breed(breeding: Breeding, parents: list, hall_of_fame: list, num_children: int, generation: int,
+          budget: Budget) -> Brood:
     """Generation 1: the sweep. Later: merges, then crossover or mutation, until there are
     `num_children` children (fewer if operators keep declining or repeating themselves)."""
-    toolbox, brood = search.toolbox, Brood(search)
-    toolbox.memo.see(parents + list(search.hall_of_fame))
-    if search.generation == 1:
-        best = best_of(search)
-        limit = sweep_size(search.clock.left() - search.estimated_final_s(), search.estimated_screen_s(),
-                           search.config.workers, num_children)
+    toolbox, brood = breeding.toolbox, Brood()
+    toolbox.memo.see(parents + hall_of_fame)
+    best = best_of(hall_of_fame, breeding.seed)
+    if generation == 1:
         # On a GPU the GPU-only operators first (graphs and kernels: docs/PERF.md), then the
         # others up to a population's worth: library programs carry most levers (the recipe
         # all but one), and with them alone generation 1 of a 20-minute search on a real
         # shape judged one child.
-        for result in toolbox.sweep(best, limit, levers_only=True):
+        for result in toolbox.sweep(best, budget.sweep_limit(num_children), levers_only=True):
             brood.add(result, (best.id,))
         for result in toolbox.sweep(best, max(0, num_children - len(brood.children))):
             brood.add(result, (best.id,))
         if brood.children:
             return brood
-    best = best_of(search)
-    brood.add(toolbox.merge_every_gain(best, search.scores), (best.id,))
+    brood.add(toolbox.merge_every_gain(best, breeding.scores), (best.id,))
     num_merges = num_children // CHILDREN_PER_MERGE
     # A merge can decline (b's gains in a already): twice as many trios as merges wanted.
-    for a, b, base in toolbox.pairs_to_merge(search.scores, search.seed, 2 * num_merges):
+    for a, b, base in toolbox.pairs_to_merge(breeding.scores, breeding.seed, 2 * num_merges):
         if len(brood.children) < num_merges:
             brood.add(toolbox.merge(a, b, base), (a.id, b.id))
     # All but one of the rest sweep on from the best program, GPU-only operators first,
@@ -145,20 +182,20 @@ def breed(search, parents: list, num_children: int) -> Brood:
     for _ in range(MAX_DRAWS_PER_CHILD * num_children):
         if len(brood.children) >= num_children:
             break
-        brood.add(*mutate_or_mate(search, parents))
+        brood.add(*mutate_or_mate(breeding, parents))
     return brood
 
 
-def best_of(search) -> Program:
+def best_of(hall_of_fame, seed: Program) -> Program:
     """The best confirmed program, or the seed before any."""
-    return search.hall_of_fame[0] if len(search.hall_of_fame) else search.seed
+    return hall_of_fame[0] if len(hall_of_fame) else seed
 
 
-def mutate_or_mate(search, parents: list) -> tuple:
+def mutate_or_mate(breeding: Breeding, parents: list) -> tuple:
     """(child or Declined or Known, parent ids): crossover of two tournament winners at
     crossover_prob, else a mutation of one."""
-    toolbox = search.toolbox
-    pair = pick_two(toolbox, parents) if search.rng.random() < search.config.crossover_prob else None
+    toolbox = breeding.toolbox
+    pair = pick_two(toolbox, parents) if breeding.rng.random() < breeding.crossover_prob else None
     if pair:
         return toolbox.mate(*pair), (pair[0].id, pair[1].id)
     parent = toolbox.select_parents(parents, 1)[0]

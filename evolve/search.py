@@ -19,7 +19,7 @@ from evolve import checkpoint, history, library
 from evolve.checkpoint import RunDir, new_run_id
 from evolve.final import choose_winner, table_of
 from evolve.judging import MAX_GROUP, Evaluator, Judging, WorkerPool, make_workers, screen, unjudged
-from evolve.loop import evolve
+from evolve.loop import Breeding, Budget, GenerationRecord, evolve
 from evolve.population import initial_population
 from evolve.recipe import LineageError, lineage_recipe
 from evolve.scores import Scores, target_key
@@ -84,6 +84,7 @@ class Search:
         self.judging = Judging(self.toolbox, self.scores, config.workers)
         make = self.toolbox.individual
         self.seed = make(Path(config.seed_engine).read_text(), (), "seed", {})
+        self.breeding = Breeding(self.toolbox, self.scores, self.seed, self.rng, config.crossover_prob)
         self.logbook = tools.Logbook()
         self.num_first_declined = 0  # the library's recipes not taken, counted in generation 0's line
         # The best program known before the search (generation 0 judges it first; the seed
@@ -137,6 +138,10 @@ class Search:
         new = screen(self.judging, generation, todo, beside)
         self.update_best(todo)
         return new
+
+    def budget(self) -> Budget:
+        """The time left as a breeding generation sees it."""
+        return Budget(self.clock.left(), self.estimated_final_s(), self.estimated_screen_s(), self.config.workers)
 
     def estimated_round_s(self) -> float:
         """A batch of screens (as long as the batches so far, or a full batch of the mean
@@ -225,16 +230,16 @@ class Search:
                              "operator": declined.operator, "status": "declined", "stage": stage,
                              "error": declined.reason})
 
-    def finish_generation(self, new_results, num_cached: int, num_declined: int, seconds: float) -> None:
+    def finish_generation(self, done: GenerationRecord) -> None:
         """One record for the logbook, the console and results.log; then the checkpoint."""
-        passed = sum(1 for fitness, _ in new_results if fitness and fitness > 0)
+        passed = sum(1 for fitness, _ in done.new_results if fitness and fitness > 0)
         best = self.hall_of_fame[0] if len(self.hall_of_fame) else None
-        record = {"gen": self.generation, "judged": len(new_results), "passed": passed,
-                  "cached": num_cached, "declined": num_declined,
-                  "pass_rate": passed / len(new_results) if new_results else float("nan"),
+        record = {"gen": self.generation, "judged": len(done.new_results), "passed": passed,
+                  "cached": done.num_cached, "declined": done.num_declined,
+                  "pass_rate": passed / len(done.new_results) if done.new_results else float("nan"),
                   **self.stats.compile(self.population),
                   "best_so_far": best.fitness.values[0] if best else 0.0, "best_id": best.id if best else "",
-                  "seconds": round(seconds, 1), "time_left": round(self.clock.left(), 1)}
+                  "seconds": round(done.seconds, 1), "time_left": round(self.clock.left(), 1)}
         self.logbook.record(**record)
         line = format_record(record)
         print(line, flush=True)

@@ -17,7 +17,7 @@ import mutations
 from contract.families import idle_genes
 from contract.model_config import ModelConfig
 from evolve import checkpoint, final, history
-from evolve.loop import breed
+from evolve.loop import Breeding, Budget, breed
 from evolve.memo import Known, MERGE, MERGE_DECLINED, Memo, normalized_id
 from evolve.merge import MERGE_EVERY_GAIN, merge, merge_every_gain
 from evolve.operators import (DECLINED, DEMOTED, FAILED, IMPROVED, NEUTRAL, OperatorSelector, Vocabulary, gain_pairs,
@@ -620,10 +620,8 @@ def test_generation_one_fills_a_population_past_the_levers_the_best_already_has(
     idle = idle_genes(ModelConfig.load(REPO / "target" / "model_config.json"))
     toolbox = make_toolbox(config, [], lambda program: None, map, random.Random(0), idle_genes=idle)
     best = Program(fastest_source)
-    search = SimpleNamespace(toolbox=toolbox, generation=1, hall_of_fame=[best], config=config,
-                             clock=SimpleNamespace(left=lambda: 1200.0), estimated_final_s=lambda: 100.0,
-                             estimated_screen_s=lambda: 30.0, record_decline=lambda *args: None)
-    children = breed(search, [best], 4).children
+    breeding = Breeding(toolbox, scores=None, seed=Program(SEED), rng=random.Random(0), crossover_prob=0.0)
+    children = breed(breeding, [best], [best], 4, 1, Budget(left_s=1200.0, final_s=100.0, screen_s=30.0, workers=1)).children
     assert len(children) == 4 and len({c.id for c in children}) == 4
     vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover)
     ranks = [sweep_rank(c.operator, "cuda", vocabulary) for c in children]
