@@ -201,10 +201,12 @@ class CandidateProcess:
 
 
 class Spares:
-    """One runner started ahead of need; `take_many` hands it over and starts the next."""
+    """One runner started ahead of need; `take_many` hands it over and starts the next.
+    `ahead=False` (a judge that judges once): none started ahead, whose torch import would
+    only take a core from the judgement and be thrown away."""
 
-    def __init__(self, device: str, env: dict | None = None):
-        self.device, self.env = device, env
+    def __init__(self, device: str, env: dict | None = None, ahead: bool = True):
+        self.device, self.env, self.ahead = device, env, ahead
         self.ready = None
 
     def take_many(self, count: int) -> list:
@@ -218,7 +220,8 @@ class Spares:
                 self.ready.close()
             self.ready = None
         runners += [CandidateProcess(self.device, self.env) for _ in range(count - len(runners))]
-        self.ready = CandidateProcess(self.device, self.env)
+        if self.ahead:
+            self.ready = CandidateProcess(self.device, self.env)
         return runners
 
     def settle(self) -> None:

@@ -181,10 +181,14 @@ def kept_off(cpus):
 
 
 class Judge:
-    def __init__(self, device: str, env: dict | None = None, scratch=None, threads: int | None = None):
+    def __init__(self, device: str, env: dict | None = None, scratch=None, threads: int | None = None,
+                 spare_ahead: bool = True):
+        """`spare_ahead`: keep a runner started for the next judgement (a judge that judges once
+        has no next one)."""
         self.device, self.threads = device, threads
         self.references = References(device)
-        self.spares = Spares(device, {**(env or {}), "OMP_NUM_THREADS": "1"} if is_cuda(device) else env)
+        self.spares = Spares(device, {**(env or {}), "OMP_NUM_THREADS": "1"} if is_cuda(device) else env,
+                             ahead=spare_ahead)
         # Absolute: the runner works in a directory of its own, where a relative path names
         # nothing (every judgement was a crash). One made here goes at close: the derived
         # configs' weights in it reach hundreds of MB on a large target.

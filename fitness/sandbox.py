@@ -30,7 +30,7 @@ def judge(path, config_path, weight_dir, device: str, timeout: float = DEFAULT_T
           env: dict | None = None, scratch=None, threads: int | None = None, **options) -> dict:
     """One judgement, the judge in this process; `options` go to Judge.judge."""
     options["seed"] = fresh_seed() if options.get("seed") is None else options["seed"]
-    judge_ = Judge(device, env=env, scratch=scratch, threads=threads)
+    judge_ = Judge(device, env=env, scratch=scratch, threads=threads, spare_ahead=False)
     try:
         return judge_.judge(path, config_path, weight_dir, timeout=timeout, **options)
     finally:

@@ -41,12 +41,13 @@ def test_check_fails_with_the_case_name(small_target, tmp_path):
 
 
 def test_judge_prints_one_json_verdict(small_target, tmp_path):
-    done = fitness_cli("judge", SEED_ENGINE, *target_args(small_target), "--bench", "public",
+    # The small cases: the public ones are judged in test_cheats and test_group_judging.
+    done = fitness_cli("judge", SEED_ENGINE, *target_args(small_target), "--bench", "small",
                        "--rounds", 1, "--baseline", SEED_ENGINE, "--max-rounds", 2, "--scratch", tmp_path,
                        "--timeout", 200)
     verdict = json.loads(done.stdout)
     assert done.returncode == 0 and verdict["status"] == "ok", verdict["error"]
-    assert set(verdict["tokens_per_second"]) == {"prefill", "decode", "mixed"}
+    assert set(verdict["tokens_per_second"]) == {"prefill_4x32", "decode_8x8x8", "mixed_small"}
     assert all(v > 0 for v in verdict["tokens_per_second"].values())
     assert 1 <= verdict["rounds"] <= 2 and verdict["ratio_low"] <= verdict["ratio"] <= verdict["ratio_high"]
 
