@@ -365,7 +365,7 @@ def check_module(module, config: ModelConfig, weight_dir, device: str, seed: int
     """The whole gate on an imported module, in this process (`python -m fitness check`);
     a GateFailure when the module raises. `references`: References kept across modules
     (a walk's children judged on one seed share their logits)."""
-    references = references or References(device)
+    references = References(device) if references is None else references
     references.model(config, weight_dir)  # missing or misshapen weights: a ConfigError now
     return run_gate(InProcessDriver(module, device), references, config, weight_dir, seed,
                     scratch, margin, "full" if derived else "screen")
