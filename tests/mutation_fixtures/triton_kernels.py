@@ -217,10 +217,11 @@ def check_attention_inputs(head_dim, norms, dtype=torch.float32, table_dtype=Non
 
 
 def check_ready_attention(head_dim, norms, dtype=torch.float32, table_dtype=None, num_heads=4, num_kv_heads=2,
-                          lengths=(37,), splits=4, cache="paged_chunks", prefetch_batch=1):
+                          lengths=(37,), splits=4, cache="paged_chunks", prefetch_batch=1, rotary=None):
     """attention.split_kv (each split-KV program readies its q heads, the newest token's split
     its k, and stores k and v) against attention_inputs.triton then attend_decode, bit for
-    bit: each request's output and its cache rows, after prompts written the same way."""
+    bit: each request's output and its cache rows, after prompts written the same way. With
+    `rotary` (RoPE on part of each head), both through the genes."""
     torch.manual_seed(12)
     pools = load("KVCache", cache)
     pools.PAGE_SIZE, pools.CHUNK_PAGES, pools.POOL_PAGES = 4, 2, 4
@@ -232,6 +233,7 @@ def check_ready_attention(head_dim, norms, dtype=torch.float32, table_dtype=None
     fused.attend_decode, fused.READY_BATCH = decode.attend_decode, len(lengths)
     fused.DECODE_PREFETCH_BATCH = prefetch_batch
     config, layer, sizes, inv_freq = layer_of_heads(head_dim, num_heads, num_kv_heads, norms, dtype, 64)
+    inv_freq = inv_freq[:(rotary or head_dim) // 2]
     caches = [pools.KVCache(config, "cpu", dtype) for _ in range(2)]
     ids = list(range(len(lengths)))
     prompts = SimpleNamespace(request_ids=ids, num_new=[n - 1 for n in lengths], is_decode=False,
@@ -256,8 +258,8 @@ def check_ready_attention(head_dim, norms, dtype=torch.float32, table_dtype=None
             else:
                 outputs[-1].append(fused.attention(q, k, v, layer, cos, sin, pool, part, 0, 1e-6))
         outputs[-1] += [torch.cat([t.flatten() for t in pool.read(0, rid)]) for rid in ids]
-    label = (f"attention split_kv {cache} D={head_dim} norms={norms} {dtype} tables {table_dtype or dtype} "
-             f"lengths {lengths} splits {splits}")
+    label = (f"attention split_kv {cache} D={head_dim} rotary={rotary or head_dim} norms={norms} {dtype} "
+             f"tables {table_dtype or dtype} lengths {lengths} splits {splits}")
     check(label, torch.cat([t.flatten() for t in outputs[1]]).float(),
           torch.cat([t.flatten() for t in outputs[0]]).float(), tol=1e-12)
 
@@ -574,6 +576,7 @@ if __name__ == "__main__":
     check_rope(head_dim=32, rotary=8)  # Qwen3.5's partial RoPE: the rest of each head kept
     check_rope(head_dim=32, rotary=8, allele="triton_rows")
     check_attention_inputs(head_dim=32, norms=True, rotary=8)
+    check_ready_attention(head_dim=32, norms=True, rotary=8)
     check_swiglu()
     check_swiglu(dtype=torch.bfloat16, tol=3e-2)
     check_glu_matmul()

@@ -10,8 +10,8 @@ the newest token readies that token's k and stores it and v where attention_inpu
 (the cache row the block table gives the position), then reads both from its registers.
 The rounding is attention_inputs.triton's, through the same helpers (shared.norm_rows,
 shared.rotate_by). Prefills, larger batches (READY_BATCH; above head_dim 128, any past
-DECODE_PREFETCH_BATCH) and the contract's bf16 (its two-pass softmax) keep the two genes
-apart.
+DECODE_PREFETCH_BATCH), the contract's bf16 (its two-pass softmax) and RoPE on part of
+each head (Qwen3.5: the readying turns all of it) keep the two genes apart.
 """
 
 REQUIRES = {"attend_decode": ("triton_split_kv",)}
@@ -31,7 +31,8 @@ def attention(q, k, v, layer, cos, sin, cache, step, index, eps):
     projected: attention_inputs readies q and k and stores k and v, then the step's attend
     reads the cache."""
     if (not step.is_decode or q.shape[0] > READY_BATCH or cache.reference_rounding
-            or (q.shape[-1] > READY_WIDE_HEAD and q.shape[0] > DECODE_PREFETCH_BATCH)):
+            or (q.shape[-1] > READY_WIDE_HEAD and q.shape[0] > DECODE_PREFETCH_BATCH)
+            or 2 * cos.shape[-1] < q.shape[-1]):  # RoPE on part of each head (Qwen3.5): the kernel turns all of it
         q, k = attention_inputs(q, k, v, layer, cos, sin, cache, step, index, eps)
         attend = attend_decode if step.is_decode else attend_prefill
         return attend(q, k, v, cache, index, step)
