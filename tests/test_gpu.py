@@ -304,6 +304,33 @@ def test_the_chunked_delta_net_prefill_matches_the_seeds_on_qwen3_5_layer():
     assert torch.equal(pools[1].conv[0], pools[0].conv[0])
 
 
+def test_the_delta_net_prefill_with_triton_systems_and_convs_matches_the_seeds():
+    """delta_net_prefill.triton_chunked with chunk_systems.triton (the solves by forward
+    substitution, tf32x3 products) and prompt_convs.triton in it, against the seed's prefill
+    on Qwen3.5-35B-A3B's DeltaNet, bf16, prompts of 1,024, 300, 3 and 1 tokens at once:
+    outputs, the states left, the conv states (the inputs: exactly)."""
+    from mutations.alleles import load_module as load_allele
+    chunked = load_allele("delta_net_prefill", "triton_chunked")
+    chunked.chunk_systems = load_allele("chunk_systems", "triton").chunk_systems
+    chunked.prompt_convs = load_allele("prompt_convs", "triton").prompt_convs
+    seed = load_engine_module(SEED_ENGINE)
+    torch.manual_seed(0)
+    lin = {"key_heads": 16, "value_heads": 32, "key_dim": 128, "value_dim": 128,
+           "conv": torch.randn(8192, 1, 4, device="cuda", dtype=torch.bfloat16) / 2}
+    lengths = [1024, 300, 3, 1]
+    pools = [Pools(torch.zeros(5, 8192, 3, device="cuda", dtype=torch.bfloat16),
+                   torch.zeros(5, 32, 128, 128, device="cuda")) for _ in range(2)]
+    step = seed.Step([0, 1, 2, 3], [0] * 4, lengths, None, False, state_slots=torch.tensor([3, 1, 2, 4], device="cuda"))
+    mixed = torch.randn(sum(lengths), 8192, device="cuda", dtype=torch.bfloat16)
+    log_decay = -torch.rand(sum(lengths), 32, device="cuda") / 4
+    beta = torch.rand(sum(lengths), 32, device="cuda")
+    want = seed.delta_net_prefill(mixed, log_decay, beta, lin, pools[0], step, 0)
+    got = chunked.delta_net_prefill(mixed, log_decay, beta, lin, pools[1], step, 0)
+    assert ((got - want).norm() / want.norm()).item() < 3e-3  # a conv output in bf16 may round apart
+    assert ((pools[1].matrix[0] - pools[0].matrix[0]).norm() / pools[0].matrix[0].norm()).item() < 3e-3
+    assert torch.equal(pools[1].conv[0], pools[0].conv[0])
+
+
 @pytest.mark.parametrize("rows", [1, 64, 300])
 def test_the_delta_net_gate_and_norm_kernels_match_the_seeds_on_qwen3_5_layer(rows):
     """delta_gates.triton and gated_rms_norm.triton against the seed's, bf16, Qwen3.5's width

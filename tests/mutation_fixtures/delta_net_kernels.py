@@ -1,5 +1,6 @@
 """The Gated DeltaNet's Triton alleles (delta_net_decode.triton_fused,
-delta_net_prefill.triton_chunked, delta_gates.triton, gated_rms_norm.triton) against the
+delta_net_prefill.triton_chunked, delta_gates.triton, gated_rms_norm.triton,
+chunk_systems.triton, prompt_convs.triton) against the
 seed's genes, fp32 (and fp16 for the last two) on CPU tensors through Triton's interpreter.
 Run in a fresh process with TRITON_INTERPRET=1 (the test does); exits non-zero on the first
 mismatch and prints "ok NAME" for each check."""
@@ -25,6 +26,8 @@ DECODE = load("delta_net_decode", "triton_fused")  # the seed's genes under the 
 PREFILL = load("delta_net_prefill", "triton_chunked")
 GATES = load("delta_gates", "triton")
 NORM = load("gated_rms_norm", "triton")
+SYSTEMS = load("chunk_systems", "triton")
+CONVS = load("prompt_convs", "triton")
 
 
 def check(name, got, want, tol=1e-4):
@@ -85,3 +88,21 @@ for dtype, tol in ((torch.float32, 1e-5), (torch.float16, 2e-3)):  # fp16: one r
         weight = (1 + torch.randn(16) / 4).to(dtype)
         check(f"gated_rms_norm {dtype} {rows}x{heads}x16", NORM.gated_rms_norm(out, z, weight, 1e-6),
               SEED.gated_rms_norm(out, z, weight, 1e-6), tol)
+
+for heads, chunks, key_dim, value_dim in ((2, 3, 16, 16), (1, 2, 8, 8), (2, 2, 32, 16)):
+    q, k = (torch.nn.functional.normalize(torch.randn(heads, chunks, 64, key_dim), dim=-1) for _ in range(2))
+    v = torch.randn(heads, chunks, 64, value_dim)
+    log_decay, beta = -torch.rand(heads, chunks, 64) / 4, torch.rand(heads, chunks, 64)
+    log_decay[:, -1, 40:], beta[:, -1, 40:] = 0, 0  # a prompt's padding, as the prefill pads
+    got, want = SYSTEMS.chunk_systems(q, k, v, log_decay, beta), SEED.chunk_systems(q, k, v, log_decay, beta)
+    for name, g, w in zip(("u", "w", "decay", "attention"), got, want):
+        check(f"chunk_systems {heads}x{chunks}x{key_dim}x{value_dim}: {name}", g, w, 1e-5)
+
+for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):  # bf16: one rounding may land apart
+    for lengths, channels in (([70, 4, 130], 200), ([1], 64), ([2, 3, 1, 40], 130)):
+        step = SEED.Step(list(range(len(lengths))), [0] * len(lengths), lengths, None, False)
+        lin = {"conv": (torch.randn(channels, 1, 4) / 2).to(dtype)}
+        mixed = torch.randn(sum(lengths), channels).to(dtype)
+        (out, states), (want_out, want_states) = CONVS.prompt_convs(mixed, lin, step), SEED.prompt_convs(mixed, lin, step)
+        check(f"prompt_convs {dtype} {lengths}: outputs", out.float(), want_out.float(), tol)
+        check(f"prompt_convs {dtype} {lengths}: states", states.float(), want_states.float(), tol=0)
