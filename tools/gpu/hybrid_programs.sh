@@ -6,17 +6,19 @@
 #   graphs  = fused + Engine.cuda_graphs + attend_decode.triton_split_kv
 #   prefill = graphs + delta_net_prefill.triton_chunked
 #   gates   = prefill + delta_gates.triton + gated_rms_norm.triton
-#   all     = gates + the generic alleles and rewrites of fastest.txt (dense models' norms,
+#   systems = gates + chunk_systems.triton + prompt_convs.triton (the prefill's chunk systems
+#             and causal convs, each one launch)
+#   all     = systems + the generic alleles and rewrites of fastest.txt (dense models' norms,
 #             RoPE, projections, head) but its prefill graphs, which keep no DeltaNet state
 #   bash tools/gpu/hybrid_programs.sh OUT        (longer than one call: under setsid)
 # Poll it at once, each call writing one tarball of OUT to $OUT: a call that brings back many
 # files returns late, and the machine (with the run) is given back 30 s after a call ends.
 # 1. the kernels' GPU tests; the gate on the tiny hybrid (bf16, every derived config) of
-#    $GATE (default: gates all);
-# 2. 4 layers of the real width: batch-1 and 64 x 256 decode steps of $BENCH (default: graphs
-#    gates all) beside the bound, and where the served program's 64 x 256 case spends its time
-#    (tools.profile_case). The served program is $SERVED, else the first of all, gates
-#    whose gate passed, else graphs;
+#    $GATE (default: systems all);
+# 2. 4 layers of the real width: batch-1 and 64 x 256 decode steps of $BENCH (default: gates
+#    systems all) beside the bound, and where the served program's 64 x 256 case and a packed
+#    prefill of 16 x 1,024 spend their time (tools.profile_case). The served program is
+#    $SERVED, else the first of all, systems, gates whose gate passed, else graphs;
 # 3. all 40 layers: the served program's steps (fitness bench --one-engine), then served
 #    on the hackathon's workload (serve.bench --workload hackathon; LEVELS overrides its levels).
 # Each stage appends to OUT/stages.txt; a stage that fails is noted and the next one runs.
@@ -36,8 +38,10 @@ python3 -m mutations apply allele.Engine.cuda_graphs $p/fused.py -o $p/c.py > /d
 python3 -m mutations apply allele.attend_decode.triton_split_kv $p/c.py -o $p/graphs.py > /dev/null &&
 python3 -m mutations apply allele.delta_net_prefill.triton_chunked $p/graphs.py -o $p/prefill.py > /dev/null &&
 python3 -m mutations apply allele.delta_gates.triton $p/prefill.py -o $p/d.py > /dev/null &&
-python3 -m mutations apply allele.gated_rms_norm.triton $p/d.py -o $p/gates.py > /dev/null || exit 1
-cp $p/gates.py $p/all.py
+python3 -m mutations apply allele.gated_rms_norm.triton $p/d.py -o $p/gates.py > /dev/null &&
+python3 -m mutations apply allele.chunk_systems.triton $p/gates.py -o $p/e.py > /dev/null &&
+python3 -m mutations apply allele.prompt_convs.triton $p/e.py -o $p/systems.py > /dev/null || exit 1
+cp $p/systems.py $p/all.py
 for op in $(grep -v "^#" mutations/recipes/fastest.txt | grep -v Engine.cuda_graphs_prefill); do
   python3 -m mutations apply $op $p/all.py -o $p/all.py > /dev/null || exit 1
 done
@@ -52,23 +56,25 @@ python3 -m target.hf_checkpoints /tmp/hf --device cuda --only tiny_qwen3_5_moe -
 tiny=/tmp/hf/tiny_qwen3_5_moe four=/tmp/hf/qwen3_5_35b_a3b_4_layers full=/tmp/hf/qwen3_5_35b_a3b
 
 stage gate on the tiny hybrid
-for name in ${GATE:-gates all}; do
+for name in ${GATE:-systems all}; do
   python3 -m fitness judge $p/$name.py --model-config "$tiny" --weight-dir "$tiny" --device cuda --bench none \
       --seed 1364846281 > "$out/gate_$name.json" 2> "$out/gate_$name.err"
   python3 -c "import json,sys; v=json.load(open(sys.argv[1])); print(sys.argv[2], v['status'], v['stage'], v['worst_ratio'], v['worst_case'], v['error'][:300])" \
       "$out/gate_$name.json" $name | tee -a "$out/gates.txt"
 done
 served=$p/graphs.py
-for name in all gates; do grep -q "^$name ok" "$out/gates.txt" && { served=$p/$name.py; break; }; done
+for name in all systems gates; do grep -q "^$name ok" "$out/gates.txt" && { served=$p/$name.py; break; }; done
 [[ -n "${SERVED:-}" ]] && served=$p/$SERVED.py
 echo "served: $served" | tee -a "$out/stages.txt"
 
 stage four layers
-for name in ${BENCH:-graphs gates all}; do
+for name in ${BENCH:-gates systems all}; do
   decode_steps "4 layers $name" $p/$name.py "$four" "$out/bench_4_layers_$name.json" --warmup 1 --repeat 2
 done
-python3 -m tools.profile_case --engine $served --model-config "$four/config.json" --weight-dir "$four" \
-    --cases large --case decode_64x256x64 --top 25 > "$out/profile_4_layers.txt" 2>&1
+for case in decode_64x256x64 prefill_16x1024; do
+  python3 -m tools.profile_case --engine $served --model-config "$four/config.json" --weight-dir "$four" \
+      --cases large --case $case --top ${TOP:-40} > "$out/profile_4_layers_$case.txt" 2>&1
+done
 
 stage full checkpoint
 mkdir -p /mnt/ram && (mountpoint -q /mnt/ram || mount -t tmpfs -o size=40g tmpfs /mnt/ram)

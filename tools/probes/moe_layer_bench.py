@@ -2,14 +2,17 @@
 knob by knob: microseconds a layer and the bandwidth it reaches, in CUDA graphs.
 
     python -m tools.probes.moe_layer_bench [--rows 1 64] [--layers 8] [--top 8] [--quick]
+        [--experts 128 --inter 768]
 
-Qwen3-30B-A3B's sparse layer (128 experts of 768, top 8, hidden 2048), random bf16. `--layers`
+Qwen3-30B-A3B's sparse layer (128 experts of 768, top 8, hidden 2048), random bf16;
+`--experts 256 --inter 512` is Qwen3.5-35B-A3B's (its shared expert not included). `--layers`
 distinct layers' weights are called one after another in one graph (8 layers: 4.8 GB, far
 past the L2), and the replay's time is divided by them. Bytes a layer: the router and the
 experts its rows reach (counted from the routing, not assumed). For each row count, every
 combination of the knobs of the bucket it falls in is timed (median of 20 replays after 3),
 after the parts alone at the allele's defaults: route (router matmul and top-k), the two
-expert kernels with the sum over each token's k outputs, and the sum alone.
+expert kernels with the sum over each token's k outputs, and the sum alone. A prefill's row
+count (past MOE_HISTOGRAM_PAIRS pairs) also prints the TFLOP/s of the two kernels' products.
 """
 import argparse
 import itertools
@@ -25,14 +28,15 @@ GRIDS = {  # bucket -> knob -> values tried
     "FEW": {"BLOCK_M": (16,), "BLOCK_N": (16, 32, 64), "BLOCK_K": (64, 128, 256), "WARPS": (2, 4),
             "STAGES": (2, 3, 4)},
     "MANY": {"BLOCK_M": (16, 32), "BLOCK_N": (32, 64, 128), "BLOCK_K": (64, 128), "WARPS": (4, 8), "STAGES": (3,)},
+    "SORTED": {"BLOCK_M": (64, 128), "BLOCK_N": (64, 128), "BLOCK_K": (32, 64), "WARPS": (4, 8), "STAGES": (3, 4)},
 }
 
 
-def sparse_layers(count, gen):
+def sparse_layers(count, gen, experts, inter):
     def draw(*shape):
         return torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=gen) / shape[-1] ** 0.5
-    return [{"router": draw(EXPERTS, HIDDEN), "experts_gate": draw(EXPERTS, INTER, HIDDEN),
-             "experts_up": draw(EXPERTS, INTER, HIDDEN), "experts_down": draw(EXPERTS, HIDDEN, INTER),
+    return [{"router": draw(experts, HIDDEN), "experts_gate": draw(experts, inter, HIDDEN),
+             "experts_up": draw(experts, inter, HIDDEN), "experts_down": draw(experts, HIDDEN, inter),
              "top_k": TOP_K, "renormalise": True} for _ in range(count)]
 
 
@@ -67,24 +71,28 @@ def main(argv=None) -> None:
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--top", type=int, default=8, help="knob settings printed per row count, fastest first")
     parser.add_argument("--quick", action="store_true", help="the defaults and the parts only")
+    parser.add_argument("--experts", type=int, default=EXPERTS)
+    parser.add_argument("--inter", type=int, default=INTER)
     args = parser.parse_args(argv)
     module = load_allele("moe", "triton_grouped")
     module.route = load_allele("route", "triton_topk").route
     gen = torch.Generator(device="cuda").manual_seed(0)
-    layers = sparse_layers(args.layers, gen)
+    layers = sparse_layers(args.layers, gen, args.experts, args.inter)
     for rows in args.rows:
         xs = [torch.randn(rows, HIDDEN, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in layers]
         routes = [module.route(x, layer) for x, layer in zip(xs, layers)]
         reached = [len(set(experts.flatten().tolist())) for _, experts in routes]
-        layer_bytes = 2 * (EXPERTS * HIDDEN + statistics.mean(reached) * 3 * INTER * HIDDEN)
+        layer_bytes = 2 * (args.experts * HIDDEN + statistics.mean(reached) * 3 * args.inter * HIDDEN)
+        flops = 2 * rows * TOP_K * 3 * args.inter * HIDDEN  # the two kernels' products
         name = bucket(module, rows)
 
         def per_layer(fn):
             return graph_us(lambda: [fn(x, layer) for x, layer in zip(xs, layers)]) / len(layers)
 
         def line(label, us, **extra):
+            rate = {"TFLOP_per_s": round(flops / us / 1e6, 1)} if name == "SORTED" and label.startswith("experts") else {}
             print(json.dumps({"rows": rows, "what": label, "us_a_layer": round(us, 2),
-                              "TB_per_s": round(layer_bytes / us / 1e6, 3), **extra}))
+                              "TB_per_s": round(layer_bytes / us / 1e6, 3), **rate, **extra}))
         line("moe defaults", per_layer(module.moe), experts_reached=statistics.mean(reached), bucket=name)
         line("route", per_layer(module.route))
         grouped = [lambda x, layer, r=r: module.grouped_experts(x, *r, layer) for r in routes]

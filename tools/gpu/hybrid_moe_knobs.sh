@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Issue 62 on one H200: the MoE kernels' knobs (moe.triton_grouped) tuned for Qwen3.5-35B-A3B's
+# sparse layer, then the hand-composed program (mutations/recipes/qwen3_5_by_hand.txt, its
+# tune_constant lines left out: `hand`) with the fastest setting of each bucket (`tuned`)
+# against itself at the allele's defaults:
+#   bash tools/gpu/hybrid_moe_knobs.sh OUT        (longer than one call: under setsid, polled)
+# 1. tools.probes.moe_layer_bench --experts 256 --inter 512 at 64 rows (a decode step at
+#    concurrency 64: the MANY bucket) and 16,384 (a packed prefill: SORTED); the fastest
+#    setting of each written into tuned.py;
+# 2. 4 layers of the real width: batch-1 and 64 x 256 decode steps of hand and tuned;
+# 3. all 40 layers served on the hackathon's workload at concurrency 64 (LEVELS overrides),
+#    tuned then hand, one server each.
+set -uo pipefail
+out=$1; mkdir -p "$out"
+source tools/gpu/env.sh
+stage() { echo "== $* $(date +%T)" | tee -a "$out/stages.txt"; }
+p=/tmp/programs; mkdir -p $p
+
+stage programs
+grep -v "^tune_constant" mutations/recipes/qwen3_5_by_hand.txt > $p/untuned.txt  # the knobs at the allele's defaults
+python3 -m mutations recipe $p/untuned.txt -o $p/hand.py > /dev/null || exit 1
+
+stage sweep
+python3 -m tools.probes.moe_layer_bench --experts 256 --inter 512 --rows 64 --top 5 > "$out/moe_64.txt" 2>&1
+python3 -m tools.probes.moe_layer_bench --experts 256 --inter 512 --rows 16384 --layers 2 --top 5 \
+    > "$out/moe_16384.txt" 2>&1
+cp $p/hand.py $p/tuned.py
+python3 - $p/tuned.py "$out/moe_64.txt" "$out/moe_16384.txt" <<'EOF' | tee "$out/tuned.txt"
+import json, re, sys
+path, *sweeps = sys.argv[1:]
+source = open(path).read()
+for sweep in sweeps:
+    lines = [json.loads(line) for line in open(sweep) if line.startswith("{")]
+    best = next((r for r in lines if r.get("what", "").startswith("experts, ")), None)
+    if best is None:
+        print(sweep, "no setting timed")
+        continue
+    bucket = best["what"].split()[1]
+    for knob, value in best["knobs"].items():
+        source = re.sub(rf"^MOE_{bucket}_{knob} = \d+", f"MOE_{bucket}_{knob} = {value}", source, flags=re.M)
+    print(bucket, best["knobs"], best["us_a_layer"], "us a layer")
+open(path, "w").write(source)
+EOF
+
+stage checkpoints
+python3 -m target.hf_checkpoints /tmp/hf --device cuda --only qwen3_5_35b_a3b_4_layers > /dev/null || exit 1
+four=/tmp/hf/qwen3_5_35b_a3b_4_layers full=/tmp/hf/qwen3_5_35b_a3b
+
+stage four layers
+for name in hand tuned; do
+  decode_steps "4 layers $name" $p/$name.py "$four" "$out/bench_4_layers_$name.json" --warmup 1 --repeat 2
+done
+
+stage full checkpoint
+mkdir -p /mnt/ram && (mountpoint -q /mnt/ram || mount -t tmpfs -o size=40g tmpfs /mnt/ram)
+python3 -m target.hf_checkpoints /tmp/hf --device cuda --only qwen3_5_35b_a3b --overflow /mnt/ram > /dev/null 2> "$out/full_write.err" || exit 1
+python3 -m target.toy_tokenizer --config "$full/config.json" --output "$full" > /dev/null 2>> "$out/full_write.err"
+
+for name in tuned hand; do
+  stage served $name
+  mkdir -p "$out/$name"
+  if start_server "$out/$name" --engine $p/$name.py --model-config "$full/config.json" --weight-dir "$full" --replicas 1; then
+    python3 -m serve.bench --base-url "$url" --tokenizer "$full" --out "$out/$name" --workload hackathon \
+        --concurrency ${LEVELS:-64} | tee "$out/served_$name.txt"
+  fi
+  kill $server 2>/dev/null; wait $server 2>/dev/null
+done
+stage done
