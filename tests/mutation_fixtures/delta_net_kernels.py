@@ -1,6 +1,6 @@
 """The Gated DeltaNet's Triton alleles (delta_net_decode.triton_fused,
 delta_net_prefill.triton_chunked, delta_gates.triton, gated_rms_norm.triton,
-chunk_systems.triton and .triton_blocks, prompt_convs.triton) against the
+chunk_systems.triton, prompt_convs.triton) against the
 seed's genes, fp32 (and fp16 for the last two) on CPU tensors through Triton's interpreter.
 Run in a fresh process with TRITON_INTERPRET=1 (the test does); exits non-zero on the first
 mismatch and prints "ok NAME" for each check."""
@@ -26,7 +26,7 @@ DECODE = load("delta_net_decode", "triton_fused")  # the seed's genes under the 
 PREFILL = load("delta_net_prefill", "triton_chunked")
 GATES = load("delta_gates", "triton")
 NORM = load("gated_rms_norm", "triton")
-SYSTEMS = {name: load("chunk_systems", name) for name in ("triton", "triton_blocks")}
+SYSTEMS = {"triton": load("chunk_systems", "triton")}
 CONVS = load("prompt_convs", "triton")
 
 
@@ -101,7 +101,7 @@ for heads, chunks, key_dim, value_dim in ((2, 3, 16, 16), (1, 2, 8, 8), (2, 2, 3
             check(f"chunk_systems.{allele} {heads}x{chunks}x{key_dim}x{value_dim}: {name}", g, w, 1e-5)
 
 # Keys alike, writes strong, little decay: the inverse's entries far from 1. Against the seed
-# in fp64, each allele as close as the seed's own fp32 solves (1e-6 of the largest entry here).
+# in fp64, as close as the seed's own fp32 solves (1e-6 of the largest entry here).
 base = torch.randn(32)
 k = torch.nn.functional.normalize(base + 0.3 * torch.randn(2, 2, 64, 32), dim=-1)
 q, v = torch.nn.functional.normalize(torch.randn(2, 2, 64, 32), dim=-1), torch.randn(2, 2, 64, 32)
