@@ -30,6 +30,10 @@ GPU drivers (bash tools/gpu/NAME.sh OUT ...), one device call each:
                           hand-composed MoE program against the bound and transformers, served
     search_vs_recipe      a search on any target (one per GPU), then its winner against the
                           recipe, case by case
+    hybrid                Qwen3.5-35B-A3B's shape on a 2-GPU host: the seed beside transformers eager
+    hybrid_programs       the hybrid's programs swap by swap: gated, timed, profiled, served
+    hybrid_moe_knobs      the MoE kernels' knobs tuned on Qwen3.5's sparse layer, then the
+                          hand recipe served with and without them
 
 Plumbing the drivers use (tools/gpu/):
     env.sh                sourced: the carried wheels installed, once

@@ -8,7 +8,8 @@ measured again; no driver runs them. python -m tools.probes.NAME, and the log:
     skinny_matmul            the one-row projection's first kernels  2026-11-24-search-480ebbd-decode-kernel-costs.md
     glu_matmul_bench         SwiGLU in the gate/up matmul            2026-11-27-glu-matmul-epilogue.md
     bf16_exactness           RoPE and SwiGLU against torch's bf16    2026-11-26-llama-batch-1-roofline-bf16-swiglu.md
-    moe_layer_bench          the MoE kernels alone, knob by knob     2026-11-28-moe-triton-alleles-first-gpu-figures.md
+    moe_layer_bench          the MoE kernels alone, knob by knob     2026-11-28-moe-triton-alleles-first-gpu-figures.md,
+                                                                     2026-11-29-hybrid-chunk-systems-in-triton.md
   a step, taken apart
     step_timeline            a decode step's kernels on a timeline   2026-11-27-batch-1-step-timeline-step-inputs.md
     step_without             a step with one part left out           2026-11-27-qwen3-batch-1-step-by-leaving-parts-out.md
