@@ -76,7 +76,8 @@ class RunConfig:
     nsga2: bool = False  # peak memory as a second objective
     derived: bool = True  # judge on the derived configs too
     # The gate's limit on the target weights, in the contract's tolerances (fitness.gate): a
-    # deep fp16 model can round past 0.5 even in the seed (docs/PERF.md: 1.1-1.2 at 22 layers).
+    # deep fp16 model can round past 0.5 even in the seed
+    # (docs/log/2026-11-23-rope-rows-swiglu-gate-at-1b-depth.md: 1.1-1.2 at 22 layers).
     margin: float = 0.5
     runs_dir: Path = Path("runs")
     workspace: Path = Path("workspace")

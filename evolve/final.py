@@ -61,7 +61,7 @@ def choose_winner(judging: Judging, seed, floor, contenders: list, final_top: in
             f"judgement beside it ({describe(verdict, floor, seed)})"
     # Among those that beat the floor, the best fitted speed, this judgement included: it
     # weighs the contenders' own paired comparisons, where their ratios to the seed alone
-    # drew a 1.2x program level with its parent (docs/PERF.md, 2026-11-23).
+    # drew a 1.2x program level with its parent (docs/log/2026-11-23-8-minute-search-adjacent-heads-fix.md).
     verdict, winner = max(beat, key=lambda vp: scores.speed(vp[1].id))
     return winner, ratio_to_seed(scores, winner, seed, verdict["ratio"] if floor.id == seed.id else None), \
         table_of(verdict["tokens_per_second"], seed_tps(scores, seed, floor, verdict)), \
@@ -97,9 +97,10 @@ def name_of(program, seed) -> str:
 def closing_merge(toolbox, scores, best):
     """`best` with the gains it lacks, in one child never confirmed, or None: a short
     search's last generation screens gains with no time left to merge them (gains of 2-11%
-    so lost, docs/PERF.md). The last generation's own merge of them is that child when it
-    was bred but not screened for lack of time, or screened but not confirmed (one at 1.08x
-    the best in its screen, unconfirmed, left the winner at 0.68-0.82x the recipe)."""
+    so lost, docs/log/2026-11-24-merging-a-generations-gains.md). The last generation's own
+    merge of them is that child when it was bred but not screened for lack of time, or
+    screened but not confirmed (one at 1.08x the best in its screen, unconfirmed, left the
+    winner at 0.68-0.82x the recipe)."""
     child = toolbox.merge_every_gain(best, scores)
     twin = getattr(child, "twin", None)
     if twin is not None:

@@ -133,7 +133,7 @@ class Evaluator:
         self.stopping, self.time_left = stopping, time_left
         # Seconds kept for the final comparison: no other batch starts inside them, or a last
         # generation's batches take the final's time and the winner is never compared with
-        # the seed (docs/PERF.md).
+        # the seed (docs/log/2026-11-22-prefill-cuda-graphs-one-kernel-rope.md).
         self.final_reserve = final_reserve
         self.judge_fn = judge_fn  # None: the worker's judge; else one path at a time (tests' stand-ins)
         self.batch_seconds = {}  # level -> wall seconds of each batch judged (the budget's estimates)
@@ -189,7 +189,8 @@ class Evaluator:
                        weights_fingerprint=self.weights_fingerprint,
                        **self.config.judge_options(batch.level, final=is_final))
         if not is_final:  # fewer rounds rather than the final's time: a last batch of near-equal
-            # children would run every round it may and leave no final (docs/PERF.md)
+            # children would run every round it may and leave no final
+            # (docs/log/2026-11-23-cv-of-a-judgement.md)
             options["rounds_within"] = max(0.0, self.time_left() - self.final_reserve())
         return options
 
@@ -224,7 +225,8 @@ class Evaluator:
     def expected_seconds(self, level: str) -> float:
         """How long a batch of `level` is expected to take: the mean of those so far. A batch
         must end before the final's reserve, not merely start before it (a 29 s confirmation
-        started 66 s before the end ran into the final's 40 s: docs/PERF.md)."""
+        started 66 s before the end ran into the final's 40 s:
+        docs/log/2026-11-23-why-search-stops-short-of-recipe.md)."""
         walls = self.batch_seconds.get(level)
         return sum(walls) / len(walls) if walls else 0.0
 

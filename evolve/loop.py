@@ -110,7 +110,8 @@ def first_judgements(search, programs: list) -> list:
     judged the seed in full, screened five library programs 28x faster, and returned the
     seed, the only program judged in full. Beside the eager seed, five screens took 531 s of
     a 20-minute Qwen3 search against ~60 s a screen beside a program of like speed, and their
-    20-27x ratios could not rank them (docs/PERF.md). Returns the new results."""
+    20-27x ratios could not rank them (docs/log/2026-11-27-cpu-qwen3-search-history-mends.md).
+    Returns the new results."""
     seed = search.seed
     others = [p for p in programs if p.id != seed.id]
     search.floor = next((p for p in others if search.scores.is_confirmed(p.id)), seed)
@@ -156,10 +157,11 @@ def breed(breeding: Breeding, parents: list, hall_of_fame: list, num_children: i
     toolbox.memo.see(parents + hall_of_fame)
     best = best_of(hall_of_fame, breeding.seed)
     if generation == 1:
-        # On a GPU the GPU-only operators first (graphs and kernels: docs/PERF.md), then the
-        # others up to a population's worth: library programs carry most levers (the recipe
-        # all but one), and with them alone generation 1 of a 20-minute search on a real
-        # shape judged one child.
+        # On a GPU the GPU-only operators first (graphs and kernels:
+        # docs/log/2026-11-23-why-search-stops-short-of-recipe.md), then the others up to a
+        # population's worth: library programs carry most levers (the recipe all but one),
+        # and with them alone generation 1 of a 20-minute search on a real shape judged one
+        # child.
         for result in toolbox.sweep(best, budget.sweep_limit(num_children), levers_only=True):
             brood.add(result, (best.id,))
         for result in toolbox.sweep(best, max(0, num_children - len(brood.children))):
@@ -175,8 +177,9 @@ def breed(breeding: Breeding, parents: list, hall_of_fame: list, num_children: i
     # All but one of the rest sweep on from the best program, GPU-only operators first,
     # then as the bandit ranks them (never-tried ones every other place): gains measured
     # on the seed do not carry over to a program 7x faster (the Triton norms were noise on
-    # the eager seed and 1.11x on the prefill-graphs program, docs/PERF.md); the other
-    # parents are mostly far slower.
+    # the eager seed and 1.11x on the prefill-graphs program,
+    # docs/log/2026-11-23-why-search-stops-short-of-recipe.md); the other parents are mostly
+    # far slower.
     for result in toolbox.sweep(best, num_children - len(brood.children) - 1):
         brood.add(result, (best.id,))
     for _ in range(MAX_DRAWS_PER_CHILD * num_children):

@@ -32,7 +32,8 @@ def merge_every_gain(best: Program, scores, make, vocabulary: Vocabulary, memo: 
     """One child: `best` with the gains of every correct program that may have beaten its
     own parent (`gains_to_merge`), merged weakest first (`fold_in`). The child is judged
     beside `best`, so gains inside a screen's noise count: the recipe's lead over an
-    8-minute search's best was gains of 2-10% each (docs/PERF.md). `best`'s own gain counts
+    8-minute search's best was gains of 2-10% each
+    (docs/log/2026-11-23-8-minute-search-adjacent-heads-fix.md). `best`'s own gain counts
     too, or a fold over it could undo it (a 2x decode-graphs gain folded over a 5.7x
     prefill-graphs best drew 0.53x of it).
     A program-wide rewrite's gain (every kernel under PDL) is its operator applied again to

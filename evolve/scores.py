@@ -32,7 +32,8 @@ MIN_PAIRED_SD = 0.01  # a paired ratio is never trusted to better than 1%
 # programs that lean on the host unlike each other (a graph engine, an eager seed 14x slower)
 # move apart with the host's state. Near 1 this adds nothing; far from it, ratios to the seed
 # stop outweighing the paired comparisons of near-equal programs when the fit ranks them.
-# Measured: one H100 run's ratios to the seed drifted 2-3% of their log (docs/PERF.md).
+# Measured: one H100 run's ratios to the seed drifted 2-3% of their log
+# (docs/log/2026-11-27-cpu-what-changed-fastest-always-judged.md).
 DRIFT_PER_LOG_RATIO = 0.02
 
 

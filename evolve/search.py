@@ -31,7 +31,8 @@ from fitness.weight_files import WeightsChanged
 # A screen's share of its batch over the seed's full judgement, before one is measured: on
 # a GPU, 5-9 s against 20-30 s. On 2 CPU cores screens took 43-77 s against 92-100 s,
 # but reckoned at 2/3 (or 1/3) the default 9-minute run swept 5 (or 11) children and had
-# no time for a third generation: a CPU reckons the whole judgement (docs/PERF.md).
+# no time for a third generation: a CPU reckons the whole judgement
+# (docs/log/2026-11-23-cpu-default-run-sweep-reckoning.md).
 SCREEN_SHARE = {"cuda": 1 / 3, "cpu": 1.0}
 # A best program this much faster than the seed clears the final's comparison in the rounds
 # of a confirmation; a closer one may take up to final_rounds.
@@ -123,7 +124,7 @@ class Search:
         # rest of a generation that does not is skipped batch by batch (judging.Evaluator).
         # Asking for a whole generation would stop a run after the seed, whose first
         # judgement pays for every reference; asking for one judgement's share of a batch
-        # left no time for the final (docs/PERF.md).
+        # left no time for the final (docs/log/2026-11-22-judging-in-batches-8-minute-search.md).
         return self.clock.left() > self.estimated_round_s() + self.estimated_final_s()
 
     def judged_nothing_lately(self) -> bool:
@@ -168,7 +169,8 @@ class Search:
             return "see history.csv"
         status, error = rows["status"].iloc[-1], rows["error"].iloc[-1]
         if status == "incorrect":  # the seed is the reference's math, batched: a deep fp16
-            # model rounds past the tolerance in it too (docs/PERF.md: 1.1-1.2x at 22 layers)
+            # model rounds past the tolerance in it too
+            # (docs/log/2026-11-23-rope-rows-swiglu-gate-at-1b-depth.md: 1.1-1.2x at 22 layers)
             error += (f"; the seed does the reference's math, so the contract's tolerance may not hold "
                       f"on this model: --margin {2 * self.config.margin:g} would let the gate allow more")
         return f"{status}: {error}"

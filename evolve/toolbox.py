@@ -60,8 +60,9 @@ def open_operators(parent: Program, vocabulary: Vocabulary, memo: Memo, device: 
     """The operators that apply to `parent` and are not spent on it. On a GPU, those that put
     portable code where it runs a kernel only when nothing else is left: on a fast program
     they are losses (a search spent a third of its mutants of a 9x program on portable
-    attentions and decode-only graphs, docs/PERF.md). Never a swap of a gene the target does not
-    run (an MoE allele on a dense model: the child would be judged for nothing)."""
+    attentions and decode-only graphs, docs/log/2026-11-23-why-search-stops-short-of-recipe.md).
+    Never a swap of a gene the target does not run (an MoE allele on a dense model: the child
+    would be judged for nothing)."""
     names = [n for n in vocabulary.applicable(parent.source, device)
              if not memo.is_spent(n, (parent.id,)) and vocabulary.gene_of(n) not in vocabulary.idle_genes]
     if str(device).startswith("cuda"):

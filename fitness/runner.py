@@ -192,8 +192,9 @@ class Inputs:
     judge wrote them when the call was due. On a GPU the region is mapped into the device's
     address space, so a view is a device tensor and the runner's host path, which bounds
     a host-bound program's small calls, makes no copy (on two H100 hosts the recipe's
-    judged mixed case: 0.97 of the old judge's mapped, 0.93 copied; docs/PERF.md). Where
-    CUDA will not map it, each call's inputs are copied."""
+    judged mixed case: 0.97 of the old judge's mapped, 0.93 copied;
+    docs/log/2026-11-25-judge-cost-per-call.md). Where CUDA will not map it, each call's inputs
+    are copied."""
 
     def __init__(self, region, device):
         self.host, self.device = torch.from_numpy(region), device

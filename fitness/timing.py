@@ -34,9 +34,9 @@ RESOLUTION = 0.02  # a ratio is clear when its ~95% interval excludes 1, or is n
 # ALONE_MIN_SPAN_S, up to ALONE_MAX_ROUNDS or ALONE_MAX_SPAN_S. On the GPU machines a
 # host-bound engine's rounds vary by ~15% and a core's slow spells last seconds: 3 rounds
 # left the seed's fitness at a CV of 17% from one judgement to the next, and two judgements
-# of 3-4 steady rounds each drew 7,470 and 9,276 tokens/s (docs/PERF.md). This
-# repository's CPU machine has no such spells (a core's loop CV 3-5%), and its rounds are
-# long: no span there.
+# of 3-4 steady rounds each drew 7,470 and 9,276 tokens/s
+# (docs/log/2026-11-24-search-480ebbd-decode-kernel-costs.md). This repository's CPU machine
+# has no such spells (a core's loop CV 3-5%), and its rounds are long: no span there.
 ALONE_ERROR = 0.025
 ALONE_MIN_SPAN_S = {"cuda": 10.0, "cpu": 0.0}
 ALONE_MAX_SPAN_S = 20.0

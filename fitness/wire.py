@@ -205,7 +205,7 @@ def spin_until_readable(fd: int, awake_s: float) -> bool:
     `awake_s` seconds (time it spent stopped, SIGSTOP, does not count). On the GPU
     machines' virtual cores a process that sleeps waits for its core when it wakes: a
     decode timed right after 50 ms asleep had a tail to 991 ms, right after 50 ms of
-    spinning to 301 ms (docs/PERF.md, 2026-11-23, host noise)."""
+    spinning to 301 ms (docs/log/2026-11-23-cv-of-a-judgement.md, host noise)."""
     spent, last = 0.0, time.monotonic()
     while spent < awake_s:
         if select.select([fd], [], [], 0)[0]:

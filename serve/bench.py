@@ -40,8 +40,9 @@ from target import toy_tokenizer
 
 HERE = Path(__file__).resolve().parent
 # One client process took a core to read ~11k tokens/s of streams (httpx, a JSON parse per
-# chunk; docs/PERF.md): at concurrency 64 on a GPU the client, not the server, would be
-# measured. Each process sends at most this many requests at a time.
+# chunk; docs/log/2026-11-25-server-host-cost-stand-in-engine.md): at concurrency 64 on a GPU
+# the client, not the server, would be measured. Each process sends at most this many
+# requests at a time.
 REQUESTS_PER_PROCESS = 16
 # How much each level of the sweep counts in its one score: high concurrency most.
 LEVEL_WEIGHTS = {1: 1, 2: 1, 4: 2, 8: 2, 16: 4, 32: 4, 64: 8}
@@ -175,7 +176,8 @@ def summarize(results: list, seconds: float, concurrency: int, tokenizer: Tokeni
     """A level's figures. Output tokens are the server's count (usage), which is the
     engine's: the same unit as the engine offline (tools.serve_offline). The re-tokenized
     count vLLM's benchmark_serving uses is beside it: re-tokenized random tokens merge or
-    split (on the toy tokenizer 72,389 for 65,536 generated, docs/PERF.md)."""
+    split (on the toy tokenizer 72,389 for 65,536 generated,
+    docs/log/2026-11-25-public-show-twelve-layer-serve-sweep.md)."""
     done = [r for r in results if r.ok]
     output_tokens = sum(r.usage_output_tokens for r in done)
     retokenized = [len(tokenizer.encode(r.text, add_special_tokens=False)) for r in done]

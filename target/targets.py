@@ -34,8 +34,9 @@ class Target:
 TARGETS = {
     "twelve_layer": Target({**PUBLIC, "num_hidden_layers": 12, "vocab_size": 4096, "max_position_embeddings": 4096}),
     # At 22 layers in fp16 even the seed, the reference's math batched, draws 1.1-1.2x the
-    # contract's tolerance and the recipe's kernels up to 1.6x (docs/PERF.md): the gate's
-    # margin must allow that, or the run stops after the seed.
+    # contract's tolerance and the recipe's kernels up to 1.6x
+    # (docs/log/2026-11-23-rope-rows-swiglu-gate-at-1b-depth.md): the gate's margin must allow
+    # that, or the run stops after the seed.
     "one_b": Target({**PUBLIC, "hidden_size": 2048, "num_hidden_layers": 22, "num_attention_heads": 32,
                      "num_key_value_heads": 4, "head_dim": 64, "intermediate_size": 5632, "vocab_size": 32000,
                      "max_position_embeddings": 2048}, ("--margin", "2")),

@@ -448,8 +448,9 @@ def test_a_seed_judged_wrong_stops_the_search_with_its_reason(small_target, tmp_
 
 
 def test_a_seed_over_the_tolerance_names_the_margin_and_the_margin_reaches_the_judge(small_target, tmp_path):
-    """A deep fp16 model can round past the tolerance in the seed itself (docs/PERF.md): the
-    stop says which flag lets the gate allow more, and that flag reaches every judgement."""
+    """A deep fp16 model can round past the tolerance in the seed itself
+    (docs/log/2026-11-23-rope-rows-swiglu-gate-at-1b-depth.md): the stop says which flag lets
+    the gate allow more, and that flag reaches every judgement."""
     margins = []
 
     def seed_over_tolerance(path, *args, margin, **kwargs):

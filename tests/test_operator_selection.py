@@ -614,7 +614,8 @@ def test_the_loop_is_deterministic_given_the_rng_seed(small_target, tmp_path):
 
 def test_generation_one_fills_a_population_past_the_levers_the_best_already_has(fastest_source):
     # The recipe carries every GPU-only lever but a RoPE kernel: with the levers alone,
-    # generation 1 of a 20-minute search on a real shape judged one child (docs/PERF.md).
+    # generation 1 of a 20-minute search on a real shape judged one child
+    # (docs/log/2026-11-26-cpu-what-changed-rope-one-launch-swiglu-bf16.md).
     # A dense target, as the search makes its toolbox for one: the MoE genes' levers idle.
     config = SimpleNamespace(nsga2=False, device="cuda", tournament_size=3, num_elite=1, workers=1)
     idle = idle_genes(ModelConfig.load(REPO / "target" / "model_config.json"))

@@ -6,12 +6,14 @@ whoever writes it, of which the weight's bytes are a fraction (the public o proj
 paid after the kernel before has finished. Here a program loads its share of the weight
 first (no kernel before it writes a weight), then waits for the kernel before
 (`gdc_wait`) and reads x: launched under programmatic dependent launch (PDL), that wait
-overlaps the kernel before. Measured alone (docs/PERF.md, 2026-11-24, 8 rows): the
-public o 3.92 -> 2.36 us, q/k/v 4.54 -> 3.75, down 7.38 -> 5.54; gate/up (6144 x 768) and
-every 1B-class projection were slower (a program holds its share in registers), hence the
-size limit. One row (a batch-1 decode) is summed in fp32 registers, no tensor-core tile, and
-in bf16 beat cuBLAS alone on every Llama-3.2-1B and Qwen3-0.6B projection but two (within
-4%), lm_head included (docs/PERF.md, 2026-11-26): one row has a limit of its own.
+overlaps the kernel before. Measured alone
+(docs/log/2026-11-24-search-480ebbd-decode-kernel-costs.md, 8 rows): the public o 3.92 ->
+2.36 us, q/k/v 4.54 -> 3.75, down 7.38 -> 5.54; gate/up (6144 x 768) and every 1B-class
+projection were slower (a program holds its share in registers), hence the size limit. One
+row (a batch-1 decode) is summed in fp32 registers, no tensor-core tile, and in bf16 beat
+cuBLAS alone on every Llama-3.2-1B and Qwen3-0.6B projection but two (within 4%), lm_head
+included (docs/log/2026-11-26-one-row-projections-in-triton.md): one row has a limit of its
+own.
 
 Every `E @ S.T` whose weight S is a subscript (`layer["o"]`, `self.w["lm_head"]`) becomes
 `prefetched_linear(E, S)`, which takes cuBLAS's path unless the rows are few, the weight is

@@ -68,7 +68,8 @@ class TorchCompileOperator(StructuralRewrite):
     draws = True  # gene, mode and dynamic
     # Its children compile on every fresh engine: a screen of one is 2-3x another's (H100:
     # 52 s against 20-25 s alone; its batch of 5 screens 113 s against 45 s), and in six GPU
-    # searches it paid once (1.10x on the seed), 0.85-0.93x on faster programs (docs/PERF.md).
+    # searches it paid once (1.10x on the seed), 0.85-0.93x on faster programs
+    # (docs/log/2026-11-24-merging-a-generations-gains.md).
     slow_to_judge = True
     devices = "cuda"
     description = DESCRIPTION

@@ -1,5 +1,5 @@
-"""Are this host's cores slow together or apart? For docs/PERF.md: could a judge pick a
-steadier core for a host-bound engine's timed runs?
+"""Are this host's cores slow together or apart? For docs/log/2026-11-24-search-480ebbd-decode-kernel-costs.md:
+could a judge pick a steadier core for a host-bound engine's timed runs?
 
     python -m tools.probes.core_noise [--seconds 20] [--busy 1 16]
 

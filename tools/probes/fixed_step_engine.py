@@ -1,7 +1,8 @@
 """An engine file that computes nothing: every prefill and decode call takes STEP_MS
 milliseconds (asleep, the GIL released, as a host waiting on a GPU) and answers logits
 whose argmax is the request's last token + 1. Served, what the server adds to STEP_MS per
-output token is its own host cost, apart from any model (docs/PERF.md):
+output token is its own host cost, apart from any model
+(docs/log/2026-11-25-server-host-cost-stand-in-engine.md):
 
     STEP_MS=2 python -m serve --engine tools/probes/fixed_step_engine.py \
         --model-config target/model_config.json --weight-dir target/weights --port 0 --device cpu

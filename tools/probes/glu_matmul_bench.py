@@ -5,7 +5,8 @@ allele's kernel after it, on a GPU: microseconds a call, per shape, row count an
         [--dtype bfloat16] [--rounds 3]
 
 At a few dozen rows the engines run gate/up through cuBLAS, then `swiglu_kernel` (a launch
-of its own, ~2.6 us a layer at Llama-3.2-1B's 64 rows on an H100: docs/PERF.md). Here
+of its own, ~2.6 us a layer at Llama-3.2-1B's 64 rows on an H100:
+docs/log/2026-11-27-judge-runner-checksum-graphs-allocator.md). Here
 mlp.glu_matmul's kernel computes both halves' columns in one program and writes
 silu(gate) * up: the launch and the [rows, 2 x intermediate] round trip go, if its tiles read
 the weight as fast as cuBLAS's; each of TILINGS is timed (the allele's GLU_BLOCK_N,

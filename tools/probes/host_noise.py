@@ -1,5 +1,5 @@
-"""How steady this host is over a minute, for docs/PERF.md: what bounds the spread of a
-host-bound engine's speed between judgements.
+"""How steady this host is over a minute, for docs/log/2026-11-23-cv-of-a-judgement.md: what
+bounds the spread of a host-bound engine's speed between judgements.
 
     python -m tools.probes.host_noise [--seconds 60] [--engine seed_engine/engine.py] [--cpu N]
 

@@ -3,10 +3,11 @@
 `apply_rope.triton` loads the even and the odd elements of a row as two strided loads and
 stores them the same way: on an H100 it moved 0.42 TB/s on a 1B-class prefill (316 us a
 call for 16 x 1024 tokens, 16% of the case's GPU time) and took 8 us a call on a batch of
-64 decodes (docs/PERF.md). Here a program loads its token's [heads, head_dim] tile in one
-contiguous load, splits it into the pairs in registers, and joins the rotated pairs back
-before one contiguous store (shared.rotate_rows). Each product is rounded to the compute
-dtype before the sum, as the reference's elementwise ops round (see `apply_rope.triton`).
+64 decodes (docs/log/2026-11-23-gqa-split-kv-decode-kernel.md). Here a program loads its
+token's [heads, head_dim] tile in one contiguous load, splits it into the pairs in
+registers, and joins the rotated pairs back before one contiguous store
+(shared.rotate_rows). Each product is rounded to the compute dtype before the sum, as the
+reference's elementwise ops round (see `apply_rope.triton`).
 """
 import triton
 import triton.language as tl

@@ -15,12 +15,12 @@ query / 4 K/V heads) at batch 64 it took 461 us a layer, 78% of the decode's GPU
 offset read from memory, declared 16-element aligned (shared.chunk_row) so that K/V load 16
 bytes at a time and the tile loop pipelines: unaligned, they went 2 bytes at a time (with
 a 64-bit division since gone, Qwen3-0.6B's batch-64 step took 3.52 ms, now 2.21 on an H100;
-docs/PERF.md). Phase two: a program per (request, head) combines the splits that held
-tokens; with one split a request, phase one writes the answer and phase two is not
-launched. In the contract's bf16 (`cache.reference_rounding`), where the reference rounds
-each probability after dividing it by the whole sum, phase one runs twice: each split's max
-and sum, then its probabilities divided by the sum over every split, and phase two adds
-them up.
+docs/log/2026-11-26-split-kv-aligned-loads-qwen3-64-step.md). Phase two: a program per
+(request, head) combines the splits that held tokens; with one split a request, phase one
+writes the answer and phase two is not launched. In the contract's bf16
+(`cache.reference_rounding`), where the reference rounds each probability after dividing it
+by the whole sum, phase one runs twice: each split's max and sum, then its probabilities
+divided by the sum over every split, and phase two adds them up.
 Any head_dim up to 256 (padded to a power of two and masked). Scores are fp32 sums
 of exact products (fp32 inputs take IEEE dots, not TF32); probabilities meet V in the
 compute dtype, as the reference rounds them. The grid depends only on the batch and the

@@ -18,7 +18,8 @@ docs/log/2026-11-27-batch-64-step-prefill-unmasked-blocks.md).
 Blocks of 64 queries over 32 keys, two pipeline stages: on an H100 they took a layer of the
 public prefill (4 x 128 tokens, head_dim 192) from 27.9 us with 16 x 16 blocks to 17.4, and a
 1B-class group of 4 x 1024 prompts from 180 us to 97 (`python -m tools.probes.prefill_attention_bench`,
-docs/PERF.md): a block's keys are a sequential loop, and 16 x 16 blocks made it long.
+docs/log/2026-11-24-search-480ebbd-decode-kernel-costs.md): a block's keys are a sequential
+loop, and 16 x 16 blocks made it long.
 """
 import math
 

@@ -2,13 +2,14 @@
 
 `mlp.fused` runs `F.silu(gate) * up` as two elementwise kernels, each a full pass over the
 [N, intermediate] activations: on an H100 a 1B-class prefill of 16 x 1024 tokens spent
-2 x 265 us a layer in them (docs/PERF.md), and a decode step two launches a layer. Here one
-launch reads gate and up once and writes the product, with the reference's two ops' own
-arithmetic: silu as torch's CUDA kernel computes it (fp32, CUDA's expf, an IEEE-rounded
-division) rounded to the compute dtype, then the product rounded again. So bf16 takes the
-kernel too: on bf16 checkpoints torch's two elementwise kernels cost 2 x 37 us a layer of a
-16 x 1024 prefill on the Qwen3-0.6B shape (H200, docs/PERF.md). Triton's interpreter has
-no libdevice, so on CPU the exponential is tl.exp.
+2 x 265 us a layer in them (docs/log/2026-11-23-gqa-split-kv-decode-kernel.md), and a
+decode step two launches a layer. Here one launch reads gate and up once and writes the
+product, with the reference's two ops' own arithmetic: silu as torch's CUDA kernel computes
+it (fp32, CUDA's expf, an IEEE-rounded division) rounded to the compute dtype, then the
+product rounded again. So bf16 takes the kernel too: on bf16 checkpoints torch's two
+elementwise kernels cost 2 x 37 us a layer of a 16 x 1024 prefill on the Qwen3-0.6B shape
+(H200, docs/log/2026-11-26-step-time-20-minute-searches-real-shapes.md). Triton's
+interpreter has no libdevice, so on CPU the exponential is tl.exp.
 The product overwrites the gate half in place (each program reads its gate and up before it
 writes): the down projection reads it through its row stride, and no [N, intermediate]
 tensor is allocated (on a 1B-class prefill of 4,096 tokens, 44 MB of peak memory).
