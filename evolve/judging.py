@@ -114,7 +114,7 @@ class WorkerPool:
 
 
 @dataclass(frozen=True)
-class Batch:
+class ProgramBatch:
     """Programs judged together on one worker, each beside the same baseline at the same
     level (fitness.judge.Judge.judge_group); `label` names a re-judgement (confirm, final)."""
     programs: tuple
@@ -149,7 +149,7 @@ class Evaluator:
         a batch), cut short near the end of the budget."""
         return min(self.config.timeout_s * (1 + (size - 1) / 2), max(MIN_TIMEOUT_S, self.time_left() + MAX_OVERRUN_S))
 
-    def __call__(self, batch: Batch, generation: int, worker: Worker) -> list:
+    def __call__(self, batch: ProgramBatch, generation: int, worker: Worker) -> list:
         """(fitness, verdict) of each program of the batch; (None, None) each when the
         budget ran out before it started (for all but the final, when a batch like it would
         end inside the final's reserve): nothing is recorded, and a resumed run judges them."""
@@ -167,13 +167,13 @@ class Evaluator:
         stop_if_weights_changed(verdicts, batch)
         return results
 
-    def may_start(self, batch: Batch) -> bool:
+    def may_start(self, batch: ProgramBatch) -> bool:
         """Time is left, and (but for the final) a batch like it would end before the final's reserve."""
         if batch.label != FINAL and self.time_left() - self.expected_seconds(batch.level) <= self.final_reserve():
             return False
         return self.time_left() > 0
 
-    def write_programs(self, batch: Batch) -> list:
+    def write_programs(self, batch: ProgramBatch) -> list:
         """The path of each program's file, written when missing."""
         paths = [self.run.candidate_path(program) for program in batch.programs]
         for program, path in zip(batch.programs, paths):
@@ -181,7 +181,7 @@ class Evaluator:
                 write_atomically(path, program.source)
         return paths
 
-    def judge_options(self, batch: Batch, size: int) -> dict:
+    def judge_options(self, batch: ProgramBatch, size: int) -> dict:
         """Keyword arguments of the judgement of a batch of `size`, all but the worker."""
         is_final = batch.label == FINAL
         baseline = self.scores.by_id[batch.baseline_id].source_path if batch.baseline_id else None
@@ -208,7 +208,7 @@ class Evaluator:
         self.batch_seconds.setdefault(level, []).append(wall)
         return round(wall / max(1, sum(v is not None for v in verdicts)), 3)
 
-    def result(self, program, path, verdict: dict | None, share: float, generation: int, batch: Batch,
+    def result(self, program, path, verdict: dict | None, share: float, generation: int, batch: ProgramBatch,
                worker: Worker) -> tuple:
         """(fitness, verdict) of one program of the batch, recorded; judged again alone first
         when it may have been crowded out."""
@@ -219,7 +219,7 @@ class Evaluator:
             # 7 GB K/V slabs put the baseline out of memory). Alone, it is its own.
             print(f"  {program.id} judged again alone: {verdict['status']} in a batch of {len(batch.programs)} "
                   f"({last_line(verdict.get('error', ''))})", flush=True)
-            return self(Batch((program,), batch.label, batch.level, batch.baseline_id), generation, worker)[0]
+            return self(ProgramBatch((program,), batch.label, batch.level, batch.baseline_id), generation, worker)[0]
         return self.record(program, path, {**verdict, "seconds": share}, generation, batch, worker)
 
     def expected_seconds(self, level: str) -> float:
@@ -230,7 +230,7 @@ class Evaluator:
         walls = self.batch_seconds.get(level)
         return sum(walls) / len(walls) if walls else 0.0
 
-    def record(self, program, path, verdict: dict, generation: int, batch: Batch, worker: Worker) -> tuple:
+    def record(self, program, path, verdict: dict, generation: int, batch: ProgramBatch, worker: Worker) -> tuple:
         fitness = geometric_mean_tps(verdict)
         # A label names a re-judgement; a program's first row names the operator that made
         # it (the final's closing merge is judged first there).
@@ -252,7 +252,7 @@ class Evaluator:
         return fitness, verdict
 
 
-def stop_if_weights_changed(verdicts: list, batch: Batch) -> None:
+def stop_if_weights_changed(verdicts: list, batch: ProgramBatch) -> None:
     """WeightsChanged when a verdict says a candidate changed the target's weights: it is
     recorded, and the run stops, for no later verdict could be trusted."""
     changed = next((v for v in verdicts if v and v.get("weights_changed")), None)
@@ -318,7 +318,7 @@ def batches(jobs: list, workers: int, max_size=MAX_GROUP) -> list:
         size_limit = max_size(baseline) if callable(max_size) else max_size
         count = len(programs) if baseline is None else max(-(-len(programs) // size_limit), min(workers, len(programs)))
         size = -(-len(programs) // count)
-        out += [Batch(tuple(programs[i:i + size]), label, level, baseline) for i in range(0, len(programs), size)]
+        out += [ProgramBatch(tuple(programs[i:i + size]), label, level, baseline) for i in range(0, len(programs), size)]
     return out
 
 

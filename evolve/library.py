@@ -187,7 +187,7 @@ def fitted_program(best: tuple, config) -> tuple | None:
     moves = fitted_to(source, bounds)
     if not moves:
         return None
-    steps = [recipe.Step("tune_constant", move) for move in moves]
+    steps = [recipe.RecipeStep("tune_constant", move) for move in moves]
     return recipe.apply(steps, source), {**args, "steps": [*args["steps"], *(s.line() for s in steps)]}
 
 

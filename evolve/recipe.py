@@ -66,7 +66,7 @@ def first_lines(first: dict, candidate_id: str) -> list:
 def recipe_steps(step: dict, source: str, frame: pd.DataFrame, history_path) -> list:
     """The recipe lines of one lineage step applied to `source` (its first parent)."""
     if not has_two_parents(step):
-        return [recipe.Step(step["operator"], recorded_args(step["operator_args"]))]
+        return [recipe.RecipeStep(step["operator"], recorded_args(step["operator_args"]))]
     child = judged_source(frame, step["candidate_id"], history_path)
     made = recipe.crossover_steps(source, child, recorded_rewrites(frame))
     if isinstance(made, str):
@@ -81,7 +81,7 @@ def recorded_rewrites(frame: pd.DataFrame) -> list:
     structural = {op.name for op in mutations.all_operators() if op.kind == "structural"} - {"tune_constant"}
     rows = frame[frame["operator"].isin(structural)]
     pairs = {(op, str(args)) for op, args in zip(rows["operator"], rows["operator_args"])}
-    return [recipe.Step(op, recorded_args(args)) for op, args in sorted(pairs)]
+    return [recipe.RecipeStep(op, recorded_args(args)) for op, args in sorted(pairs)]
 
 
 def has_two_parents(step: dict) -> bool:

@@ -26,7 +26,7 @@ class RecipeError(ValueError):
 
 
 @dataclass(frozen=True)
-class Step:
+class RecipeStep:
     operator: str
     args: dict = field(default_factory=dict)
     line_no: int = 0  # where it was read, 0 when it was made
@@ -35,7 +35,7 @@ class Step:
         return f"{self.operator} {json.dumps(self.args, sort_keys=True)}" if self.args else self.operator
 
 
-def parse(text: str) -> list[Step]:
+def parse(text: str) -> list[RecipeStep]:
     steps = []
     for line_no, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
@@ -44,7 +44,7 @@ def parse(text: str) -> list[Step]:
     return steps
 
 
-def parse_line(line: str, line_no: int) -> Step:
+def parse_line(line: str, line_no: int) -> RecipeStep:
     """`OPERATOR`, `OPERATOR {json args}`, either with a trailing `# comment`."""
     operator, _, rest = line.partition(" ")
     rest, args = rest.strip(), {}
@@ -56,10 +56,10 @@ def parse_line(line: str, line_no: int) -> Step:
         rest = rest[end:].strip()
     if rest and not rest.startswith("#"):
         raise RecipeError(f"line {line_no}: expected `{operator} {{json args}}`, found {rest[:40]!r} after the name")
-    return Step(operator, args, line_no)
+    return RecipeStep(operator, args, line_no)
 
 
-def apply_step(source: str, step: Step) -> Applied | Declined:
+def apply_step(source: str, step: RecipeStep) -> Applied | Declined:
     return replayed(source, step.operator, json.dumps(step.args, sort_keys=True))
 
 
@@ -67,7 +67,7 @@ def apply_step(source: str, step: Step) -> Applied | Declined:
 # (every library program starts as fastest.txt's does): a process replays each pair once.
 @lru_cache(maxsize=512)
 def replayed(source: str, operator: str, args: str) -> Applied | Declined:
-    step = Step(operator, json.loads(args))
+    step = RecipeStep(operator, json.loads(args))
     if step.operator == "crossover":
         return Declined(step.operator, "a recipe is linear and crossover has two parents: write the allele "
                                        "swaps it made (`python -m evolve report --recipe` does)")
@@ -78,7 +78,7 @@ def replayed(source: str, operator: str, args: str) -> Applied | Declined:
     return operator.replay(source, step.args)
 
 
-def apply(steps: list[Step], source: str | None = None, log=None) -> str:
+def apply(steps: list[RecipeStep], source: str | None = None, log=None) -> str:
     """The program the steps make from `source` (the seed when None); RecipeError names the
     first line that declines."""
     source = program.SEED_PATH.read_text() if source is None else source
@@ -88,14 +88,14 @@ def apply(steps: list[Step], source: str | None = None, log=None) -> str:
             where = f"line {step.line_no}: " if step.line_no else ""
             raise RecipeError(f"{where}{step.operator} declined: {result.reason}")
         if log:
-            log(f"line {step.line_no}: {Step(result.operator, result.args).line()}")
+            log(f"line {step.line_no}: {RecipeStep(result.operator, result.args).line()}")
         source = result.source
     return source
 
 
 # --- a crossover as swaps ----------------------------------------------------------------------
 
-def crossover_steps(parent: str, child: str, rewrites=()) -> list[Step] | str:
+def crossover_steps(parent: str, child: str, rewrites=()) -> list[RecipeStep] | str:
     """The allele swaps, then rewrites of `rewrites` (Steps, as recorded where the donor was
     made), then the constant settings that turn `parent` (a crossover's first parent) into
     `child` exactly; or why they do not. A gene the donor got from a structural rewrite
@@ -140,11 +140,11 @@ def rewrites_to(source: str, child: str, rewrites) -> tuple:
         for step in rewrites:
             result = apply_step(source, step)
             if isinstance(result, Declined) and step.args:  # its choices as made on another program
-                result = apply_step(source, Step(step.operator, {}))  # (programmatic_launch's kernels)
+                result = apply_step(source, RecipeStep(step.operator, {}))  # (programmatic_launch's kernels)
             closer = program_distance(result.source, child) if isinstance(result, Applied) else distance
             if closer < distance:
                 source, distance = result.source, closer
-                steps.append(Step(result.operator, result.args))
+                steps.append(RecipeStep(result.operator, result.args))
                 break
         else:
             break
@@ -169,11 +169,11 @@ def constants_to(source: str, child: str) -> tuple:
     steps = []
     for name, value in declared_values(program.parse(child)).items():
         if declared_values(program.parse(source)).get(name) != value:
-            result = apply_step(source, Step("tune_constant", {"constant": name, "new": value}))
+            result = apply_step(source, RecipeStep("tune_constant", {"constant": name, "new": value}))
             if isinstance(result, Declined):
                 return source, f"cannot set {name} = {value}: {result.reason}"
             source = result.source
-            steps.append(Step(result.operator, result.args))
+            steps.append(RecipeStep(result.operator, result.args))
     return source, steps
 
 
@@ -187,9 +187,9 @@ def closer_swap(source: str, wanted: dict, num_unmatched: int):
     """(new source, step) of the first swap, in gene order, that leaves fewer genes
     unmatched (a swap may repair other genes, so not every one does)."""
     for gene in unmatched(source, wanted):
-        result = apply_step(source, Step(f"allele.{gene}.{wanted[gene]}"))
+        result = apply_step(source, RecipeStep(f"allele.{gene}.{wanted[gene]}"))
         if isinstance(result, Applied) and len(unmatched(result.source, wanted)) < num_unmatched:
-            return result.source, Step(result.operator, result.args)
+            return result.source, RecipeStep(result.operator, result.args)
     return None
 
 

@@ -12,7 +12,7 @@ import evolve.judging
 from evolve import checkpoint, final, history
 from evolve.checkpoint import RunDir
 from evolve.config import RunConfig, SettingsError, parse_duration
-from evolve.judging import Batch, FINAL, Judging, make_workers
+from evolve.judging import FINAL, Judging, ProgramBatch, make_workers
 from evolve.population import seed_sources
 from evolve.scores import Scores, target_key
 from evolve.search import Search, run
@@ -377,16 +377,16 @@ def test_no_batch_but_the_final_starts_inside_the_final_s_reserve(small_target, 
     search = Search(config, RunDir(config.runs_dir, "reserve", target_key(config)), **STAND_INS)
     worker = search.pool.workers[0]
     search.evaluator.final_reserve = lambda: 120.0  # more than the budget has left
-    assert search.evaluator(Batch((search.seed,), None, "full", None), 1, worker) == [(None, None)]
-    (fitness, verdict), = search.evaluator(Batch((search.seed,), FINAL, "full", None), 1, worker)
+    assert search.evaluator(ProgramBatch((search.seed,), None, "full", None), 1, worker) == [(None, None)]
+    (fitness, verdict), = search.evaluator(ProgramBatch((search.seed,), FINAL, "full", None), 1, worker)
     assert verdict["status"] == "ok" and fitness > 0
     asked = []
     search.evaluator.judge_fn = lambda *args, **options: asked.append(options) or fake_judge(*args, **options)
     search.evaluator.final_reserve = lambda: 20.0
-    (fitness, verdict), = search.evaluator(Batch((search.seed,), None, "screen", None), 1, worker)
+    (fitness, verdict), = search.evaluator(ProgramBatch((search.seed,), None, "screen", None), 1, worker)
     assert verdict["status"] == "ok"
     assert 30.0 < asked[-1]["rounds_within"] <= 40.0  # its rounds end before the final's reserve
-    search.evaluator(Batch((search.seed,), FINAL, "full", None), 1, worker)
+    search.evaluator(ProgramBatch((search.seed,), FINAL, "full", None), 1, worker)
     assert "rounds_within" not in asked[-1]
     # A label names a re-judgement: the first row of a program judged first in the final
     # (the closing merge) names its operator.

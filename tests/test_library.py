@@ -85,7 +85,7 @@ def test_a_cpu_run_takes_what_replays_there_and_declines_the_rest_with_the_reaso
     write_recipe(config.library_dir, "broken.txt", ['tune_constant {"constant": "NOPE", "new": 3}'])
     write_recipe(config.library_dir, "garbled.txt", ["tune_constant {not json"])
     taken, declined = library.seed_programs(config, SEED)
-    assert taken == [(recipe.apply([recipe.Step(PAGED)]), {"recipe": str(config.library_dir / "paged.txt"),
+    assert taken == [(recipe.apply([recipe.RecipeStep(PAGED)]), {"recipe": str(config.library_dir / "paged.txt"),
                                                            "steps": [PAGED]})]
     reasons = dict(declined)
     assert reasons["again.txt"] == "makes the same program as paged.txt"
@@ -129,8 +129,8 @@ def add_row(hist, source, parents, operator, args, tmp_path):
 
 def test_a_winner_grown_from_a_library_program_joins_the_library_and_leads_the_next_run(small_target, tmp_path):
     config = small_config(small_target, tmp_path)
-    from_library = recipe.apply([recipe.Step(PAGED)])
-    winner = recipe.apply([recipe.Step("allele.load_weights.fused_qkv")], from_library)
+    from_library = recipe.apply([recipe.RecipeStep(PAGED)])
+    winner = recipe.apply([recipe.RecipeStep("allele.load_weights.fused_qkv")], from_library)
     hist = history.History(config.history)
     add_row(hist, SEED, (), "seed", {}, tmp_path)
     add_row(hist, from_library, (), library.LIBRARY, {"recipe": "x/paged.txt", "steps": [PAGED]}, tmp_path)

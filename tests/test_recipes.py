@@ -229,7 +229,7 @@ def test_a_merge_that_took_two_rewrites_of_one_gene_is_written_with_both(tmp_pat
     graphs = built.child(SEED, "allele.Engine.cuda_graphs_prefill", 1.5)
     built.child(graphs, "last_token_logits", 1.6)
     prefetched = built.child(graphs, "prefetched_linears", 1.6)  # its recorded sites lack x[last]
-    both = recipe.apply([recipe.Step("last_token_logits", {}), recipe.Step("prefetched_linears", {})], graphs)
+    both = recipe.apply([recipe.RecipeStep("last_token_logits", {}), recipe.RecipeStep("prefetched_linears", {})], graphs)
     built.add(both, (graphs, prefetched), "merge_every_gain", {}, 2.0)
     text = lineage_recipe(history.read(built.path), source_hash(both), built.path)
     assert recipe.apply(recipe.parse(text)) == both
