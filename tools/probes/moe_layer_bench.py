@@ -27,7 +27,11 @@ EXPERTS, TOP_K, HIDDEN, INTER = 128, 8, 2048, 768
 GRIDS = {  # bucket -> knob -> values tried
     "FEW": {"BLOCK_M": (16,), "BLOCK_N": (16, 32, 64), "BLOCK_K": (64, 128, 256), "WARPS": (2, 4),
             "STAGES": (2, 3, 4)},
-    "MANY": {"BLOCK_M": (16, 32), "BLOCK_N": (32, 64, 128), "BLOCK_K": (64, 128), "WARPS": (4, 8), "STAGES": (3,)},
+    # At 64 rows an expert has 2-4 pairs: BLOCK_M 16 was fastest on both shapes. The fastest N
+    # was 32 on Qwen3-30B-A3B and 128 (K 128, the old grid's largest) on Qwen3.5's layer
+    # (docs/log/2026-11-28-moe-triton-alleles-first-gpu-figures.md, 2026-11-29-hybrid-chunk-systems-in-triton.md)
+    "MANY": {"BLOCK_M": (16,), "BLOCK_N": (32, 64, 128, 256), "BLOCK_K": (64, 128, 256), "WARPS": (4, 8),
+             "STAGES": (3, 4)},
     "SORTED": {"BLOCK_M": (64, 128), "BLOCK_N": (64, 128), "BLOCK_K": (32, 64), "WARPS": (4, 8), "STAGES": (3, 4)},
 }
 
@@ -90,7 +94,8 @@ def main(argv=None) -> None:
             return graph_us(lambda: [fn(x, layer) for x, layer in zip(xs, layers)]) / len(layers)
 
         def line(label, us, **extra):
-            rate = {"TFLOP_per_s": round(flops / us / 1e6, 1)} if name == "SORTED" and label.startswith("experts") else {}
+            compute_bound = name == "SORTED" and label.startswith("experts")
+            rate = {"TFLOP_per_s": round(flops / us / 1e6, 1)} if compute_bound else {}
             print(json.dumps({"rows": rows, "what": label, "us_a_layer": round(us, 2),
                               "TB_per_s": round(layer_bytes / us / 1e6, 3), **rate, **extra}))
         line("moe defaults", per_layer(module.moe), experts_reached=statistics.mean(reached), bucket=name)
