@@ -26,7 +26,7 @@ DECODE = load("delta_net_decode", "triton_fused")  # the seed's genes under the 
 PREFILL = load("delta_net_prefill", "triton_chunked")
 GATES = load("delta_gates", "triton")
 NORM = load("gated_rms_norm", "triton")
-SYSTEMS = {"triton": load("chunk_systems", "triton")}
+SYSTEMS = load("chunk_systems", "triton")
 CONVS = load("prompt_convs", "triton")
 
 
@@ -94,11 +94,9 @@ for heads, chunks, key_dim, value_dim in ((2, 3, 16, 16), (1, 2, 8, 8), (2, 2, 3
     v = torch.randn(heads, chunks, 64, value_dim)
     log_decay, beta = -torch.rand(heads, chunks, 64) / 4, torch.rand(heads, chunks, 64)
     log_decay[:, -1, 40:], beta[:, -1, 40:] = 0, 0  # a prompt's padding, as the prefill pads
-    want = SEED.chunk_systems(q, k, v, log_decay, beta)
-    for allele, module in SYSTEMS.items():
-        got = module.chunk_systems(q, k, v, log_decay, beta)
-        for name, g, w in zip(("u", "w", "decay", "attention"), got, want):
-            check(f"chunk_systems.{allele} {heads}x{chunks}x{key_dim}x{value_dim}: {name}", g, w, 1e-5)
+    got, want = SYSTEMS.chunk_systems(q, k, v, log_decay, beta), SEED.chunk_systems(q, k, v, log_decay, beta)
+    for name, g, w in zip(("u", "w", "decay", "attention"), got, want):
+        check(f"chunk_systems.triton {heads}x{chunks}x{key_dim}x{value_dim}: {name}", g, w, 1e-5)
 
 # Keys alike, writes strong, little decay: the inverse's entries far from 1. Against the seed
 # in fp64, as close as the seed's own fp32 solves (1e-6 of the largest entry here).
@@ -107,15 +105,15 @@ k = torch.nn.functional.normalize(base + 0.3 * torch.randn(2, 2, 64, 32), dim=-1
 q, v = torch.nn.functional.normalize(torch.randn(2, 2, 64, 32), dim=-1), torch.randn(2, 2, 64, 32)
 log_decay, beta = -torch.rand(2, 2, 64) / 100, 0.9 + 0.1 * torch.rand(2, 2, 64)
 exact = SEED.chunk_systems(*(t.double() for t in (q, k, v, log_decay, beta)))
-for allele, module in SYSTEMS.items():
-    for name, g, w in zip(("u", "w", "decay", "attention"), module.chunk_systems(q, k, v, log_decay, beta), exact):
-        check(f"chunk_systems.{allele}, keys alike, against fp64: {name}", g.double(), w, 1e-5)
+for name, g, w in zip(("u", "w", "decay", "attention"), SYSTEMS.chunk_systems(q, k, v, log_decay, beta), exact):
+    check(f"chunk_systems.triton, keys alike, against fp64: {name}", g.double(), w, 1e-5)
 
 for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):  # bf16: one rounding may land apart
     for lengths, channels in (([70, 4, 130], 200), ([1], 64), ([2, 3, 1, 40], 130)):
         step = SEED.Step(list(range(len(lengths))), [0] * len(lengths), lengths, None, False)
         lin = {"conv": (torch.randn(channels, 1, 4) / 2).to(dtype)}
         mixed = torch.randn(sum(lengths), channels).to(dtype)
-        (out, states), (want_out, want_states) = CONVS.prompt_convs(mixed, lin, step), SEED.prompt_convs(mixed, lin, step)
+        out, states = CONVS.prompt_convs(mixed, lin, step)
+        want_out, want_states = SEED.prompt_convs(mixed, lin, step)
         check(f"prompt_convs {dtype} {lengths}: outputs", out.float(), want_out.float(), tol)
         check(f"prompt_convs {dtype} {lengths}: states", states.float(), want_states.float(), tol=0)
