@@ -6,7 +6,7 @@
 #   bash tools/gpu/hybrid_moe_knobs.sh OUT        (longer than one call: under setsid, polled)
 # 1. tools.probes.moe_layer_bench --experts 256 --inter 512 at 64 rows (a decode step at
 #    concurrency 64: the MANY bucket) and 16,384 (a packed prefill: SORTED); the fastest
-#    setting of each written into tuned.py;
+#    setting of each as tune_constant lines after the recipe's (OUT/tuned.txt, built as tuned);
 # 2. 4 layers of the real width: batch-1 and 64 x 256 decode steps of hand and tuned;
 # 3. all 40 layers served on the hackathon's workload at concurrency 64 (LEVELS overrides),
 #    tuned then hand, one server each.
@@ -24,23 +24,28 @@ stage sweep
 python3 -m tools.probes.moe_layer_bench --experts 256 --inter 512 --rows 64 --top 5 > "$out/moe_64.txt" 2>&1
 python3 -m tools.probes.moe_layer_bench --experts 256 --inter 512 --rows 16384 --layers 2 --top 5 \
     > "$out/moe_16384.txt" 2>&1
-cp $p/hand.py $p/tuned.py
-python3 - $p/tuned.py "$out/moe_64.txt" "$out/moe_16384.txt" <<'EOF' | tee "$out/tuned.txt"
-import json, re, sys
-path, *sweeps = sys.argv[1:]
-source = open(path).read()
-for sweep in sweeps:
+# The fastest setting of each bucket as the recipe's tune_constant lines (the rewrite checks
+# each value against the constant's declared range), for the knobs it moves from the defaults
+python3 - "$out/moe_64.txt" "$out/moe_16384.txt" <<'EOF' > $p/knobs.txt
+import json, sys
+from mutations.alleles import load_module
+defaults = load_module("moe", "triton_grouped")
+for sweep in sys.argv[1:]:
     lines = [json.loads(line) for line in open(sweep) if line.startswith("{")]
     best = next((r for r in lines if r.get("what", "").startswith("experts, ")), None)
     if best is None:
-        print(sweep, "no setting timed")
+        print(f"# {sweep}: no setting timed")
         continue
     bucket = best["what"].split()[1]
+    print(f"# {bucket}: {best['knobs']}, {best['us_a_layer']} us a layer")
     for knob, value in best["knobs"].items():
-        source = re.sub(rf"^MOE_{bucket}_{knob} = \d+", f"MOE_{bucket}_{knob} = {value}", source, flags=re.M)
-    print(bucket, best["knobs"], best["us_a_layer"], "us a layer")
-open(path, "w").write(source)
+        name, old = f"MOE_{bucket}_{knob}", getattr(defaults, f"MOE_{bucket}_{knob}")
+        if value != old:
+            print("tune_constant " + json.dumps({"constant": name, "new": value, "old": old}))
 EOF
+cat $p/untuned.txt $p/knobs.txt > "$out/tuned.txt"
+grep "^#" $p/knobs.txt
+python3 -m mutations recipe "$out/tuned.txt" -o $p/tuned.py > /dev/null || exit 1
 
 stage checkpoints
 python3 -m target.hf_checkpoints /tmp/hf --device cuda --only qwen3_5_35b_a3b_4_layers > /dev/null || exit 1
