@@ -39,11 +39,12 @@ def build_app(llm: LLMEngine, model: ServedModel) -> FastAPI:
 
     @app.get("/timeline")
     async def timeline():
-        """The steps recorded since the last call (--timeline), then forgotten."""
+        """The steps and submissions recorded since the last call (--timeline), then forgotten."""
         if llm.timeline is None:
             return Response(status_code=404)
-        rows, llm.timeline = llm.timeline, []
-        return rows
+        recorded = {"steps": llm.timeline, "submitted": llm.submitted}
+        llm.timeline, llm.submitted = [], []
+        return recorded
 
     @app.get("/v1/models")
     async def models():

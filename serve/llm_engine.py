@@ -31,8 +31,10 @@ class LLMEngine:
         self.error: Optional[Exception] = None  # what stopped the core, if anything did
         self.stats = {"num_seqs_running": 0, "num_seqs_waiting": 0, "generation_tokens_total": 0}
         self.latest = {}  # replica -> its latest StepOutputs (serve.replicas; one replica: 0)
-        # With --timeline, a row a step: the core's times, then received, detokenized, handed, seqs.
+        # With --timeline, a row a step: the core's times, then received, detokenized, handed,
+        # its sequences and those still waiting; and when each request was submitted here.
         self.timeline = [] if record_timeline else None
+        self.submitted = [] if record_timeline else None
 
     @property
     def is_running(self) -> bool:
@@ -61,6 +63,8 @@ class LLMEngine:
                 for i, prompt in enumerate(prompts) for j in range(num_samples)]
         self.processor.add(seqs)
         self.client.add([(s.seq_id, s.prompt_token_ids, s.params) for s in seqs])
+        if self.submitted is not None:
+            self.submitted.append(time.perf_counter())
         return outbox, seqs
 
     def abort(self, seqs: list) -> None:
@@ -97,7 +101,8 @@ class LLMEngine:
                       "generation_tokens_total": sum(s.num_generated_tokens for s in latest)}
         if self.timeline is not None:
             handed = time.perf_counter()
-            self.timeline += [[*s.times, received, detokenized, handed, len(s.seq_ids)] for s in steps]
+            self.timeline += [[*s.times, received, detokenized, handed, len(s.seq_ids), s.num_waiting]
+                              for s in steps]
 
     def shutdown(self) -> None:
         self.client.shutdown()

@@ -2,6 +2,7 @@
 the scheduler's admission, the engine core's steps, the app over an engine that breaks (and
 its core process's end), and the offline yardstick."""
 import asyncio
+import itertools
 import json
 import random
 from types import SimpleNamespace
@@ -12,7 +13,8 @@ from fastapi.testclient import TestClient
 
 from serve.__main__ import build, parse_args
 from serve.app import build_app
-from serve.engine_core import EngineCore
+from serve.engine_core import EngineCore, StepOutputs
+from serve.llm_engine import LLMEngine
 from serve.replicas import ReplicatedClient
 from serve.logprobs import completion_logprobs
 from serve.model_runner import ModelRunner, Step
@@ -26,7 +28,7 @@ from target import toy_tokenizer
 from tests.conftest import REPO, SEED_ENGINE
 from serve import bench
 from serve.bench import RequestResult, summarize
-from tools import served_vs_offline, serve_offline
+from tools import served_vs_offline, serve_offline, serve_timeline
 
 
 @pytest.fixture(scope="module")
@@ -369,6 +371,57 @@ def test_the_load_generator_counts_output_tokens_as_the_server_does(tokenizer):
     assert level["output_tokens"] == 10 and level["output_tokens_per_s"] == 5.0
     assert level["tpot_ms"]["p50"] == pytest.approx(100.0)  # 0.9 s over the 9 tokens after the first
     assert level["retokenized_output_tokens"] == len(tokenizer.encode(text, add_special_tokens=False)) != 10
+
+
+def test_the_load_generator_times_each_event_by_the_read_that_completed_it(monkeypatch):
+    """Events split across reads are joined; each is timed when its last byte came; the
+    JSON is parsed only after the stream ends; [DONE] ends it and an error event raises."""
+    clock = itertools.count(1.0)
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(clock))
+
+    def chunk(text):
+        return b'data: {"choices": [{"text": "%s"}]}\n\n' % text.encode()
+
+    class Response:
+        def __init__(self, reads):
+            self.reads = reads
+
+        async def aiter_raw(self):
+            for data in self.reads:
+                yield data
+
+    first, second = chunk("a"), chunk("b")
+    reads = [first + second[:7], second[7:] + b"data: [DONE]\n\n", b": a comment after the end\n\n"]
+    events = asyncio.run(bench.timed_events(Response(reads)))
+    assert [(t, c["choices"][0]["text"]) for t, c in events] == [(1.0, "a"), (2.0, "b")]
+    result, last = RequestResult(), 0.5
+    for arrived, event in events:
+        last = bench.take_chunk(result, event, 0.5, last, arrived)
+    assert (result.text, result.ttft, result.chunk_gaps, last) == ("ab", 0.5, [1.0], 2.0)
+    failing = Response([b'data: {"error": {"message": "the engine failed"}}\n\n'])
+    with pytest.raises(RuntimeError, match="the engine failed"):
+        asyncio.run(bench.timed_events(failing))
+
+
+def test_the_timeline_rows_each_step_and_each_submission_for_the_ramp(tokenizer, capsys):
+    """With --timeline the API side keeps each step's times, its sequences and those still
+    waiting, and when each request was submitted; tools.serve_timeline reads a level's
+    start from them."""
+    sent = []
+    core = SimpleNamespace(add=sent.append, abort=sent.append)
+    llm = LLMEngine(core, SchedulerConfig(), tokenizer, record_timeline=True)
+    _, seqs = llm.submit([[5, 6, 7]], SamplingParams(max_tokens=2))
+    assert len(llm.submitted) == 1 and sent[0][0][1] == [5, 6, 7]
+    first = llm.submitted[0]
+    steps = [StepOutputs([seqs[0].seq_id], [9], {}, {}, 1, waiting, 1, (first + t, first + t + 0.001,
+                         first + t + 0.002, first + t + 0.003)) for t, waiting in ((0.010, 3), (0.020, 0))]
+    for step in steps:
+        llm.take([step])
+    rows = serve_timeline.step_rows(llm.timeline)
+    assert [(r["seqs"], r["waiting"], r["wall_ms"]) for r in rows] == [(1, 3, 10.0)]
+    serve_timeline.print_ramp(rows, llm.submitted, 4)
+    out = capsys.readouterr().out
+    assert "1 requests submitted over 0.0 ms" in out and "13.0" in out  # the first step's tokens, 13 ms in
 
 
 def test_the_server_is_set_against_its_engine_offline():

@@ -2,6 +2,7 @@
 
     python -m tools.serve_timeline [--engine tools/probes/fixed_step_engine.py] [--concurrency 64 300]
         [--input-len 128] [--output-len 256] [--device cpu] [--rows 16] [--base-url URL]
+        [--clients raw bench]
 
 Starts `python -m serve --timeline` on a free port (or uses --base-url's), sends each level's
 N streamed completions at once, and prints per level: output tokens/s against the same engine
@@ -10,11 +11,14 @@ most the server runs together), TTFT and TPOT, and from the
 server's step timeline (GET /timeline) a table of --rows steps spread over the level and the
 medians: a step's wall time, the core's host time, its wait for the device, the API side's
 time, and whether the API side had handed a step out before the core sent the next one
-(it ran beside the next step). With the fixed-step engine (STEP_MS, default 2.7 here, an
+(it ran beside the next step); then the level's ramp: over how long its requests were
+submitted, and its first --ramp-rows steps. With the fixed-step engine (STEP_MS, default 2.7 here, an
 H100's step at 64 requests) the step itself is asleep, so what is left is the server's own.
 
 The client is a bare asyncio HTTP/1.1 reader that counts bytes and parses only the usage at
-the end, so that on a small machine it is not the client that is measured. The server and
+the end, so that on a small machine it is not the client that is measured; `--clients raw
+bench` sends each level twice, the second time by serve.bench's client processes, to tell
+the server's figures from the load generator's. The server and
 the offline run get OMP_NUM_THREADS=1 unless it is set.
 """
 import argparse
@@ -30,14 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-os.environ.setdefault("STEP_MS", "2.7")
-# On a small CPU the fixed-step engine's logits and argmax stand for device work: a second
-# intra-op thread would only fight the API process and the client for the cores.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 HERE = Path(__file__).resolve().parent
 STARTUP_SECONDS = 600
-COLUMNS = ("step", "seqs", "wall_ms", "core_host_ms", "device_wait_ms", "api_ms", "lag_ms", "overlapped")
+COLUMNS = ("step", "seqs", "waiting", "wall_ms", "core_host_ms", "device_wait_ms", "api_ms", "lag_ms", "overlapped")
+RAMP_COLUMNS = ("step", "sent_ms", "seqs", "waiting", "wall_ms", "device_wait_ms")
 
 
 @dataclass
@@ -81,6 +82,18 @@ async def send_at_once(base_url: str, model: str, prompts: list, output_len: int
     return answers, time.perf_counter() - start
 
 
+async def send_by_bench(base_url: str, model: str, prompts: list, output_len: int) -> tuple:
+    """(answers, seconds) of every prompt sent at once by serve.bench's client processes."""
+    from serve import bench
+    settings = argparse.Namespace(base_url=base_url, timeout=3600.0, client_processes=0, output_len=output_len)
+    with bench.client_pool(bench.num_processes(len(prompts), 0)) as pool:
+        results, seconds = await bench.run_level_in(pool, settings, model, prompts, len(prompts))
+    return [Answer(r.ttft, r.latency, r.usage_output_tokens, r.error) for r in results], seconds
+
+
+SEND = {"raw": send_at_once, "bench": send_by_bench}
+
+
 def level_figures(answers: list, seconds: float) -> dict:
     done = [a for a in answers if not a.error]
     tokens = sum(a.output_tokens for a in done)
@@ -94,11 +107,11 @@ def level_figures(answers: list, seconds: float) -> dict:
 def step_rows(timeline: list) -> list:
     """A row of COLUMNS per step that read tokens back, from the server's raw timeline
     (the core's schedule, launched, device_done, sent; the API's received, detokenized,
-    handed; and the step's number of sequences)."""
+    handed; the step's number of sequences, and of those still waiting)."""
     rows = []
     for this, after in zip(timeline, timeline[1:]):
-        schedule, launched, done, sent, received, detokenized, handed, seqs = this
-        rows.append({"step": len(rows), "seqs": seqs,
+        schedule, launched, done, sent, received, detokenized, handed, seqs, waiting = this
+        rows.append({"step": len(rows), "seqs": seqs, "waiting": waiting, "sent": sent,
                      "wall_ms": after[0] - schedule, "core_host_ms": (launched - schedule) + (sent - done),
                      "device_wait_ms": done - launched, "api_ms": handed - received,
                      "lag_ms": received - sent, "overlapped": handed <= after[3]})
@@ -121,6 +134,20 @@ def print_table(rows: list, num_rows: int) -> None:
     overlapped = sum(r["overlapped"] for r in busy) / len(busy)
     print(f"  median of {len(busy)} steps: " + ", ".join(f"{k} {v}" for k, v in medians.items())
           + f"; API side done before the next step was sent in {overlapped:.0%}")
+
+
+def print_ramp(rows: list, submitted: list, num_rows: int) -> None:
+    """How the level started: when its requests reached the server (submitted, after their
+    HTTP parse), and its first steps, in ms since the first was submitted."""
+    if not (rows and submitted):
+        return
+    first = submitted[0]
+    print(f"  ramp: {len(submitted)} requests submitted over {1e3 * (submitted[-1] - first):.1f} ms; "
+          f"the first {num_rows} steps (sent_ms: the step's tokens sent, since the first submission):")
+    print("  " + "  ".join(f"{c:>14}" for c in RAMP_COLUMNS))
+    for row in rows[:num_rows]:
+        shown = {**row, "sent_ms": round(1e3 * (row["sent"] - first), 1)}
+        print("  " + "  ".join(f"{str(shown[c]):>14}" for c in RAMP_COLUMNS))
 
 
 def offline(args, batch: int) -> dict:
@@ -161,17 +188,21 @@ def run_levels(args, base_url: str) -> None:
     vocab_size = json.loads(args.model_config.read_text())["vocab_size"]
     for concurrency in args.concurrency:
         prompts = [[rng.randrange(3, vocab_size) for _ in range(args.input_len)] for _ in range(concurrency)]
-        get(base_url, "/timeline")  # what earlier levels left
-        answers, seconds = asyncio.run(send_at_once(base_url, model, prompts, args.output_len))
-        level = {"concurrency": concurrency, **level_figures(answers, seconds)}
-        if not args.no_offline:
-            batch = min(concurrency, args.max_num_seqs)
-            if batch not in offline_rates:
-                offline_rates[batch] = round(offline(args, batch)["batch_output_tokens_per_s"], 1)
-            level["offline_output_tokens_per_s"] = offline_rates[batch]
-            level["served_over_offline"] = round(level["output_tokens_per_s"] / level["offline_output_tokens_per_s"], 3)
-        print(json.dumps(level), flush=True)
-        print_table(step_rows(get(base_url, "/timeline") or []), args.rows)
+        for client in args.clients:
+            get(base_url, "/timeline")  # what earlier levels left
+            answers, seconds = asyncio.run(SEND[client](base_url, model, prompts, args.output_len))
+            level = {"concurrency": concurrency, "client": client, **level_figures(answers, seconds)}
+            if not args.no_offline:
+                batch = min(concurrency, args.max_num_seqs)
+                if batch not in offline_rates:
+                    offline_rates[batch] = round(offline(args, batch)["batch_output_tokens_per_s"], 1)
+                level["offline_output_tokens_per_s"] = offline_rates[batch]
+                level["served_over_offline"] = round(level["output_tokens_per_s"] / level["offline_output_tokens_per_s"], 3)
+            print(json.dumps(level), flush=True)
+            recorded = get(base_url, "/timeline") or {"steps": [], "submitted": []}
+            rows = step_rows(recorded["steps"])
+            print_table(rows, args.rows)
+            print_ramp([r for r in rows if r["seqs"]], recorded["submitted"], args.ramp_rows)
 
 
 def main(argv=None) -> int:
@@ -186,11 +217,19 @@ def main(argv=None) -> int:
     parser.add_argument("--max-num-seqs", type=int, default=64,
                         help="the server's (default: its own default, as tools/gpu/serve.sh serves)")
     parser.add_argument("--rows", type=int, default=16, help="steps printed per level (0: all)")
+    parser.add_argument("--ramp-rows", type=int, default=12, help="the level's first steps printed")
+    parser.add_argument("--clients", nargs="+", choices=tuple(SEND), default=["raw"],
+                        help="who sends each level, in turn: raw (a bare asyncio reader, one connection "
+                             "a request) or bench (serve.bench's client processes, as it measures)")
     parser.add_argument("--base-url", help="a server already running (its own flags); default: start one")
     parser.add_argument("--no-offline", action="store_true", help="skip the offline yardstick")
     parser.add_argument("--server-flags", nargs=argparse.REMAINDER, default=[],
                         help="the rest goes to python -m serve")
     args = parser.parse_args(argv)
+    os.environ.setdefault("STEP_MS", "2.7")  # for the servers and offline runs started here
+    # On a small CPU the fixed-step engine's logits and argmax stand for device work: a second
+    # intra-op thread would only fight the API process and the client for the cores.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     if args.base_url:
         run_levels(args, args.base_url)
         return 0
