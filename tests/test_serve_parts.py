@@ -422,6 +422,9 @@ def test_the_timeline_rows_each_step_and_each_submission_for_the_ramp(tokenizer,
     serve_timeline.print_ramp(rows, llm.submitted, 4)
     out = capsys.readouterr().out
     assert "1 requests submitted over 0.0 ms" in out and "13.0" in out  # the first step's tokens, 13 ms in
+    later = [[t + 1.0 for t in row[:7]] + row[7:] for row in llm.timeline]  # a level a second later
+    levels = serve_timeline.split_levels({"steps": llm.timeline + later, "submitted": [first, first + 0.99]})
+    assert [(len(level["steps"]), level["submitted"]) for level in levels] == [(2, [first]), (2, [first + 0.99])]
 
 
 def test_the_server_is_set_against_its_engine_offline():

@@ -150,6 +150,27 @@ def print_ramp(rows: list, submitted: list, num_rows: int) -> None:
         print("  " + "  ".join(f"{str(shown[c]):>14}" for c in RAMP_COLUMNS))
 
 
+def split_levels(recorded: dict, gap_s: float = 0.25) -> list:
+    """What a server recorded over several levels (`--recorded`), one {"steps", "submitted"}
+    a level: a level ends where the core went idle for more than `gap_s`."""
+    levels = []
+    for step in recorded["steps"]:
+        if not levels or step[0] - levels[-1]["steps"][-1][3] > gap_s:
+            levels.append({"steps": []})
+        levels[-1]["steps"].append(step)
+    # A level's requests were submitted after the last step of the level before it.
+    bounds = [float("-inf")] + [level["steps"][-1][3] for level in levels[:-1]] + [float("inf")]
+    for level, low, high in zip(levels, bounds, bounds[1:]):
+        level["submitted"] = [t for t in recorded["submitted"] if low <= t < high]
+    return levels
+
+
+def print_level(recorded: dict, args) -> None:
+    rows = step_rows(recorded["steps"])
+    print_table(rows, args.rows)
+    print_ramp([r for r in rows if r["seqs"]], recorded["submitted"], args.ramp_rows)
+
+
 def offline(args, batch: int) -> dict:
     """tools.serve_offline on a batch of `batch`, in a process of its own (its memory is freed)."""
     command = [sys.executable, "-m", "tools.serve_offline", "--engine", str(args.engine),
@@ -199,10 +220,7 @@ def run_levels(args, base_url: str) -> None:
                 level["offline_output_tokens_per_s"] = offline_rates[batch]
                 level["served_over_offline"] = round(level["output_tokens_per_s"] / level["offline_output_tokens_per_s"], 3)
             print(json.dumps(level), flush=True)
-            recorded = get(base_url, "/timeline") or {"steps": [], "submitted": []}
-            rows = step_rows(recorded["steps"])
-            print_table(rows, args.rows)
-            print_ramp([r for r in rows if r["seqs"]], recorded["submitted"], args.ramp_rows)
+            print_level(get(base_url, "/timeline") or {"steps": [], "submitted": []}, args)
 
 
 def main(argv=None) -> int:
@@ -223,6 +241,9 @@ def main(argv=None) -> int:
                              "a request) or bench (serve.bench's client processes, as it measures)")
     parser.add_argument("--base-url", help="a server already running (its own flags); default: start one")
     parser.add_argument("--no-offline", action="store_true", help="skip the offline yardstick")
+    parser.add_argument("--recorded", action="store_true",
+                        help="send nothing: print what --base-url's server recorded since it was last "
+                             "asked (another load generator's levels, e.g. serve.bench's), level by level")
     parser.add_argument("--server-flags", nargs=argparse.REMAINDER, default=[],
                         help="the rest goes to python -m serve")
     args = parser.parse_args(argv)
@@ -230,6 +251,12 @@ def main(argv=None) -> int:
     # On a small CPU the fixed-step engine's logits and argmax stand for device work: a second
     # intra-op thread would only fight the API process and the client for the cores.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.recorded:
+        recorded = get(args.base_url, "/timeline") or {"steps": [], "submitted": []}
+        for number, level in enumerate(split_levels(recorded), 1):
+            print(f"level {number}: {len(level['steps'])} steps")
+            print_level(level, args)
+        return 0
     if args.base_url:
         run_levels(args, args.base_url)
         return 0

@@ -7,7 +7,9 @@
 # One device command may run 10 minutes (the default takes about five). It also checks greedy
 # outputs against the reference (tools.serve_greedy_check; CHECK=0: not).
 # $ENGINE serves another file; $CONFIG another of target.targets (default one_b);
-# $BENCH_FLAGS go to serve.bench (e.g. "--num-requests 16"), $TIMELINE_FLAGS to tools.serve_timeline.
+# $BENCH_FLAGS go to serve.bench (e.g. "--num-requests 16"), $TIMELINE_FLAGS to tools.serve_timeline,
+# $SERVER_FLAGS to the server: with "--timeline" there, serve.bench's levels are printed step by
+# step too (tools.serve_timeline --recorded: each level's ramp and steps).
 # The GPU image lacks the server's libraries: carry them in .whl (device README) beside deap
 # and libcst, as tested here: fastapi 0.165.0, starlette 1.10.0, uvicorn 0.54.0,
 # httptools 0.9.0, pydantic 2.13.4, pydantic-core 2.46.4, annotated-types 0.7.0,
@@ -26,7 +28,7 @@ if [[ "${OFFLINE:-1}" == 1 ]]; then
     python3 -m tools.serve_offline --engine "$engine" "${target[@]}" | tee "$out/offline.json"
 fi
 
-start_server "$out" --engine "$engine" "${target[@]}" || exit 1
+start_server "$out" --engine "$engine" "${target[@]}" ${SERVER_FLAGS:-} || exit 1
 echo "serving $url"
 if [[ "${CHECK:-1}" == 1 ]]; then  # greedy outputs against the reference's, 32 at once
     python3 -m tools.serve_greedy_check --base-url "$url" "${target[@]}" | tee "$out/greedy_check.json"
@@ -34,6 +36,9 @@ fi
 python3 -m serve.bench --base-url "$url" --model-config "$config" --out "$out" \
     --concurrency "${LEVELS:-1,64}" --burst "${BURST:-300}" ${BENCH_FLAGS:-}
 [[ -f "$out/offline.json" ]] && python3 -m tools.served_vs_offline "$out" | tee "$out/served_vs_offline.json"
+if [[ " ${SERVER_FLAGS:-} " == *" --timeline "* ]]; then
+    python3 -m tools.serve_timeline --base-url "$url" --recorded --rows 6 | tee "$out/bench_timeline.txt"
+fi
 kill $server; wait $server 2>/dev/null  # its GPU memory, for the timeline's own server
 if [[ "${TIMELINE:-1}" == 1 ]]; then  # where each step's time goes, in the core and the API process
     SERVE_LOG="$out/timeline_server.log" python3 -m tools.serve_timeline --engine "$engine" "${target[@]}" \
