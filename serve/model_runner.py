@@ -17,9 +17,9 @@ from typing import Optional
 import torch
 
 from contract.loader import load_engine_module
-from serve.sampling import SampledLogprobs, logprobs_of, make_generator, sample, to_device
+from serve.sampling import SampledLogprobs, SamplingParams, logprobs_of, make_generator, sample, to_device
 from serve.scheduler import Batch
-from serve.sequence import SEQUENCE_IDS, TokenLogprobs
+from serve.sequence import Sequence, TokenLogprobs
 
 WARM_UP_PROMPT_LEN = 16
 
@@ -37,13 +37,21 @@ class ModelRunner:
 
     @torch.inference_mode()
     def warm_up(self) -> None:
-        """One prefill, decode and remove, so that whatever an engine does lazily on its
-        first calls is not paid by the first client."""
-        request_id = next(SEQUENCE_IDS)
-        prompt = torch.zeros(WARM_UP_PROMPT_LEN, dtype=torch.long, device=self.device)
-        logits = self.engine.prefill([request_id], [prompt])
-        self.engine.decode([request_id], logits.argmax(dim=-1))
-        self.engine.remove([request_id])
+        """Two steps of the way every request goes (a prefill, then a decode from the step
+        before it, each sampled and read back), greedy and seeded with log-probabilities,
+        then removed: what the engine, torch and CUDA do lazily on first use (kernels,
+        pinned memory, generators) is not paid by the first clients. Warming the engine's
+        calls alone left ~0.55 s before a fresh server's first step on an H200
+        (docs/log/2026-11-29-server-warm-up-whole-step.md)."""
+        prompt = [0] * WARM_UP_PROMPT_LEN
+        seqs = [Sequence(prompt, SamplingParams(temperature=0.0, max_tokens=2)),
+                Sequence(prompt, SamplingParams(top_k=8, top_p=0.9, seed=0, max_tokens=2, logprobs=2))]
+        step = None
+        for batch in (Batch(prefill=seqs), Batch(decode=seqs)):
+            step = self.launch(batch, step)
+            step.tokens()
+            step.logprobs()
+        self.engine.remove([s.seq_id for s in seqs])
 
     def launch(self, batch: Batch, previous: Optional["Step"]) -> "Step":
         if batch.remove:
