@@ -42,8 +42,8 @@ def build_app(llm: LLMEngine, model: ServedModel) -> FastAPI:
         """The steps and submissions recorded since the last call (--timeline), then forgotten."""
         if llm.timeline is None:
             return Response(status_code=404)
-        recorded = {"steps": llm.timeline, "submitted": llm.submitted}
-        llm.timeline, llm.submitted = [], []
+        recorded = {"steps": llm.timeline, "submitted": llm.submitted, "arrived": llm.arrived}
+        llm.timeline, llm.submitted, llm.arrived = [], [], []
         return recorded
 
     @app.get("/v1/models")

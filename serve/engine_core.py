@@ -23,6 +23,7 @@ import torch
 
 from contract.devices import resolve_device
 from contract.model_config import ModelConfig
+from serve.gc_pauses import GcPauses
 from serve.model_runner import ModelRunner, Step, load_engine
 from serve.scheduler import Scheduler, SchedulerConfig
 from serve.sequence import Sequence
@@ -40,7 +41,11 @@ class StepOutputs:
     num_running: int
     num_waiting: int
     num_generated_tokens: int  # since start, cancelled sequences' included
-    times: Optional[tuple] = None  # schedule, launched, device done, sent; with --timeline
+    # With --timeline: schedule, launched, device done, sent; the collector's pause since the
+    # step before; when the requests added since the step before reached the core.
+    times: Optional[tuple] = None
+    gc_seconds: float = 0.0
+    arrived: tuple = ()
 
 
 @dataclass
@@ -65,11 +70,15 @@ class EngineCore:
         self.seqs = {}  # seq_id: Sequence, of those not finished
         self.in_flight: Optional[Step] = None  # launched, its tokens not yet read back
         self.num_generated_tokens = 0
+        self.gc_pauses = GcPauses() if record_timeline else None
+        self.arrived = []  # with --timeline, when each request came, until the next step
 
     def add(self, requests: list) -> list:
         """Queue (seq_id, prompt token ids, SamplingParams) requests; their Sequences."""
         seqs = [Sequence(prompt, params, seq_id, self.eos_token_id) for seq_id, prompt, params in requests]
         self.scheduler.add(seqs)
+        if self.record_timeline:
+            self.arrived += [time.perf_counter()] * len(seqs)
         self.seqs.update((s.seq_id, s) for s in seqs)
         return seqs
 
@@ -97,6 +106,7 @@ class EngineCore:
         outputs = self.take(previous, tokens) if previous else self.outputs([], [], {}, {})
         if self.record_timeline:
             outputs.times = (scheduled, launched, device_done, time.perf_counter())
+            outputs.gc_seconds, outputs.arrived, self.arrived = self.gc_pauses.take(), tuple(self.arrived), []
         return outputs
 
     def take(self, step: Step, tokens: list) -> StepOutputs:

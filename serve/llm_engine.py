@@ -13,6 +13,7 @@ import time
 from typing import Optional
 
 from serve.core_client import EngineCoreClient, EngineCoreDead
+from serve.gc_pauses import GcPauses
 from serve.output_processor import OutputProcessor, SequenceState
 from serve.sampling import SamplingParams
 from serve.scheduler import QueueFull, SchedulerConfig
@@ -32,9 +33,12 @@ class LLMEngine:
         self.stats = {"num_seqs_running": 0, "num_seqs_waiting": 0, "generation_tokens_total": 0}
         self.latest = {}  # replica -> its latest StepOutputs (serve.replicas; one replica: 0)
         # With --timeline, a row a step: the core's times, then received, detokenized, handed,
-        # its sequences and those still waiting; and when each request was submitted here.
+        # its sequences and those still waiting, the collector's pauses in the core and here;
+        # and when each request was submitted here and reached the core.
         self.timeline = [] if record_timeline else None
         self.submitted = [] if record_timeline else None
+        self.arrived = [] if record_timeline else None
+        self.gc_pauses = GcPauses() if record_timeline else None
 
     @property
     def is_running(self) -> bool:
@@ -101,8 +105,11 @@ class LLMEngine:
                       "generation_tokens_total": sum(s.num_generated_tokens for s in latest)}
         if self.timeline is not None:
             handed = time.perf_counter()
-            self.timeline += [[*s.times, received, detokenized, handed, len(s.seq_ids), s.num_waiting]
-                              for s in steps]
+            api_gc_seconds = self.gc_pauses.take()
+            for i, s in enumerate(steps):
+                self.timeline.append([*s.times, received, detokenized, handed, len(s.seq_ids), s.num_waiting,
+                                      s.gc_seconds, api_gc_seconds if i == 0 else 0.0])
+                self.arrived += s.arrived
 
     def shutdown(self) -> None:
         self.client.shutdown()

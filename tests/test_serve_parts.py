@@ -419,12 +419,16 @@ def test_the_timeline_rows_each_step_and_each_submission_for_the_ramp(tokenizer,
         llm.take([step])
     rows = serve_timeline.step_rows(llm.timeline)
     assert [(r["seqs"], r["waiting"], r["wall_ms"]) for r in rows] == [(1, 3, 10.0)]
-    serve_timeline.print_ramp(rows, llm.submitted, 4)
+    assert rows[0]["gc_ms"] >= 0
+    serve_timeline.print_ramp(rows, llm.submitted, [first + 0.002], 4)
     out = capsys.readouterr().out
-    assert "1 requests submitted over 0.0 ms" in out and "13.0" in out  # the first step's tokens, 13 ms in
+    assert "1 requests submitted over 0.0 ms; they reached the core from 2.0 to 2.0 ms" in out
+    assert "13.0" in out  # the first step's tokens, 13 ms in
     later = [[t + 1.0 for t in row[:7]] + row[7:] for row in llm.timeline]  # a level a second later
-    levels = serve_timeline.split_levels({"steps": llm.timeline + later, "submitted": [first, first + 0.99]})
-    assert [(len(level["steps"]), level["submitted"]) for level in levels] == [(2, [first]), (2, [first + 0.99])]
+    levels = serve_timeline.split_levels({"steps": llm.timeline + later, "submitted": [first, first + 0.99],
+                                          "arrived": [first + 0.995]})
+    assert [(len(level["steps"]), level["submitted"], level["arrived"]) for level in levels] == \
+        [(2, [first], []), (2, [first + 0.99], [first + 0.995])]
 
 
 def test_the_server_is_set_against_its_engine_offline():

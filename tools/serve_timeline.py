@@ -37,8 +37,9 @@ from urllib.parse import urlsplit
 
 HERE = Path(__file__).resolve().parent
 STARTUP_SECONDS = 600
-COLUMNS = ("step", "seqs", "waiting", "wall_ms", "core_host_ms", "device_wait_ms", "api_ms", "lag_ms", "overlapped")
-RAMP_COLUMNS = ("step", "sent_ms", "seqs", "waiting", "wall_ms", "device_wait_ms")
+COLUMNS = ("step", "seqs", "waiting", "wall_ms", "core_host_ms", "device_wait_ms", "api_ms", "lag_ms", "gc_ms",
+           "overlapped")
+RAMP_COLUMNS = ("step", "sent_ms", "seqs", "waiting", "wall_ms", "device_wait_ms", "gc_ms")
 
 
 @dataclass
@@ -107,16 +108,17 @@ def level_figures(answers: list, seconds: float) -> dict:
 def step_rows(timeline: list) -> list:
     """A row of COLUMNS per step that read tokens back, from the server's raw timeline
     (the core's schedule, launched, device_done, sent; the API's received, detokenized,
-    handed; the step's number of sequences, and of those still waiting)."""
+    handed; the step's number of sequences, and of those still waiting; the collector's
+    pauses in the core and in the API process)."""
     rows = []
     for this, after in zip(timeline, timeline[1:]):
-        schedule, launched, done, sent, received, detokenized, handed, seqs, waiting = this
+        schedule, launched, done, sent, received, detokenized, handed, seqs, waiting, core_gc, api_gc = this
         rows.append({"step": len(rows), "seqs": seqs, "waiting": waiting, "sent": sent,
                      "wall_ms": after[0] - schedule, "core_host_ms": (launched - schedule) + (sent - done),
                      "device_wait_ms": done - launched, "api_ms": handed - received,
-                     "lag_ms": received - sent, "overlapped": handed <= after[3]})
+                     "lag_ms": received - sent, "gc_ms": core_gc + api_gc, "overlapped": handed <= after[3]})
     for row in rows:
-        for key in ("wall_ms", "core_host_ms", "device_wait_ms", "api_ms", "lag_ms"):
+        for key in ("wall_ms", "core_host_ms", "device_wait_ms", "api_ms", "lag_ms", "gc_ms"):
             row[key] = round(row[key] * 1e3, 3)
     return rows
 
@@ -136,13 +138,16 @@ def print_table(rows: list, num_rows: int) -> None:
           + f"; API side done before the next step was sent in {overlapped:.0%}")
 
 
-def print_ramp(rows: list, submitted: list, num_rows: int) -> None:
+def print_ramp(rows: list, submitted: list, arrived: list, num_rows: int) -> None:
     """How the level started: when its requests reached the server (submitted, after their
-    HTTP parse), and its first steps, in ms since the first was submitted."""
+    HTTP parse) and its engine core, and its first steps, in ms since the first was
+    submitted."""
     if not (rows and submitted):
         return
     first = submitted[0]
-    print(f"  ramp: {len(submitted)} requests submitted over {1e3 * (submitted[-1] - first):.1f} ms; "
+    reached = (f"; they reached the core from {1e3 * (arrived[0] - first):.1f} to {1e3 * (arrived[-1] - first):.1f} ms"
+               if arrived else "")
+    print(f"  ramp: {len(submitted)} requests submitted over {1e3 * (submitted[-1] - first):.1f} ms{reached}; "
           f"the first {num_rows} steps (sent_ms: the step's tokens sent, since the first submission):")
     print("  " + "  ".join(f"{c:>14}" for c in RAMP_COLUMNS))
     for row in rows[:num_rows]:
@@ -158,17 +163,18 @@ def split_levels(recorded: dict, gap_s: float = 0.25) -> list:
         if not levels or step[0] - levels[-1]["steps"][-1][3] > gap_s:
             levels.append({"steps": []})
         levels[-1]["steps"].append(step)
-    # A level's requests were submitted after the last step of the level before it.
+    # A level's requests were submitted (and reached the core) after the level before it ended.
     bounds = [float("-inf")] + [level["steps"][-1][3] for level in levels[:-1]] + [float("inf")]
     for level, low, high in zip(levels, bounds, bounds[1:]):
-        level["submitted"] = [t for t in recorded["submitted"] if low <= t < high]
+        for key in ("submitted", "arrived"):
+            level[key] = [t for t in recorded.get(key, []) if low <= t < high]
     return levels
 
 
 def print_level(recorded: dict, args) -> None:
     rows = step_rows(recorded["steps"])
     print_table(rows, args.rows)
-    print_ramp([r for r in rows if r["seqs"]], recorded["submitted"], args.ramp_rows)
+    print_ramp([r for r in rows if r["seqs"]], recorded["submitted"], recorded.get("arrived", []), args.ramp_rows)
 
 
 def offline(args, batch: int) -> dict:
@@ -220,7 +226,7 @@ def run_levels(args, base_url: str) -> None:
                 level["offline_output_tokens_per_s"] = offline_rates[batch]
                 level["served_over_offline"] = round(level["output_tokens_per_s"] / level["offline_output_tokens_per_s"], 3)
             print(json.dumps(level), flush=True)
-            print_level(get(base_url, "/timeline") or {"steps": [], "submitted": []}, args)
+            print_level(get(base_url, "/timeline") or {"steps": [], "submitted": [], "arrived": []}, args)
 
 
 def main(argv=None) -> int:
@@ -252,7 +258,7 @@ def main(argv=None) -> int:
     # intra-op thread would only fight the API process and the client for the cores.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if args.recorded:
-        recorded = get(args.base_url, "/timeline") or {"steps": [], "submitted": []}
+        recorded = get(args.base_url, "/timeline") or {"steps": [], "submitted": [], "arrived": []}
         for number, level in enumerate(split_levels(recorded), 1):
             print(f"level {number}: {len(level['steps'])} steps")
             print_level(level, args)
