@@ -162,7 +162,7 @@ def make_engine_core(args, eos_token_id: Optional[int]) -> EngineCore:
     config = ModelConfig.load(args.model_config)
     max_model_len = args.max_model_len or config.max_position_embeddings
     runner = ModelRunner(load_engine(args.engine, args.model_config, args.weight_dir, device), device)
-    runner.warm_up()
+    runner.warm_up(args.max_num_seqs, args.max_num_prefill_tokens, max_model_len)
     scheduler = Scheduler(SchedulerConfig(
         max_num_seqs=args.max_num_seqs,
         max_num_kv_tokens=max_num_kv_tokens(args, config, device, max_model_len),

@@ -22,6 +22,7 @@ from serve.scheduler import Batch
 from serve.sequence import Sequence, TokenLogprobs
 
 WARM_UP_PROMPT_LEN = 16
+WARM_UP_LONG_PROMPT_LEN = 1024  # prompts of a full prefill step at warm-up
 
 
 def load_engine(engine_path, model_config_path, weight_dir, device: str):
@@ -36,18 +37,34 @@ class ModelRunner:
         self.device = torch.device(device)
 
     @torch.inference_mode()
-    def warm_up(self) -> None:
-        """Two steps of the way every request goes (a prefill, then a decode from the step
-        before it, each sampled and read back), greedy and seeded with log-probabilities,
-        then removed: what the engine, torch and CUDA do lazily on first use (kernels,
-        pinned memory, generators) is not paid by the first clients. Warming the engine's
-        calls alone left ~0.55 s before a fresh server's first step on an H200
-        (docs/log/2026-11-29-server-warm-up-whole-step.md)."""
-        prompt = [0] * WARM_UP_PROMPT_LEN
-        seqs = [Sequence(prompt, SamplingParams(temperature=0.0, max_tokens=2)),
-                Sequence(prompt, SamplingParams(top_k=8, top_p=0.9, seed=0, max_tokens=2, logprobs=2))]
+    def warm_up(self, max_num_seqs: int, max_num_prefill_tokens: int, max_model_len: int) -> None:
+        """The steps a server meets, before its first client does: prefills of 1, 2, 3 and
+        as many long prompts as a step admits, then decodes at every batch size down from
+        max_num_seqs, each step sampled (greedy, and seeded with log-probabilities) and read
+        back, as requests are. An engine's Triton kernels compile anew for each new
+        specialization of their arguments (a count of 1, a multiple of 16), and torch and
+        CUDA load kernels and pin memory on first use: on an H200, a fresh server warmed by
+        one short prefill and decode sent its first step 0.6-1.6 s after the first request
+        came (docs/log/2026-11-29-server-warm-up-whole-step.md). On a CPU, where nothing
+        compiles per shape, one short prefill and decode."""
+        if self.device.type != "cuda":
+            self.warm_up_steps([[0] * WARM_UP_PROMPT_LEN] * 2, [2])
+            return
+        length = max(1, min(WARM_UP_LONG_PROMPT_LEN, max_model_len // 2, max_num_prefill_tokens))
+        most = max(1, min(max_num_seqs, max_num_prefill_tokens // length))
+        for count, prompt_len in ((1, WARM_UP_PROMPT_LEN), (2, WARM_UP_PROMPT_LEN + 1), (3, length),
+                                  (most, length)):
+            self.warm_up_steps([[0] * prompt_len] * count, [count])
+        short = max(1, min(WARM_UP_PROMPT_LEN, max_model_len - max_num_seqs - 1))
+        self.warm_up_steps([[0] * short] * max_num_seqs, range(max_num_seqs, 0, -1))
+
+    def warm_up_steps(self, prompts: list, decode_sizes) -> None:
+        """`prompts` prefilled in one step, then a decode step of the first n of them for each
+        n of decode_sizes, each read back; then removed."""
+        seqs = [Sequence(prompt, SamplingParams(temperature=0.0, max_tokens=2)) for prompt in prompts]
+        seqs[-1] = Sequence(prompts[-1], SamplingParams(top_k=8, top_p=0.9, seed=0, max_tokens=2, logprobs=2))
         step = None
-        for batch in (Batch(prefill=seqs), Batch(decode=seqs)):
+        for batch in [Batch(prefill=seqs)] + [Batch(decode=seqs[:n]) for n in decode_sizes]:
             step = self.launch(batch, step)
             step.tokens()
             step.logprobs()

@@ -298,15 +298,15 @@ def test_an_aborted_sequence_sends_no_more_tokens_and_leaves_the_engine(tokenize
 BROKEN_ENGINE = """
 import torch
 
-class BrokenEngine:  # warms up, then fails at its first decode served, as a faulty engine file might
-    num_decodes = 0
+class BrokenEngine:  # warms up, then fails at its first decode of a prompt served, as a faulty engine file might
+    served = set()  # ids of requests whose prompt was not the warm-up's zeros
 
     def prefill(self, request_ids, input_ids):
+        self.served |= {rid for rid, ids in zip(request_ids, input_ids) if ids.any()}
         return torch.zeros(len(request_ids), 512)
 
     def decode(self, request_ids, token_ids):
-        self.num_decodes += 1
-        if self.num_decodes > 1:
+        if self.served & set(request_ids):
             raise RuntimeError("the engine broke")
         return torch.zeros(len(request_ids), 512)
 

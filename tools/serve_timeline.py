@@ -174,7 +174,7 @@ def split_levels(recorded: dict, gap_s: float = 0.25) -> list:
 def print_level(recorded: dict, args) -> None:
     rows = step_rows(recorded["steps"])
     print_table(rows, args.rows)
-    print_ramp([r for r in rows if r["seqs"]], recorded["submitted"], recorded.get("arrived", []), args.ramp_rows)
+    print_ramp(rows, recorded["submitted"], recorded.get("arrived", []), args.ramp_rows)
 
 
 def offline(args, batch: int) -> dict:

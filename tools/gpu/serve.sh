@@ -28,8 +28,9 @@ if [[ "${OFFLINE:-1}" == 1 ]]; then
     python3 -m tools.serve_offline --engine "$engine" "${target[@]}" | tee "$out/offline.json"
 fi
 
+started=$SECONDS
 start_server "$out" --engine "$engine" "${target[@]}" ${SERVER_FLAGS:-} || exit 1
-echo "serving $url"
+echo "serving $url (up after $((SECONDS - started)) s)"
 if [[ "${CHECK:-1}" == 1 ]]; then  # greedy outputs against the reference's, 32 at once
     python3 -m tools.serve_greedy_check --base-url "$url" "${target[@]}" | tee "$out/greedy_check.json"
 fi
