@@ -22,6 +22,7 @@ import uvicorn
 from contract.devices import is_cuda, resolve_device
 from contract.model_config import ModelConfig
 from serve.app import build_app
+from serve.collector import freeze_start_up_objects
 from serve.core_client import EngineCoreClient
 from serve.llm_engine import LLMEngine
 from serve.replicas import ReplicatedClient
@@ -106,6 +107,7 @@ def main(argv=None) -> None:
     llm, model = build(args)
     config = uvicorn.Config(build_app(llm, model), host=args.host, port=args.port,
                             log_level=args.log_level)
+    freeze_start_up_objects()
     try:
         asyncio.run(AnnouncingServer(config).serve())
     finally:

@@ -62,50 +62,63 @@ class RequestResult:
     chunk_gaps: list = field(default_factory=list)  # s between chunks with text
     usage_prompt_tokens: int = 0
     usage_output_tokens: int = 0
+    sent: float = 0.0  # time.perf_counter when sent
+    finished: float = 0.0  # and when its last byte came (or it failed)
+    events: list = field(default_factory=list)  # (arrival time, raw `data:` event), until read
 
 
 async def send(http, model: str, prompt: list, output_len: int) -> RequestResult:
+    """One streamed completion, its events kept raw with their arrival times (read_events
+    makes them figures, once the level is over)."""
     result = RequestResult()
     body = {"model": model, "prompt": prompt, "max_tokens": output_len, "temperature": 0.0,
             "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
-    start = time.perf_counter()
+    result.sent = time.perf_counter()
     try:
         async with http.stream("POST", "/v1/completions", json=body) as response:
             if response.status_code != 200:
                 raise RuntimeError(f"{response.status_code}: {(await response.aread()).decode()[:200]}")
-            events = await timed_events(response)
-        last = start
-        for arrived, event in events:
-            last = take_chunk(result, event, start, last, arrived)
-        result.latency = last - start
+            result.events = await timed_events(response)
         result.ok = True
     except Exception as error:  # a failure is a result to count, not a reason to stop
         result.error = f"{type(error).__name__}: {error}"
+    result.finished = result.events[-1][0] if result.ok and result.events else time.perf_counter()
     return result
 
 
 async def timed_events(response) -> list:
-    """(arrival time, JSON payload) of each `data:` event until [DONE]. While the stream
-    runs, each read is only split into events and timed; the JSON is parsed after its end:
-    parsing every chunk as it came took a client process a core for ~11k tokens/s, and a
-    client that falls behind times the server late."""
-    raw, tail = [], b""
+    """(arrival time, raw payload) of each `data:` event until [DONE]. While a level runs,
+    the client only splits what it reads into events and times them: parsing every chunk
+    as it came took a client process a core for ~11k tokens/s, and a client that falls
+    behind times the server late."""
+    events, tail = [], b""
     async for data in response.aiter_raw():
         arrived = time.perf_counter()
         *complete, tail = (tail + data).split(b"\n\n")
-        raw.extend((arrived, event) for event in complete)
-    events = []
-    for arrived, event in raw:
-        line = event.strip()
-        if not line.startswith(b"data: "):
-            continue
-        if line == b"data: [DONE]":
-            break
-        chunk = json.loads(line[len(b"data: "):])
-        if "error" in chunk:
-            raise RuntimeError(chunk["error"]["message"])
-        events.append((arrived, chunk))
+        for event in complete:
+            line = event.strip()
+            if line == b"data: [DONE]":
+                return events
+            if line.startswith(b"data: "):
+                events.append((arrived, line[len(b"data: "):]))
     return events
+
+
+def read_events(result: RequestResult) -> RequestResult:
+    """A request's figures from its raw events: text, time to first token, gaps, usage;
+    an error event fails it."""
+    last = result.sent
+    try:
+        for arrived, payload in result.events:
+            chunk = json.loads(payload)
+            if "error" in chunk:
+                raise RuntimeError(chunk["error"]["message"])
+            last = take_chunk(result, chunk, result.sent, last, arrived)
+        result.latency = last - result.sent
+    except Exception as error:
+        result.ok, result.error = False, f"{type(error).__name__}: {error}"
+    result.events = []
+    return result
 
 
 def take_chunk(result: RequestResult, chunk: dict, start: float, last: float, now: float) -> float:
@@ -127,7 +140,8 @@ def take_chunk(result: RequestResult, chunk: dict, start: float, last: float, no
 
 async def run_level(http, model, prompts, concurrency: int, output_len: int) -> tuple:
     """(results, start, end) of every prompt sent, at most `concurrency` in flight; start
-    and end on time.perf_counter, which all processes of a host share on Linux."""
+    and end (the last byte's arrival) on time.perf_counter, which all processes of a host
+    share on Linux."""
     gate = asyncio.Semaphore(concurrency)
 
     async def one(prompt):
@@ -136,7 +150,8 @@ async def run_level(http, model, prompts, concurrency: int, output_len: int) -> 
 
     start = time.perf_counter()
     results = await asyncio.gather(*(one(p) for p in prompts))
-    return results, start, time.perf_counter()
+    end = max(r.finished for r in results)  # the last byte's arrival: reading the events is not timed
+    return [read_events(r) for r in results], start, end
 
 
 def client(base_url: str, timeout: float) -> httpx.AsyncClient:

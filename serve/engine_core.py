@@ -23,7 +23,7 @@ import torch
 
 from contract.devices import resolve_device
 from contract.model_config import ModelConfig
-from serve.gc_pauses import GcPauses
+from serve.collector import GcPauses, freeze_start_up_objects
 from serve.model_runner import ModelRunner, Step, load_engine
 from serve.scheduler import Scheduler, SchedulerConfig
 from serve.sequence import Sequence
@@ -163,6 +163,7 @@ def make_engine_core(args, eos_token_id: Optional[int]) -> EngineCore:
     max_model_len = args.max_model_len or config.max_position_embeddings
     runner = ModelRunner(load_engine(args.engine, args.model_config, args.weight_dir, device), device)
     runner.warm_up(args.max_num_seqs, args.max_num_prefill_tokens, max_model_len)
+    freeze_start_up_objects()
     scheduler = Scheduler(SchedulerConfig(
         max_num_seqs=args.max_num_seqs,
         max_num_kv_tokens=max_num_kv_tokens(args, config, device, max_model_len),

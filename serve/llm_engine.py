@@ -13,7 +13,7 @@ import time
 from typing import Optional
 
 from serve.core_client import EngineCoreClient, EngineCoreDead
-from serve.gc_pauses import GcPauses
+from serve.collector import GcPauses
 from serve.output_processor import OutputProcessor, SequenceState
 from serve.sampling import SamplingParams
 from serve.scheduler import QueueFull, SchedulerConfig

@@ -148,6 +148,7 @@ def print_ramp(rows: list, submitted: list, arrived: list, num_rows: int) -> Non
     reached = (f"; they reached the core from {1e3 * (arrived[0] - first):.1f} to {1e3 * (arrived[-1] - first):.1f} ms"
                if arrived else "")
     print(f"  ramp: {len(submitted)} requests submitted over {1e3 * (submitted[-1] - first):.1f} ms{reached}; "
+          f"the level's last tokens sent at {1e3 * (rows[-1]['sent'] - first):.1f} ms; "
           f"the first {num_rows} steps (sent_ms: the step's tokens sent, since the first submission):")
     print("  " + "  ".join(f"{c:>14}" for c in RAMP_COLUMNS))
     for row in rows[:num_rows]:
