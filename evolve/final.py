@@ -134,14 +134,26 @@ def confidence_faster(ratio: float, low: float, high: float, rounds: int) -> flo
 
 
 def unmeasured_choice(scores, seed, floor, contenders, why: str):
-    """No fresh comparison (`why`): the best fitted speed of the contenders and the floor."""
-    candidates = [p for p in contenders + [floor, seed] if scores.is_ok(p.id)]
+    """No fresh comparison (`why`): the best fitted speed of the contenders and the floor.
+    A floor other than the seed is kept unless a contender was clearly faster beside it
+    already: a 5-minute H200 run whose final did not fit returned a library program fitted
+    above the floor from a screen (1.012x) though its full judgement beside it was 0.985x;
+    the evaluator had it at 0.92x on decode (docs/log/2026-11-29-floor-out-of-budget.md)."""
+    holds_floor = floor.id != seed.id and scores.is_ok(floor.id)
+    if holds_floor:
+        contenders = [p for p in contenders if scores.clearly_faster(p.id, floor.id)]
+    candidates = [p for p in contenders + [floor] + ([] if holds_floor else [seed]) if scores.is_ok(p.id)]
     if not candidates:
         return seed, float("nan"), [], "nothing judged correct"
     winner = max(candidates, key=lambda p: scores.speed(p.id))
     ratio = scores.gain(winner.id, seed.id) if scores.is_ok(seed.id) else float("nan")
-    how = "the only correct program" if len({p.id for p in candidates}) == 1 else \
-        f"{why}: best fitted speed from the search's comparisons"
+    if len({p.id for p in candidates}) > 1:
+        how = f"{why}: best fitted speed of the floor and those clearly faster beside it" if holds_floor else \
+            f"{why}: best fitted speed from the search's comparisons"
+    elif holds_floor and winner.id == floor.id:
+        how = f"{name_of(floor, seed)} kept: {why}, and no contender was clearly faster beside it"
+    else:
+        how = "the only correct program"
     return winner, ratio, table_of(scores.mean_tps(winner.id), scores.mean_tps(seed.id)), how
 
 

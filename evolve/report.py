@@ -113,7 +113,8 @@ def winner_of(frame: pd.DataFrame) -> str:
     """As the search chose (evolve.final): of the last final's contenders that beat its floor
     (clearly, or beside the seed at all), the best fitted speed (evolve.scores), else the
     floor; with no final (or one of a layout that kept no baseline), the best fitted speed of
-    the programs a full judgement confirmed, or of all correct ones. (Best mean fitness, a
+    the programs a full judgement confirmed, or of all correct ones, of those, when the run
+    had a floor other than the seed, the floor and the programs clearly faster beside it. (Best mean fitness, a
     screen's single noisy figure, once named a winner the search had not chosen; so did the
     fit over the whole history, which the final's own rows can tip towards the winner's
     parent: a CPU run's 392.0 against 391.9 tok/s.)"""
@@ -129,7 +130,18 @@ def winner_of(frame: pd.DataFrame) -> str:
         return max(won, key=scores.speed) if won else floor
     correct = [cid for cid in scores.by_id if cid and scores.is_ok(cid)]
     pool = [cid for cid in correct if scores.is_confirmed(cid)] or correct
+    floor = floor_of(frame)
+    if floor and scores.is_ok(floor):  # kept unless a program was clearly faster beside it
+        pool = [cid for cid in pool if cid == floor or scores.clearly_faster(cid, floor)]
     return max(pool, key=scores.speed) if pool else ""
+
+
+def floor_of(frame: pd.DataFrame) -> str:
+    """The last run's floor when it was not the seed: what its generation 0 was judged beside."""
+    run = frame[frame["run_id"] == frame["run_id"].iloc[-1]]
+    beside = run.loc[(run["generation"] == 0) & (run["baseline_id"] != ""), "baseline_id"]
+    seeds = set(frame.loc[frame["operator"] == "seed", "candidate_id"])
+    return "" if beside.empty or beside.iloc[0] in seeds else beside.iloc[0]
 
 
 def write_plots(frame: pd.DataFrame, per_generation: pd.DataFrame, out_dir: Path, winner: str = "") -> list:

@@ -157,6 +157,10 @@ class Scores:
             return False
         return gain > 1.0 or any(self.upper_log_ratio(c, child_id, parent_id) > 0 for c in self.comparisons)
 
+    def clearly_faster(self, a: str, b: str) -> bool:
+        """Whether a paired comparison of a and b put a ahead, its whole ~95% interval above 1."""
+        return any((c.log_low if c.a == a else -c.log_high) > 0 for c in self.comparisons if {c.a, c.b} == {a, b})
+
     @staticmethod
     def upper_log_ratio(comparison: Comparison, a: str, b: str) -> float:
         """The top of log(speed a / speed b)'s interval by `comparison`; -inf when it compares others."""

@@ -283,6 +283,32 @@ def test_the_final_keeps_the_floor_unless_a_contender_is_clearly_faster(monkeypa
         assert judged[-1] == closing.id and winner is (closing if wins else floor)
 
 
+def test_a_final_out_of_budget_keeps_the_floor_unless_a_contender_was_clearly_faster_beside_it():
+    """With no time for the final, the fitted speeds alone do not displace the floor: a
+    5-minute H200 run returned a library program fitted above it from a screen (1.012x)
+    whose full judgement beside it was 0.985x (0.944-1.027). One whose comparison beside
+    the floor is clearly above 1 may win; beside the seed, the fitted speeds decide."""
+    seed, floor = Program("seed = 0\n"), Program("floor = 1\n", (), "library")
+    screened_above, clearly_above = Program("c = 2\n"), Program("c = 3\n")
+    scores = Scores()
+    for program, fitness in ((seed, 7_000.0), (floor, 241_993.0), (screened_above, 243_634.0),
+                             (clearly_above, 250_000.0)):
+        scores.add(program.id, "ok", fitness, 1.0, 1.0, tps={"decode": fitness}, level="full")
+    scores.compare(floor.id, seed.id, 30.0, 28.0, 32.0, 3)
+    scores.compare(screened_above.id, floor.id, 1.012, 0.980, 1.045, 3)
+    scores.compare(screened_above.id, floor.id, 0.985, 0.944, 1.027, 5)
+    judging = Judging(SimpleNamespace(merge_every_gain=lambda best, scores: None), scores, 1)
+    out_of_budget = lambda n: False  # noqa: E731
+    assert scores.speed(screened_above.id) > scores.speed(floor.id)
+    winner, ratio, table, how = final.choose_winner(judging, seed, floor, [screened_above], 2, 4, out_of_budget)
+    assert winner is floor and "kept" in how and "out of budget" in how
+    assert ratio == pytest.approx(scores.gain(floor.id, seed.id)) and table == [("decode", 241_993.0, 7_000.0)]
+    scores.compare(clearly_above.id, floor.id, 1.04, 1.01, 1.07, 5)
+    assert final.choose_winner(judging, seed, floor, [screened_above, clearly_above], 2, 4, out_of_budget)[0] \
+        is clearly_above
+    assert final.choose_winner(judging, seed, seed, [screened_above], 2, 4, out_of_budget)[0] is screened_above
+
+
 def test_seed_from_a_run_directory_and_a_file(small_target, tmp_path):
     earlier = make_config(small_target, tmp_path / "earlier", generations=1)
     run(earlier, **STAND_INS)

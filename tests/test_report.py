@@ -10,7 +10,7 @@ import pandas as pd
 from evolve import history
 from evolve.config import RunConfig
 from evolve.final import FINAL
-from evolve.report import (ancestry, generation_table, operator_table, plot_fitness, plot_pass_rate,
+from evolve.report import (ancestry, floor_of, generation_table, operator_table, plot_fitness, plot_pass_rate,
                            plot_tps_vs_memory, report, winner_of)
 from evolve.scores import Scores
 from evolve.search import run
@@ -158,6 +158,17 @@ def test_the_report_reads_every_history_layout_the_tool_has_written(tmp_path, ca
     # From version 3 on the final's rows name its baseline, and the winner is the final's
     # choice; before, the best fitted confirmed program.
     assert len({w for later, w in winners if later}) == 1
+
+
+def test_without_a_final_the_report_keeps_the_floor_as_the_search_does():
+    """An H200 run of 5 minutes (its history as it wrote it) had no time for its final; its
+    library program fitted above the floor from a screen but 0.985x it in full. The run
+    returned that program then; the search and the report now keep the floor."""
+    frame = history.read(HISTORIES / "h200_5_minute_run_out_of_budget.csv")
+    assert (frame["operator"] != FINAL).all() and floor_of(frame) == "894876c736604502"
+    scores = Scores.from_frame(frame)
+    assert scores.speed("372e5190cfc277d4") > scores.speed("894876c736604502")
+    assert winner_of(frame) == "894876c736604502"
 
 
 def test_the_lineage_tree_places_each_program_after_all_its_parents():
