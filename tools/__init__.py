@@ -32,8 +32,9 @@ GPU drivers (bash tools/gpu/NAME.sh OUT ...), one device call each:
                           recipe, case by case
     hybrid                Qwen3.5-35B-A3B's shape on a 2-GPU host: the seed beside transformers eager
     hybrid_programs       the hybrid's programs swap by swap: gated, timed, profiled, served
-    hybrid_moe_knobs      the MoE kernels' knobs tuned on Qwen3.5's sparse layer, then the
-                          hand recipe served with and without them
+    moe_knobs             the MoE kernels' knobs tuned on a family's sparse layer (Qwen3.5 or,
+                          FAMILY=qwen3_moe, Qwen3-30B), then its hand recipe served with and
+                          without them
 
 Plumbing the drivers use (tools/gpu/):
     env.sh                sourced: the carried wheels installed, once
