@@ -31,6 +31,21 @@ def load_engine(engine_path, model_config_path, weight_dir, device: str):
     return module.create_engine(model_config, str(weight_dir), device)
 
 
+def warm_up_plan(max_num_seqs: int, max_num_prefill_tokens: int, max_model_len: int) -> list:
+    """(prompts, their length, the batch sizes then decoded) of each warm-up prefill: 1, 2, 3
+    and as many long prompts as a step admits, then decodes at every batch size down from
+    max_num_seqs. An engine's Triton kernels compile anew for each new specialization of their
+    arguments (a count of 1, a multiple of 16), and torch and CUDA load kernels and pin memory
+    on first use: on an H200, a fresh server warmed by one short prefill and decode sent its
+    first step 0.6-1.6 s after the first request came
+    (docs/log/2026-11-29-server-warm-up-whole-step.md)."""
+    length = max(1, min(WARM_UP_LONG_PROMPT_LEN, max_model_len // 2, max_num_prefill_tokens))
+    most = max(1, min(max_num_seqs, max_num_prefill_tokens // length))
+    short = max(1, min(WARM_UP_PROMPT_LEN, max_model_len - max_num_seqs - 1))
+    return [(1, WARM_UP_PROMPT_LEN, [1]), (2, WARM_UP_PROMPT_LEN + 1, [2]), (3, length, [3]), (most, length, [most]),
+            (max_num_seqs, short, list(range(max_num_seqs, 0, -1)))]
+
+
 class ModelRunner:
     def __init__(self, engine, device: str):
         self.engine = engine
@@ -38,25 +53,13 @@ class ModelRunner:
 
     @torch.inference_mode()
     def warm_up(self, max_num_seqs: int, max_num_prefill_tokens: int, max_model_len: int) -> None:
-        """The steps a server meets, before its first client does: prefills of 1, 2, 3 and
-        as many long prompts as a step admits, then decodes at every batch size down from
-        max_num_seqs, each step sampled (greedy, and seeded with log-probabilities) and read
-        back, as requests are. An engine's Triton kernels compile anew for each new
-        specialization of their arguments (a count of 1, a multiple of 16), and torch and
-        CUDA load kernels and pin memory on first use: on an H200, a fresh server warmed by
-        one short prefill and decode sent its first step 0.6-1.6 s after the first request
-        came (docs/log/2026-11-29-server-warm-up-whole-step.md). On a CPU, where nothing
-        compiles per shape, one short prefill and decode."""
-        if self.device.type != "cuda":
-            self.warm_up_steps([[0] * WARM_UP_PROMPT_LEN] * 2, [2])
-            return
-        length = max(1, min(WARM_UP_LONG_PROMPT_LEN, max_model_len // 2, max_num_prefill_tokens))
-        most = max(1, min(max_num_seqs, max_num_prefill_tokens // length))
-        for count, prompt_len in ((1, WARM_UP_PROMPT_LEN), (2, WARM_UP_PROMPT_LEN + 1), (3, length),
-                                  (most, length)):
-            self.warm_up_steps([[0] * prompt_len] * count, [count])
-        short = max(1, min(WARM_UP_PROMPT_LEN, max_model_len - max_num_seqs - 1))
-        self.warm_up_steps([[0] * short] * max_num_seqs, range(max_num_seqs, 0, -1))
+        """The steps a server meets (warm_up_plan), before its first client does, each
+        sampled (greedy, and seeded with log-probabilities) and read back, as requests are.
+        On a CPU, where nothing compiles per shape, one short prefill and decode."""
+        plan = warm_up_plan(max_num_seqs, max_num_prefill_tokens, max_model_len) if self.device.type == "cuda" \
+            else [(2, WARM_UP_PROMPT_LEN, [2])]
+        for count, prompt_len, decode_sizes in plan:
+            self.warm_up_steps([[0] * prompt_len] * count, decode_sizes)
 
     def warm_up_steps(self, prompts: list, decode_sizes) -> None:
         """`prompts` prefilled in one step, then a decode step of the first n of them for each

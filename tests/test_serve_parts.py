@@ -17,7 +17,7 @@ from serve.engine_core import EngineCore, StepOutputs
 from serve.llm_engine import LLMEngine
 from serve.replicas import ReplicatedClient
 from serve.logprobs import completion_logprobs
-from serve.model_runner import ModelRunner, Step
+from serve.model_runner import ModelRunner, Step, warm_up_plan
 from serve.output_processor import OutputProcessor, SequenceOutput, SequenceState
 from serve.sampling import SEED_LIMIT, SamplingParams, logprobs_of, make_generator, sample
 from serve.scheduler import QueueFull, Scheduler, SchedulerConfig
@@ -281,6 +281,41 @@ def test_a_step_is_launched_before_the_last_is_read_yet_no_token_past_the_end_is
     assert eos.output_token_ids == sent[101]
     assert sorted(engine.removed) == [100, 101]
     assert outputs.num_generated_tokens == 6 and outputs.num_running == 0
+
+
+def test_the_warm_up_steps_through_the_shapes_a_server_meets():
+    """On a GPU: prefills of 1, 2, 3 and a full step of long prompts, then a decode at every
+    batch size down from max_num_seqs (Triton compiles per specialization: a fresh H200
+    server's first step came 0.6-1.6 s late); each step read back, every request removed."""
+    plan = warm_up_plan(max_num_seqs=64, max_num_prefill_tokens=16384, max_model_len=2048)
+    assert plan[:4] == [(1, 16, [1]), (2, 17, [2]), (3, 1024, [3]), (16, 1024, [16])]
+    assert plan[4] == (64, 16, list(range(64, 0, -1)))
+    assert warm_up_plan(8, 512, 64)[2:4] == [(3, 32, [3]), (8, 32, [8])]  # a short context's
+
+    class Recording:
+        def __init__(self):
+            self.calls, self.live = [], set()
+
+        def prefill(self, request_ids, input_ids):
+            self.live |= set(request_ids)
+            self.calls.append(("prefill", len(request_ids), len(input_ids[0])))
+            return torch.zeros(len(request_ids), 512)
+
+        def decode(self, request_ids, token_ids):
+            assert set(request_ids) <= self.live and len(token_ids) == len(request_ids)
+            self.calls.append(("decode", len(request_ids)))
+            return torch.zeros(len(request_ids), 512)
+
+        def remove(self, request_ids):
+            self.live -= set(request_ids)
+
+    engine = Recording()
+    runner = ModelRunner(engine, "cpu")
+    for count, length, sizes in plan:
+        runner.warm_up_steps([[0] * length] * count, sizes)
+    assert [c for c in engine.calls if c[0] == "prefill"] == [("prefill", n, length) for n, length, _ in plan]
+    assert [c[1] for c in engine.calls if c[0] == "decode"] == [n for *_, sizes in plan for n in sizes]
+    assert not engine.live
 
 
 def test_an_aborted_sequence_sends_no_more_tokens_and_leaves_the_engine(tokenizer):
