@@ -66,9 +66,9 @@ class LLMEngine:
         seqs = [SequenceState(prompt, params.for_sample(j), self.tokenizer, outbox, i * num_samples + j)
                 for i, prompt in enumerate(prompts) for j in range(num_samples)]
         self.processor.add(seqs)
-        self.client.add([(s.seq_id, s.prompt_token_ids, s.params) for s in seqs])
         if self.submitted is not None:
             self.submitted.append(time.perf_counter())
+        self.client.add([(s.seq_id, s.prompt_token_ids, s.params) for s in seqs])
         return outbox, seqs
 
     def abort(self, seqs: list) -> None:
