@@ -4,6 +4,8 @@ its core process's end), and the offline yardstick."""
 import asyncio
 import itertools
 import json
+import multiprocessing
+import threading
 import random
 from types import SimpleNamespace
 
@@ -13,6 +15,7 @@ from fastapi.testclient import TestClient
 
 from serve.__main__ import build, parse_args
 from serve.app import build_app
+from serve.core_client import PipeWriter
 from serve.engine_core import EngineCore, StepOutputs
 from serve.llm_engine import LLMEngine
 from serve.replicas import ReplicatedClient
@@ -434,6 +437,32 @@ def test_the_load_generator_times_each_event_by_the_read_that_completed_it(monke
     failing = [(1.0, b'{"error": {"message": "the engine failed"}}')]
     result = bench.read_events(RequestResult(ok=True, sent=0.5, events=failing))
     assert not result.ok and "the engine failed" in result.error
+
+
+def test_requests_reach_the_core_whole_and_in_order_without_blocking_the_event_loop():
+    """A message larger than the pipe holds is written in part at once and the rest as the
+    core reads (the loop goes on meanwhile); the next waits behind it; once the core is gone,
+    messages are dropped, not raised."""
+    core_end, api_end = multiprocessing.Pipe(duplex=False)
+    writer = PipeWriter(api_end)
+    big = [("add", list(range(300_000)))]  # ~1.5 MB pickled: more than a pipe's buffer
+    received = []
+
+    async def burst():
+        writer.send(big)
+        writer.send([("abort", [1])])
+        assert writer.pending  # the loop was not kept waiting for the core
+        reading = threading.Thread(target=lambda: received.extend(core_end.recv() for _ in range(2)))
+        reading.start()
+        while reading.is_alive():
+            await asyncio.sleep(0.001)
+
+    asyncio.run(burst())
+    assert received == [big, [("abort", [1])]] and not writer.pending
+    core_end.close()
+    writer.send([("abort", [2])])
+    assert writer.is_broken
+    writer.close()
 
 
 def test_the_timeline_rows_each_step_and_each_submission_for_the_ramp(tokenizer, capsys):
