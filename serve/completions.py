@@ -17,9 +17,9 @@ class OpenAIServingCompletion(OpenAIServing):
         if not prompts or not all(prompts):
             raise RequestError("prompt: every prompt needs at least one token", param="prompt")
         for ids in prompts:
-            bad = [t for t in ids if not 0 <= t < self.model.vocab_size]
-            if bad:
-                raise RequestError(f"prompt: token id {bad[0]} is outside the vocabulary "
+            if min(ids) < 0 or max(ids) >= self.model.vocab_size:  # in C: a Python walk took 0.15 ms a 1,024
+                bad = next(t for t in ids if not 0 <= t < self.model.vocab_size)
+                raise RequestError(f"prompt: token id {bad} is outside the vocabulary "
                                    f"(0 to {self.model.vocab_size - 1})", param="prompt")
         return prompts
 
