@@ -8,11 +8,17 @@ chunk_states_kernel, a program per prompt, value head and block of value columns
 its [key dim, BLOCK_V] block of the state in registers through the prompt's chunks:
 new = u - w S, out = (q exp(G)) S + attention new, S = exp(G_end) S + (k exp(G_end - G))' new;
 then stores the state for decode (flash-linear-attention's chunk_gated_delta_rule_fwd_h
-splits the same loop the same way). fp32 throughout, as the seed; in a bf16 or fp16 engine
+splits the same loop the same way). The inputs go into the padded layout in one kernel too
+(padded_inputs_kernel: each token's q and k normalised, q scaled, v, decay and beta, written
+at their padded rows): in torch that took ten passes over tensors of 256 MB for 16 prompts
+of 1,024 tokens, ~10 ms over 4 layers on an H200
+(docs/log/2026-11-29-hybrid-chunk-systems-in-triton.md). fp32 throughout, as the seed; in a bf16 or fp16 engine
 the kernel's products take tf32 inputs (tensor cores; 10 bits of mantissa, more than the
 engine's own 7 or 10): with fp32 inputs the dots ran on the FMA units, 45 ms a layer for
 64 prompts of 256 tokens on an H200 (docs/log/2026-11-29-hybrid-decode-graphs-served-hackathon-sweep.md).
 """
+import math
+
 import torch
 import triton
 import triton.language as tl
@@ -59,11 +65,52 @@ def chunk_states_kernel(q_ptr, k_ptr, u_ptr, w_ptr, g_ptr, a_ptr, out_ptr, state
              mask=(dk < KEY_DIM)[:, None] & v_ok)
 
 
+@triton.jit
+def padded_inputs_kernel(x_ptr, decay_in_ptr, beta_in_ptr, rows_ptr, q_ptr, k_ptr, v_ptr, decay_ptr, beta_ptr,
+                         x_stride, padded_rows, heads, group, scale, KEY_DIM: tl.constexpr,
+                         VALUE_DIM: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr):
+    """Token n's inputs for value head h at row rows[n] of the padded layout: q and k
+    [H, padded_rows, KEY_DIM] (from key head h // group, unit length, q over `scale`), v
+    [H, padded_rows, VALUE_DIM], decay and beta [H, padded_rows]; x [N, conv_dim] is the
+    conv's output (q, k, v side by side), decay_in and beta_in [N, H]."""
+    n, h = tl.program_id(0), tl.program_id(1)
+    dk, dv = tl.arange(0, BLOCK_K), tl.arange(0, BLOCK_V)
+    k_ok, v_ok = dk < KEY_DIM, dv < VALUE_DIM
+    key_width = (heads // group) * KEY_DIM
+    x = x_ptr + n.to(tl.int64) * x_stride
+    q = tl.load(x + (h // group) * KEY_DIM + dk, mask=k_ok, other=0.0).to(tl.float32)
+    k = tl.load(x + key_width + (h // group) * KEY_DIM + dk, mask=k_ok, other=0.0).to(tl.float32)
+    v = tl.load(x + 2 * key_width + h * VALUE_DIM + dv, mask=v_ok, other=0.0).to(tl.float32)
+    q = q * tl.rsqrt(tl.sum(q * q, 0) + 1e-6) / scale
+    k = k * tl.rsqrt(tl.sum(k * k, 0) + 1e-6)
+    at = h.to(tl.int64) * padded_rows + tl.load(rows_ptr + n)
+    tl.store(q_ptr + at * KEY_DIM + dk, q, mask=k_ok)
+    tl.store(k_ptr + at * KEY_DIM + dk, k, mask=k_ok)
+    tl.store(v_ptr + at * VALUE_DIM + dv, v, mask=v_ok)
+    tl.store(decay_ptr + at, tl.load(decay_in_ptr + n * heads + h).to(decay_ptr.dtype.element_ty))
+    tl.store(beta_ptr + at, tl.load(beta_in_ptr + n * heads + h).to(beta_ptr.dtype.element_ty))
+
+
+def padded_inputs(convolved, log_decay, beta, lin, rows, chunks):
+    """q, k, v, log_decay and beta [H, chunks, DELTA_CHUNK, ...] (q, k, v in fp32): each
+    prompt's tokens at its chunks' rows, zeros past its end (beta 0, decay 1: no write)."""
+    heads, key_dim, value_dim = lin["value_heads"], lin["key_dim"], lin["value_dim"]
+    padded_rows, device = chunks * DELTA_CHUNK, convolved.device
+    q, k = (torch.zeros(heads, padded_rows, key_dim, device=device) for _ in range(2))
+    v = torch.zeros(heads, padded_rows, value_dim, device=device)
+    decay, gate = log_decay.new_zeros(heads, padded_rows), beta.new_zeros(heads, padded_rows)
+    convolved = convolved if convolved.stride(-1) == 1 else convolved.contiguous()
+    padded_inputs_kernel[(len(convolved), heads)](
+        convolved, log_decay.contiguous(), beta.contiguous(), rows, q, k, v, decay, gate, convolved.stride(0),
+        padded_rows, heads, heads // lin["key_heads"], math.sqrt(key_dim), KEY_DIM=key_dim, VALUE_DIM=value_dim,
+        BLOCK_K=triton.next_power_of_2(key_dim), BLOCK_V=triton.next_power_of_2(value_dim))
+    return (t.view(heads, chunks, DELTA_CHUNK, *t.shape[2:]) for t in (q, k, v, decay, gate))
+
+
 def delta_net_prefill(mixed, log_decay, beta, lin, states, step, index):
     """The seed's prefill: [N, value heads, value dim] (fp32) from mixed [N, conv_dim],
     log_decay and beta [N, value heads]; each prompt's states written."""
     convolved, conv_states = prompt_convs(mixed, lin, step)
-    q, k, v = delta_rule_inputs(convolved, lin)  # [N, H, D]
     heads, key_dim, value_dim = lin["value_heads"], lin["key_dim"], lin["value_dim"]
     lengths = torch.tensor(step.num_new)
     count = (lengths + DELTA_CHUNK - 1) // DELTA_CHUNK  # chunks per prompt
@@ -71,11 +118,7 @@ def delta_net_prefill(mixed, log_decay, beta, lin, states, step, index):
     chunks = int(count.sum())
     rows = torch.cat([torch.arange(n) + DELTA_CHUNK * f for n, f in zip(step.num_new, first.tolist())]).to(mixed.device)
 
-    def padded(t):  # [N, H, ...] -> [H, chunks, C, ...], zeros past each prompt's end
-        whole = t.new_zeros(chunks * DELTA_CHUNK, *t.shape[1:]).index_copy_(0, rows, t)
-        return whole.transpose(0, 1).reshape(heads, chunks, DELTA_CHUNK, *t.shape[2:]).contiguous()
-
-    q, k, v, log_decay, beta = (padded(t) for t in (q, k, v, log_decay, beta))
+    q, k, v, log_decay, beta = padded_inputs(convolved, log_decay, beta, lin, rows, chunks)
     u, w, decay, attention = chunk_systems(q, k, v, log_decay, beta)
     out = torch.empty(u.shape, device=u.device)  # contiguous (the solve's u may not be)
     matrices = torch.empty(len(step.num_new), heads, key_dim, value_dim, device=mixed.device)
