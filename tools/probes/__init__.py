@@ -10,6 +10,7 @@ measured again; no driver runs them. python -m tools.probes.NAME, and the log:
     bf16_exactness           RoPE and SwiGLU against torch's bf16    2026-11-26-llama-batch-1-roofline-bf16-swiglu.md
     moe_layer_bench          the MoE kernels alone, knob by knob     2026-11-28-moe-triton-alleles-first-gpu-figures.md,
                                                                      2026-11-29-hybrid-chunk-systems-in-triton.md
+    delta_inputs_cost        the DeltaNet prefill's padded inputs    (not yet run)
   a step, taken apart
     step_timeline            a decode step's kernels on a timeline   2026-11-27-batch-1-step-timeline-step-inputs.md
     step_without             a step with one part left out           2026-11-27-qwen3-batch-1-step-by-leaving-parts-out.md
