@@ -23,6 +23,7 @@ from contract.model_config import ModelConfig
 from fitness.reference import ReferenceModel
 from fitness.tolerance import ATOL, RTOL
 from serve import bench
+from tools import serve_timeline
 from serve.tokenizer import Tokenizer
 from target import toy_tokenizer
 from target.toy_weights import generate, save_atomically
@@ -429,6 +430,18 @@ def test_the_load_generator_writes_its_levels_and_a_plot(server, target, tmp_pat
         assert level["output_tokens_per_s"] > 0 and level["ttft_ms"]["p50"] > 0
     assert report["burst"]["completed"] == 6
     assert (tmp_path / "bench.png").stat().st_size > 0
+
+
+def test_the_timeline_tool_sends_a_level_by_either_client(server, target, capsys, monkeypatch):
+    """tools.serve_timeline's bare reader and serve.bench's client processes, in turn, on one
+    level; a server without --timeline prints no table, and nothing fails."""
+    for name in ("STEP_MS", "OMP_NUM_THREADS"):  # the tool sets them for what it starts: undone after
+        monkeypatch.setenv(name, os.environ.get(name, "1"))
+    serve_timeline.main(["--base-url", server, "--model-config", str(target[0]), "--concurrency", "3",
+                         "--input-len", "8", "--output-len", "4", "--clients", "raw", "bench", "--no-offline"])
+    levels = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [(lv["client"], lv["completed"], lv["errors"]) for lv in levels] == [("raw", 3, []), ("bench", 3, [])]
+    assert all(lv["output_tokens_per_s"] > 0 and lv["ttft_p50_ms"] > 0 for lv in levels)
 
 
 def metrics(url) -> dict:
