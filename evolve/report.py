@@ -113,11 +113,11 @@ def winner_of(frame: pd.DataFrame) -> str:
     """As the search chose (evolve.final): of the last final's contenders that beat its floor
     (clearly, or beside the seed at all), the best fitted speed (evolve.scores), else the
     floor; with no final (or one of a layout that kept no baseline), the best fitted speed of
-    the programs a full judgement confirmed, or of all correct ones, of those, when the run
-    had a floor other than the seed, the floor and the programs clearly faster beside it. (Best mean fitness, a
-    screen's single noisy figure, once named a winner the search had not chosen; so did the
-    fit over the whole history, which the final's own rows can tip towards the winner's
-    parent: a CPU run's 392.0 against 391.9 tok/s.)"""
+    the programs a full judgement confirmed, or of all correct ones; of those, when the run
+    had a floor other than the seed, the floor and the programs clearly faster beside it.
+    (Best mean fitness, a screen's single noisy figure, once named a winner the search had
+    not chosen; so did the fit over the whole history, which the final's own rows can tip
+    towards the winner's parent: a CPU run's 392.0 against 391.9 tok/s.)"""
     scores = Scores.from_frame(frame)
     finals = final_rows(frame)
     finals = finals[(finals["status"] == "ok") & (finals["baseline_id"] != "")]

@@ -64,8 +64,9 @@ class ModelRunner:
     def warm_up_steps(self, prompts: list, decode_sizes) -> None:
         """`prompts` prefilled in one step, then a decode step of the first n of them for each
         n of decode_sizes, each read back; then removed."""
-        seqs = [Sequence(prompt, SamplingParams(temperature=0.0, max_tokens=2)) for prompt in prompts]
-        seqs[-1] = Sequence(prompts[-1], SamplingParams(top_k=8, top_p=0.9, seed=0, max_tokens=2, logprobs=2))
+        greedy, seeded = SamplingParams(temperature=0.0, max_tokens=2), \
+            SamplingParams(top_k=8, top_p=0.9, seed=0, max_tokens=2, logprobs=2)
+        seqs = [Sequence(prompt, seeded if i == len(prompts) - 1 else greedy) for i, prompt in enumerate(prompts)]
         step = None
         for batch in [Batch(prefill=seqs)] + [Batch(decode=seqs[:n]) for n in decode_sizes]:
             step = self.launch(batch, step)

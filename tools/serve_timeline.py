@@ -12,14 +12,15 @@ server's step timeline (GET /timeline) a table of --rows steps spread over the l
 medians: a step's wall time, the core's host time, its wait for the device, the API side's
 time, and whether the API side had handed a step out before the core sent the next one
 (it ran beside the next step); then the level's ramp: over how long its requests were
-submitted, and its first --ramp-rows steps. With the fixed-step engine (STEP_MS, default 2.7 here, an
-H100's step at 64 requests) the step itself is asleep, so what is left is the server's own.
+submitted, and its first --ramp-rows steps. With the fixed-step engine (STEP_MS, default 2.7
+here, an H100's step at 64 requests) the step itself is asleep, so what is left is the
+server's own.
 
 The client is a bare asyncio HTTP/1.1 reader that counts bytes and parses only the usage at
 the end, so that on a small machine it is not the client that is measured; `--clients raw
 bench` sends each level twice, the second time by serve.bench's client processes, to tell
-the server's figures from the load generator's. The server and
-the offline run get OMP_NUM_THREADS=1 unless it is set.
+the server's figures from the load generator's. The server and the offline run get
+OMP_NUM_THREADS=1 unless it is set.
 """
 import argparse
 import asyncio
@@ -156,9 +157,15 @@ def print_ramp(rows: list, submitted: list, arrived: list, num_rows: int) -> Non
         print("  " + "  ".join(f"{str(shown[c]):>14}" for c in RAMP_COLUMNS))
 
 
+def recorded_since(base_url: str) -> dict:
+    """What the server recorded since it was last asked ({"steps", "submitted", "arrived"});
+    nothing from a server without --timeline."""
+    return get(base_url, "/timeline") or {"steps": [], "submitted": [], "arrived": []}
+
+
 def split_levels(recorded: dict, gap_s: float = 0.25) -> list:
-    """What a server recorded over several levels (`--recorded`), one {"steps", "submitted"}
-    a level: a level ends where the core went idle for more than `gap_s`."""
+    """What a server recorded over several levels (`--recorded`), one {"steps", "submitted",
+    "arrived"} a level: a level ends where the core went idle for more than `gap_s`."""
     levels = []
     for step in recorded["steps"]:
         if not levels or step[0] - levels[-1]["steps"][-1][3] > gap_s:
@@ -168,14 +175,14 @@ def split_levels(recorded: dict, gap_s: float = 0.25) -> list:
     bounds = [float("-inf")] + [level["steps"][-1][3] for level in levels[:-1]] + [float("inf")]
     for level, low, high in zip(levels, bounds, bounds[1:]):
         for key in ("submitted", "arrived"):
-            level[key] = [t for t in recorded.get(key, []) if low <= t < high]
+            level[key] = [t for t in recorded[key] if low <= t < high]
     return levels
 
 
 def print_level(recorded: dict, args) -> None:
     rows = step_rows(recorded["steps"])
     print_table(rows, args.rows)
-    print_ramp(rows, recorded["submitted"], recorded.get("arrived", []), args.ramp_rows)
+    print_ramp(rows, recorded["submitted"], recorded["arrived"], args.ramp_rows)
 
 
 def offline(args, batch: int) -> dict:
@@ -227,7 +234,7 @@ def run_levels(args, base_url: str) -> None:
                 level["offline_output_tokens_per_s"] = offline_rates[batch]
                 level["served_over_offline"] = round(level["output_tokens_per_s"] / level["offline_output_tokens_per_s"], 3)
             print(json.dumps(level), flush=True)
-            print_level(get(base_url, "/timeline") or {"steps": [], "submitted": [], "arrived": []}, args)
+            print_level(recorded_since(base_url), args)
 
 
 def main(argv=None) -> int:
@@ -259,8 +266,7 @@ def main(argv=None) -> int:
     # intra-op thread would only fight the API process and the client for the cores.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if args.recorded:
-        recorded = get(args.base_url, "/timeline") or {"steps": [], "submitted": [], "arrived": []}
-        for number, level in enumerate(split_levels(recorded), 1):
+        for number, level in enumerate(split_levels(recorded_since(args.base_url)), 1):
             print(f"level {number}: {len(level['steps'])} steps")
             print_level(level, args)
         return 0

@@ -12,9 +12,9 @@ splits the same loop the same way). The inputs go into the padded layout in one 
 (padded_inputs_kernel: each token's q and k normalised, q scaled, v, decay and beta, written
 at their padded rows): in torch that took ten passes over tensors of up to 512 MB for 16
 prompts of 1,024 tokens, a share of the ~25 ms of elementwise passes, copies and index_copy
-that 4 layers' prefill spent on an H200 (docs/log/2026-11-29-hybrid-chunk-systems-in-triton.md). fp32 throughout, as the seed; in a bf16 or fp16 engine
-the kernel's products take tf32 inputs (tensor cores; 10 bits of mantissa, more than the
-engine's own 7 or 10): with fp32 inputs the dots ran on the FMA units, 45 ms a layer for
+that 4 layers' prefill spent on an H200 (docs/log/2026-11-29-hybrid-chunk-systems-in-triton.md).
+fp32 throughout, as the seed; in a bf16 or fp16 engine the kernel's products take tf32 inputs
+(tensor cores; 10 bits of mantissa, more than the engine's own 7 or 10): with fp32 inputs the dots ran on the FMA units, 45 ms a layer for
 64 prompts of 256 tokens on an H200 (docs/log/2026-11-29-hybrid-decode-graphs-served-hackathon-sweep.md).
 """
 import math
