@@ -493,6 +493,21 @@ def test_the_timeline_rows_each_step_and_each_submission_for_the_ramp(tokenizer,
         [(2, [first], []), (2, [first + 0.99], [first + 0.995])]
 
 
+def test_the_ttft_of_requests_one_by_one_is_taken_apart():
+    """Each answer meets its submission, its arrival in the core and the first step after that
+    which read a token back; the parts add up to the TTFT."""
+    step = lambda t, seqs: [t, t + 0.001, t + 0.004, t + 0.005, t + 0.0055, t + 0.0056, t + 0.006,  # noqa: E731
+                            seqs, 0, 0.0, 0.0]
+    recorded = {"steps": [step(10.0, 0), step(10.005, 1), step(20.0, 0), step(20.008, 1)],
+                "submitted": [10.0, 20.0], "arrived": [10.0004, 20.0002]}
+    answers = [serve_timeline.Answer(sent=9.999, first_event=10.0115),
+               serve_timeline.Answer(sent=19.998, first_event=20.0145)]
+    parts = serve_timeline.ttft_parts(answers, recorded)
+    assert parts == {"to_submitted": 1.5, "to_core": 0.3, "core_to_first_sent": 11.2, "sent_to_handed": 1.0,
+                     "handed_to_client": 0.5, "ttft": 14.5}
+    assert sum(v for k, v in parts.items() if k != "ttft") == pytest.approx(parts["ttft"])
+
+
 def test_the_server_is_set_against_its_engine_offline():
     """The H100 figures of docs/log/2026-11-25-public-show-twelve-layer-serve-sweep.md, by the server's usage."""
     offline = {"batch_output_tokens_per_s": 16971.952, "prefill_ms": 5.018, "decode_step_ms": 1.56}

@@ -47,6 +47,8 @@ RAMP_COLUMNS = ("step", "sent_ms", "seqs", "waiting", "wall_ms", "device_wait_ms
 class Answer:
     ttft: float = 0.0  # s, to the first event
     last: float = 0.0  # s, to the last byte
+    sent: float = 0.0  # time.perf_counter when the request was written (its connection open)
+    first_event: float = 0.0  # and when its first event came
     output_tokens: int = 0
     error: str = ""
 
@@ -57,13 +59,14 @@ async def stream_completion(host: str, port: int, body: bytes) -> Answer:
     start = time.perf_counter()
     try:
         reader, writer = await asyncio.open_connection(host, port)
+        answer.sent = time.perf_counter()
         writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
                      b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (host.encode(), len(body), body))
         tail = b""
         while chunk := await reader.read(1 << 16):
             answer.last = time.perf_counter() - start
             if not answer.ttft and b"data: " in chunk:
-                answer.ttft = answer.last
+                answer.ttft, answer.first_event = answer.last, start + answer.last
             tail = (tail + chunk)[-4096:]
         writer.close()
         usage = tail[tail.rindex(b'"usage":') + 8:]
@@ -179,6 +182,32 @@ def split_levels(recorded: dict, gap_s: float = 0.25) -> list:
     return levels
 
 
+def ttft_parts(answers: list, recorded: dict) -> dict:
+    """Where each TTFT of requests sent one after another went, in ms (medians): the client's
+    write to the handler's submission (HTTP, parse, checks), to the core, the core's prefill
+    until its first token was sent (that step's launch and device time), the API side's
+    hand-out, and the way back to the client."""
+    first_token_steps = [s for s in recorded["steps"] if s[7]]  # steps that read tokens back
+    parts = {key: [] for key in ("to_submitted", "to_core", "core_to_first_sent", "sent_to_handed",
+                                 "handed_to_client", "ttft")}
+    for answer, submitted, arrived in zip(answers, recorded["submitted"], recorded["arrived"]):
+        step = next((s for s in first_token_steps if s[3] > arrived), None)
+        if answer.error or step is None:
+            continue
+        sent, handed = step[3], step[6]
+        first_event = answer.first_event
+        for key, value in (("to_submitted", submitted - answer.sent), ("to_core", arrived - submitted),
+                           ("core_to_first_sent", sent - arrived), ("sent_to_handed", handed - sent),
+                           ("handed_to_client", first_event - handed), ("ttft", first_event - answer.sent)):
+            parts[key].append(value)
+    return {key: round(1e3 * statistics.median(values), 3) for key, values in parts.items() if values}
+
+
+async def one_by_one(base_url: str, model: str, prompts: list, output_len: int) -> list:
+    """Answers to `prompts` sent one after another by the raw client."""
+    return [(await send_at_once(base_url, model, [prompt], output_len))[0][0] for prompt in prompts]
+
+
 def print_level(recorded: dict, args) -> None:
     rows = step_rows(recorded["steps"])
     print_table(rows, args.rows)
@@ -235,6 +264,16 @@ def run_levels(args, base_url: str) -> None:
                 level["served_over_offline"] = round(level["output_tokens_per_s"] / level["offline_output_tokens_per_s"], 3)
             print(json.dumps(level), flush=True)
             print_level(recorded_since(base_url), args)
+    if args.one_by_one:
+        prompts = [[rng.randrange(3, vocab_size) for _ in range(args.input_len)] for _ in range(args.one_by_one)]
+        get(base_url, "/timeline")
+        answers = asyncio.run(one_by_one(base_url, model, prompts, args.output_len))
+        parts = {"one_by_one": len(answers), "errors": sum(bool(a.error) for a in answers),
+                 **ttft_parts(answers, recorded_since(base_url))}
+        if not args.no_offline and "ttft" in parts:
+            parts["offline_prefill_ms"] = round(offline(args, 1)["prefill_ms"], 3)
+            parts["ttft_minus_prefill_ms"] = round(parts["ttft"] - parts["offline_prefill_ms"], 3)
+        print(json.dumps(parts), flush=True)
 
 
 def main(argv=None) -> int:
@@ -253,6 +292,10 @@ def main(argv=None) -> int:
     parser.add_argument("--clients", nargs="+", choices=tuple(SEND), default=["raw"],
                         help="who sends each level, in turn: raw (a bare asyncio reader, one connection "
                              "a request) or bench (serve.bench's client processes, as it measures)")
+    parser.add_argument("--one-by-one", type=int, default=0, metavar="N",
+                        help="then N requests one after another (raw client), and where their TTFT went: "
+                             "to the handler's submission, to the core, the core's first token, its hand-out, "
+                             "back to the client (medians, ms; needs the server's --timeline)")
     parser.add_argument("--base-url", help="a server already running (its own flags); default: start one")
     parser.add_argument("--no-offline", action="store_true", help="skip the offline yardstick")
     parser.add_argument("--recorded", action="store_true",
