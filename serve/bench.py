@@ -32,16 +32,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
+import aiohttp
 import numpy as np
 
 from serve.tokenizer import Tokenizer
 from target import toy_tokenizer
 
 HERE = Path(__file__).resolve().parent
-# One client process took a core to read ~11k tokens/s of streams (httpx, a JSON parse per
-# chunk; docs/log/2026-11-25-server-host-cost-stand-in-engine.md): at concurrency 64 on a GPU
-# the client, not the server, would be measured. Each process sends at most this many
+# One client process took a core to read ~11k tokens/s of streams (httpx then, a JSON parse
+# per chunk; docs/log/2026-11-25-server-host-cost-stand-in-engine.md): at concurrency 64 on a
+# GPU the client, not the server, would be measured. Each process sends at most this many
 # requests at a time.
 REQUESTS_PER_PROCESS = 16
 # How much each level of the sweep counts in its one score: high concurrency most.
@@ -75,9 +75,9 @@ async def send(http, model: str, prompt: list, output_len: int) -> RequestResult
             "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
     result.sent = time.perf_counter()
     try:
-        async with http.stream("POST", "/v1/completions", json=body) as response:
-            if response.status_code != 200:
-                raise RuntimeError(f"{response.status_code}: {(await response.aread()).decode()[:200]}")
+        async with http.post("/v1/completions", json=body) as response:
+            if response.status != 200:
+                raise RuntimeError(f"{response.status}: {(await response.text())[:200]}")
             result.events = await timed_events(response)
         result.ok = True
     except Exception as error:  # a failure is a result to count, not a reason to stop
@@ -92,7 +92,7 @@ async def timed_events(response) -> list:
     as it came took a client process a core for ~11k tokens/s, and a client that falls
     behind times the server late."""
     events, tail = [], b""
-    async for data in response.aiter_raw():
+    async for data in response.content.iter_any():
         arrived = time.perf_counter()
         *complete, tail = (tail + data).split(b"\n\n")
         for event in complete:
@@ -154,10 +154,13 @@ async def run_level(http, model, prompts, concurrency: int, output_len: int) -> 
     return [read_events(r) for r in results], start, end
 
 
-def client(base_url: str, timeout: float) -> httpx.AsyncClient:
-    # No pool limit: a level's requests must all be in flight at once (300 in the burst).
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    return httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits)
+def client(base_url: str, timeout: float) -> aiohttp.ClientSession:
+    """aiohttp, as vLLM's and SGLang's load generators send: at concurrency 1 httpx's own work
+    added 1.6 ms to the TTFT that a bare socket reader saw on a 2-core CPU, aiohttp's 0.3-0.6 ms
+    (docs/log/2026-11-29-ttft-taken-apart.md). No connection limit: a level's requests must all
+    be in flight at once (300 in the burst)."""
+    return aiohttp.ClientSession(base_url=base_url, timeout=aiohttp.ClientTimeout(total=timeout),
+                                 connector=aiohttp.TCPConnector(limit=0))
 
 
 def run_share(base_url: str, timeout: float, model: str, prompts: list, concurrency: int,
@@ -252,8 +255,8 @@ def harness_score(levels: list) -> float:
 
 
 async def bench(args, tokenizer: Tokenizer) -> dict:
-    async with client(args.base_url, args.timeout) as http:
-        model = args.model or (await http.get("/v1/models")).json()["data"][0]["id"]
+    async with client(args.base_url, args.timeout) as http, http.get("/v1/models") as models:
+        model = args.model or (await models.json())["data"][0]["id"]
     levels = args.concurrency + ([args.burst] if args.burst else [])
     with client_pool(max(num_processes(c, args.client_processes) for c in levels)) as pool:
         rng = random.Random(args.seed)

@@ -420,17 +420,17 @@ def test_the_load_generator_times_each_event_by_the_read_that_completed_it(monke
     def chunk(text):
         return b'data: {"choices": [{"text": "%s"}]}\n\n' % text.encode()
 
-    class Response:
+    class Content:  # an aiohttp response's body, as it came
         def __init__(self, reads):
             self.reads = reads
 
-        async def aiter_raw(self):
+        async def iter_any(self):
             for data in self.reads:
                 yield data
 
     first, second = chunk("a"), chunk("b")
     reads = [first + second[:7], second[7:] + b"data: [DONE]\n\n", b": a comment after the end\n\n"]
-    events = asyncio.run(bench.timed_events(Response(reads)))
+    events = asyncio.run(bench.timed_events(SimpleNamespace(content=Content(reads))))
     assert [t for t, _ in events] == [1.0, 2.0]
     result = bench.read_events(RequestResult(ok=True, sent=0.5, events=events))
     assert (result.ok, result.text, result.ttft, result.chunk_gaps, result.latency) == (True, "ab", 0.5, [1.0], 1.5)

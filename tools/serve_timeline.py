@@ -93,7 +93,8 @@ async def send_by_bench(base_url: str, model: str, prompts: list, output_len: in
     settings = argparse.Namespace(base_url=base_url, timeout=3600.0, client_processes=0, output_len=output_len)
     with bench.client_pool(bench.num_processes(len(prompts), 0)) as pool:
         results, seconds = await bench.run_level_in(pool, settings, model, prompts, len(prompts))
-    return [Answer(r.ttft, r.latency, r.usage_output_tokens, r.error) for r in results], seconds
+    return [Answer(ttft=r.ttft, last=r.latency, output_tokens=r.usage_output_tokens, error=r.error)
+            for r in results], seconds
 
 
 SEND = {"raw": send_at_once, "bench": send_by_bench}

@@ -15,7 +15,7 @@
 # httptools 0.9.0, pydantic 2.13.4, pydantic-core 2.46.4, annotated-types 0.7.0,
 # typing-inspection 0.4.2, opentelemetry-api 1.45.2, annotated-doc 0.0.7 (the image's Python
 # is 3.12: pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl ...);
-# httpx, anyio, h11, click, jinja2 and tokenizers are there.
+# aiohttp, httpx, anyio, h11, click, jinja2 and tokenizers are there.
 set -uo pipefail
 out=$1; mkdir -p "$out"
 source tools/gpu/env.sh
