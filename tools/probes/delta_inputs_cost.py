@@ -2,7 +2,7 @@
 (the seed's delta_rule_inputs, then index_copy and a transpose per tensor) against
 delta_net_prefill.triton_chunked's padded_inputs_kernel, at Qwen3.5-35B-A3B's width (16 key
 and 32 value heads of 128), bf16, 16 prompts of 1,024 tokens; the largest difference and
-the ms of each, in turn. Written beside the kernel (fifty-fourth session), not yet run:
+the ms of each, in turn (docs/log/2026-11-29-delta-padded-inputs-kernel.md):
 
     python -m tools.probes.delta_inputs_cost [--prompts 16] [--length 1024] [--repeat 10]
 """
