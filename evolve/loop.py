@@ -83,7 +83,7 @@ def evolve(search) -> None:
         num_cached = brood.num_known + sum(p.id in search.scores for p in offspring)
         new = first_judgements(search, offspring) if gen == 0 else search.screen(gen, offspring)
         # Merge the gains just screened into the best at once, not a generation later: a
-        # short search's last generation has no later one (docs/PERF.md).
+        # short search's last generation has no later one (docs/log/2026-11-24-1b-peak-memory.md).
         best = best_of(search.hall_of_fame, search.seed)
         if gen > 0 and brood.add_if_new(toolbox.merge_every_gain(best, search.scores)):
             new += search.screen(gen, offspring[-1:])

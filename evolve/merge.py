@@ -114,7 +114,8 @@ def gains_to_merge(scores, memo: Memo) -> list:
     """(ratio, program, parent) of every mutant the run bred that may be faster than its
     parent, weakest first: by the fitted speeds, or inside a paired comparison's interval
     (small gains are screened within their parent's noise, some below 1.0x: a search that
-    took only clear ones merged none of four, docs/PERF.md)."""
+    took only clear ones merged none of four,
+    docs/log/2026-11-25-search-02fd537-prefetching-kernel.md)."""
     gains = []
     for program in memo.programs.values():
         parent = memo.program(program.parent_ids[0]) if len(program.parent_ids) == 1 else None

@@ -112,10 +112,10 @@ DEMOTED = 2  # sweep_rank's last: tried only when nothing else is left, never-tr
 def sweep_rank(name: str, device: str, vocabulary) -> int:
     """Where an operator goes in a sweep that cannot take them all (random within a rank):
     on a GPU the GPU-only operators first (kernels and graphs are the large levers there:
-    docs/PERF.md); last, swaps back to a seed allele (from the seed they have nothing to
-    do), the operators slow to judge (their `slow_to_judge` says why) and, on a CPU, the
-    GPU's levers (`gpu_lever`: CUDA graphs ran at 0.15x there, and a program that slow made
-    its batch of screens last 3x as long:
+    docs/log/2026-11-21-every-operator-alone-on-seed.md); last, swaps back to a seed allele
+    (from the seed they have nothing to do), the operators slow to judge (their
+    `slow_to_judge` says why) and, on a CPU, the GPU's levers (`gpu_lever`: CUDA graphs ran
+    at 0.15x there, and a program that slow made its batch of screens last 3x as long:
     docs/log/2026-11-23-cpu-default-run-gpu-levers-last.md)."""
     on_gpu, lever = str(device).startswith("cuda"), vocabulary.is_gpu_lever(name)
     if name.endswith(".seed") or vocabulary.is_slow_to_judge(name) or (not on_gpu and lever):

@@ -40,7 +40,7 @@ CLEAR_GAIN = 1.25
 # A final batch's contenders beyond the first add a quarter of a confirmation each: their
 # untimed steps run side by side and each adds a runner to the rounds (finals of 3 and 2
 # took 1.39x and 0.95x a confirmation; reckoning half more kept an 8-minute search from a
-# generation that fitted: docs/PERF.md).
+# generation that fitted: docs/log/2026-11-24-closing-merge-fix-seed-cv.md).
 SHARE_PER_EXTRA_CONTENDER = 1 / 4
 # The rounds a close final may run beyond a confirmation's max_rounds count for a quarter:
 # most comparisons clear their interval well before the limit.

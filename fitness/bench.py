@@ -19,7 +19,8 @@ before them (a synchronisation between), and the median run's steps are divided 
 count. `tools.transformers_bench` times generate's steps apart from its prefill the same
 way, so the two tools' step figures stand side by side. (Subtracting a separate run of the
 prefill alone, as both did before, let the prefill's noise into the step: Qwen3's batch-64
-step read 2.6-3.6 ms on one H100, transformers' Llama 11.0-15.0 ms, docs/PERF.md.)
+step read 2.6-3.6 ms on one H100, docs/log/2026-11-26-llama-batch-1-roofline-bf16-swiglu.md;
+transformers' Llama 11.0-15.0 ms, docs/log/2026-11-28-transformers-steps-apart-llama-64-row.md.)
 
 --one-engine drops the warm-up engine before the fresh ones are made, for a model the device
 holds once (Qwen3.5-35B-A3B on one H200).

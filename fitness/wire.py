@@ -230,10 +230,10 @@ MAX_NAP_S = 1e-3  # ... doubling up to this: a judge that woke every 50 us slowe
 
 class Mailbox:
     """One direction of a `Slot`: the sender writes a message, then its number; the
-    receiver waits busy for the next number, with no system call (on the GPU machines'
-    virtual cores a pipe's round trip between two busy-waiting processes, made of system
-    calls, cost ~100 us; the shared memory's, a few us: docs/PERF.md). x86 keeps stores in
-    order and loads in order, so a number read means its message is there."""
+    receiver waits busy for the next number, with no system call (a pipe's round trip, made
+    of system calls, took 0.62-0.76 ms on an H100 host's virtual cores; the shared memory's,
+    1.6 us on the 2-core CPU: docs/log/2026-11-25-no-input-before-its-call.md). x86 keeps
+    stores in order and loads in order, so a number read means its message is there."""
 
     def __init__(self, memory: mmap.mmap, offset: int, capacity: int):
         self.memory, self.offset, self.capacity = memory, offset, capacity

@@ -41,9 +41,10 @@ TARGETS = {
                      "num_key_value_heads": 4, "head_dim": 64, "intermediate_size": 5632, "vocab_size": 32000,
                      "max_position_embeddings": 2048}, ("--margin", "2")),
     # In bf16 the contract's rule (reference in bf16, atol = rtol = 1e-2) leaves the seed's
-    # batched math 1.68x the tolerance off the per-request reference and the recipe's
-    # program up to 1.18x on an H100 (docs/PERF.md): at the default margin the run stops
-    # after the seed. 4 puts the seed at 0.42 of the limit.
+    # batched math 1.68x the tolerance off the per-request reference
+    # (docs/log/2026-11-25-serve-launched-ahead-seed-only-one-b-bf16.md) and the recipe's
+    # program up to 1.18x on an H100 (docs/log/2026-11-28-bf16-rope-through-kernels-exact.md):
+    # at the default margin the run stops after the seed. 4 puts the seed at 0.42 of the limit.
     "bf16": Target({**PUBLIC, "torch_dtype": "bfloat16"}, ("--margin", "4")),
     "long_prompts": Target({**PUBLIC, "num_attention_heads": 6, "num_key_value_heads": 6, "head_dim": 128,
                             "max_position_embeddings": 8192}, ("--bench", "long", "--screen-bench", "long")),

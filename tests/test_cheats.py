@@ -81,7 +81,8 @@ def test_a_cheat_that_reads_inputs_before_they_are_due_finds_none_and_runs_at_it
     """No call's inputs exist in the runner before the call is due: the cheat finds no run
     to answer ahead (in create_engine, or at a run's first call), so it is the seed. A
     runner that drew its run's tokens before making the engine let the frames one answer
-    every timed call from a table: 460x the seed on 2 cores (docs/PERF.md)."""
+    every timed call from a table: 115x the seed on 2 cores
+    (docs/log/2026-11-25-no-input-before-its-call.md)."""
     verdict = judged_beside_the_seed(cheats.write_cheat(name, tmp_path), small_target, scratch)
     assert verdict["status"] == "ok", verdict["error"]
     assert verdict["ratio"] < 1.5, verdict

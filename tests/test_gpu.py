@@ -1,4 +1,5 @@
-"""GPU-only paths, run on the GPU machine (docs/PERF.md); skipped cleanly on CPU."""
+"""GPU-only paths, run on the GPU machine (`bash tools/gpu/queue.sh STATE 0 gpu_tests`; the
+latest whole run: docs/log/2026-11-28-bf16-rope-through-kernels-exact.md); skipped cleanly on CPU."""
 import json
 import random
 

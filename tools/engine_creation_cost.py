@@ -1,4 +1,6 @@
-"""What making an engine costs, beside what running a case costs, for docs/PERF.md.
+"""What making an engine costs, beside what running a case costs.
+
+First measured in docs/log/2026-11-22-where-a-judgements-seconds-go.md.
 
     python -m tools.engine_creation_cost --engines seed_engine/engine.py FAST.py [--repeats 5]
 

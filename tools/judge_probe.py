@@ -1,4 +1,6 @@
-"""Judging throughput and precision on one device, for docs/PERF.md.
+"""Judging throughput and precision on one device.
+
+First measured in docs/log/2026-11-22-judge-out-of-candidate-process.md.
 
     python -m tools.judge_probe --engines seed_engine/engine.py FAST.py [--repeats 5] [--json OUT]
 

@@ -1,6 +1,7 @@
 """`transformers` itself on a Hugging Face checkpoint, on the large cases our engines are
 benched on (fitness.cases.large_cases: one request decoding, 64 decoding, a 16 x 1024
-prefill), so that our engines' figures have the library's own beside them (docs/PERF.md).
+prefill), so that our engines' figures have the library's own beside them
+(docs/log/2026-11-25-serve-launched-ahead-seed-only-one-b-bf16.md).
 
     python -m tools.transformers_bench DIR [--mode eager|compiled] [--repeat 3] [--device cuda]
         [--case NAME ...] [--steps N]

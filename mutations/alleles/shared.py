@@ -14,14 +14,14 @@ GRAPH_BUCKET_STEP = 16  # range: 4..64; decode graphs above batch 8 are captured
 # The longest request a decode graph serves; longer ones decode eagerly. A graph's block
 # table is this wide whatever a step holds, and attention that reads the whole table
 # (table_sdpa) pays for all of it: as wide as max_position_embeddings, Llama 3.2's 131,072
-# positions put a 64 GiB allocation in the batch-64 graph (docs/PERF.md). The split-KV
-# kernel reads live pages only: for it this bounds the static table, and doubling it costs
-# little.
+# positions put a 64 GiB allocation in the batch-64 graph
+# (docs/log/2026-11-25-serve-launched-ahead-seed-only-one-b-bf16.md). The split-KV kernel
+# reads live pages only: for it this bounds the static table, and doubling it costs little.
 GRAPH_MAX_POSITIONS = 8192  # range: 256..131072
 # The same in the contract's bf16, where table_sdpa rounds like its reference with masked
 # math over the whole table at every captured step (all 6,000 positions of the public
-# config's, docs/PERF.md). The split-KV kernel reads live pages there too, but the graphs
-# cannot tell which attention a program has.
+# config's, docs/log/2026-11-25-cpu-what-changed-decode-graph-width.md). The split-KV kernel
+# reads live pages there too, but the graphs cannot tell which attention a program has.
 ROUNDED_GRAPH_POSITIONS = 1024  # range: 128..8192
 ROPE_WARPS = 4  # range: 1..16; warps a program runs with (Triton's default: 4)
 
@@ -32,7 +32,8 @@ def sdpa(q, k, v, attn_mask=None, is_causal=False):
     Fused kernels keep the probabilities in fp32 through @ v; the reference rounds them to
     the compute dtype first. In fp16 that is rounding noise (under half the tolerance on an
     H200); in bf16 it misses the reference by 1.7-2.8x the tolerance even with the
-    contract's 0.02 weights (docs/PERF.md), so bf16 takes the reference's math.
+    contract's 0.02 weights (docs/log/2026-11-21-every-operator-alone-on-seed.md), so bf16
+    takes the reference's math.
     """
     if q.dtype != torch.bfloat16:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal,

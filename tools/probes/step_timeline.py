@@ -12,7 +12,8 @@ and after each: the kernels between two markers are a step. Kernels are named by
 they are and the two before them (the same kernel serves several projections); per name:
 how often a step runs it, its median duration and median add, and the step's total of adds.
 The profiler may itself slow the GPU: the step's span here is printed beside
-`fitness bench --step-time`'s figure for the same engine in docs/PERF.md.
+`fitness bench --step-time`'s figure for the same engine in
+docs/log/2026-11-27-batch-1-step-timeline-step-inputs.md.
 """
 import json
 import statistics

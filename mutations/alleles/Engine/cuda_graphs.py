@@ -23,7 +23,10 @@ import torch
 # a request at a time, a slab gives every slot the longest request's rows.
 REQUIRES = {"KVCache": ("paged", "slab", "paged_chunks"), "attend_decode": ("table_sdpa", "triton_split_kv")}
 DEVICES = "any"
-# On a CPU the graphs replay eagerly (0.15x there); on an H100/H200 2.9-3.2x decode (docs/PERF.md).
+# On a CPU the graphs replay eagerly (0.15x there,
+# docs/log/2026-11-23-cpu-default-run-gpu-levers-last.md); on an H100/H200 2.9-3.2x decode
+# (docs/log/2026-11-21-cuda-only-alleles-final-gate.md, H100;
+# docs/log/2026-11-21-every-operator-alone-on-seed.md, H200).
 GPU_LEVER = True
 
 

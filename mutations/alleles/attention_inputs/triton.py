@@ -2,7 +2,8 @@
 
 The seed's gene takes three launches a layer where the checkpoint has per-head norms
 (Qwen3: norm_heads, RoPE, the K/V write) and two elsewhere; a batch-1 decode step is bound
-by its launches (Qwen3-0.6B's 28 layers ran ~11 kernels each, docs/PERF.md). Here program
+by its launches (Qwen3-0.6B's 28 layers ran ~14 kernels each,
+docs/log/2026-11-26-one-row-projections-in-triton.md). Here program
 (t, 0) normalises token t's q heads (where the checkpoint has the norms), rotates them and
 writes them back in place; program (t, 1) does the same to its k heads and writes them and
 its v heads to the token's cache row. The rounding is that of norm_heads.triton and
