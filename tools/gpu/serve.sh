@@ -3,6 +3,7 @@
 # measured by serve.bench, beside the same engine offline (tools.serve_offline), in one call:
 #   bash tools/gpu/serve.sh OUT       # offline; concurrency 1 and 64, 300 at once; the ratios;
 #                                     # then the per-step timeline at 64 and 300 (tools.serve_timeline)
+#                                     # and 40 requests one by one, their TTFT taken apart
 #   LEVELS=1,2,4,8,16,32,64 TIMELINE=0 bash tools/gpu/serve.sh OUT   # the whole sweep instead
 # One device command may run 10 minutes (the default takes about five). It also checks greedy
 # outputs against the reference (tools.serve_greedy_check; CHECK=0: not).
@@ -43,5 +44,6 @@ fi
 kill $server; wait $server 2>/dev/null  # its GPU memory, for the timeline's own server
 if [[ "${TIMELINE:-1}" == 1 ]]; then  # where each step's time goes, in the core and the API process
     SERVE_LOG="$out/timeline_server.log" python3 -m tools.serve_timeline --engine "$engine" "${target[@]}" \
-        --device cuda --concurrency 64 300 ${TIMELINE_FLAGS:---input-len 1024 --output-len 1024} | tee "$out/timeline.txt"
+        --device cuda --concurrency 64 300 ${TIMELINE_FLAGS:---input-len 1024 --output-len 1024 --one-by-one 40} \
+        | tee "$out/timeline.txt"
 fi
