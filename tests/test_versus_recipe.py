@@ -37,3 +37,15 @@ def test_decided_exits_1_while_a_case_is_undecided(tmp_path, capsys):
     for round_ in (1, 2, 3):
         write_round(tmp_path, round_, "winner", {"decode": 200, "prefill": 150 + round_})
     versus_recipe.main([str(tmp_path), "--decided"])  # every case decided: returns
+
+
+def test_a_round_where_a_run_failed_is_left_out_and_said(tmp_path, capsys):
+    """bench_rounds leaves an empty result where `fitness bench` failed; the other rounds
+    still give the ratio."""
+    for round_ in (1, 2):
+        write_round(tmp_path, round_, "winner", {"decode": 200})
+        write_round(tmp_path, round_, "recipe", {"decode": 100})
+    write_round(tmp_path, 3, "winner", {"decode": 200})
+    (tmp_path / "3.recipe.json").write_text("")
+    assert versus_recipe.ratios(tmp_path, "winner", "recipe") == {"decode": [2.0, 2.0]}
+    assert "3: left out, a run failed" in capsys.readouterr().err

@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 import statistics
+import sys
 from pathlib import Path
 
 from fitness.timing import is_decided, ratio_interval
@@ -20,11 +21,15 @@ def tokens_per_second(path: Path) -> dict:
 
 
 def ratios(folder: Path, engine: str, baseline: str) -> dict:
-    """case -> [ratio of each round where both were benched]."""
+    """case -> [ratio of each round where both were benched]; a round where either run
+    failed (its file empty) is left out, and said so."""
     found = {}
     for ours in sorted(folder.glob(f"*.{engine}.json")):
         theirs = ours.with_name(ours.name.replace(f".{engine}.json", f".{baseline}.json"))
         if theirs.is_file():
+            if not (ours.stat().st_size and theirs.stat().st_size):
+                print(f"{ours.name.split('.')[0]}: left out, a run failed (an empty result)", file=sys.stderr)
+                continue
             base = tokens_per_second(theirs)
             for case, tps in tokens_per_second(ours).items():
                 found.setdefault(case, []).append(tps / base[case])

@@ -12,6 +12,11 @@
 #   serve                     tools/gpu/serve.sh -> STATE/serve
 #   hf_search:MODEL[:BUDGET]  bash run.sh --model on target.hf_checkpoints' MODEL (llama_3_2_1b,
 #                             qwen3_0_6b) -> STATE/hf_MODEL
+#   hf_seed_only:MODEL[:BUDGET]  the same from the seed alone (--from-seed-only) -> STATE/hf_MODEL_seed_only
+#   hf_compare:NAME[:RECIPE]  STATE/NAME's winner (NAME: hf_MODEL or hf_MODEL_seed_only) against RECIPE's
+#                             program (a file of mutations/recipes/, default fastest.txt) on MODEL's checkpoint
+#                             and its large cases, 3 rounds (up to 6 while undecided), the order swapped each
+#                             round, then the ratio per case -> STATE/NAME/compare_RECIPE.txt
 #   hf:MODE[:MODEL]           tools/gpu/hf.sh MODE (check, bench, profile, transformers) -> STATE/hf, on
 #                             MODEL alone (default both), with STATE/hf_MODEL's winner beside the recipe
 #   gpu_tests[:EXPR]          python -m pytest tests/test_gpu.py [-k EXPR] -> STATE/gpu_tests.txt
@@ -40,6 +45,17 @@ cd "$state/repo" || exit 1
 source tools/gpu/env.sh > /dev/null  # the wheels once, before two queues could race for them
 source tools/gpu/bench_rounds.sh
 
+# STATE/NAME's winner against a recipe's program on the checkpoint NAME was searched on, paired.
+hf_compare() {
+  local name=$1 recipe=$2 model=${1#hf_}; model=${model%_seed_only}
+  local dir=/tmp/hf/$model out=$state/$1 label=${2%.txt}
+  [ -f "$out/winner.py" ] || { echo "no winner in $out"; return 1; }
+  python3 -m mutations recipe "mutations/recipes/$recipe" -o "$out/$label.py" > /dev/null || return 1
+  BENCH_MAX_ROUNDS=6 bench_rounds "$out/compare_$label" 3 "" winner "$out/winner.py" "$label" "$out/$label.py" \
+    --model-config "$dir/config.json" --weight-dir "$dir" --device cuda --cases large | tee "$out/compare_$label.txt"
+  python3 -m tools.versus_recipe "$out/compare_$label" --engine winner --baseline "$label" | tee -a "$out/compare_$label.txt"
+}
+
 run_job() {
   local kind target budget
   IFS=: read -r kind target budget <<< "$1"
@@ -55,6 +71,11 @@ run_job() {
              # Judged on the cases issue 27 measures (batch-1 and batch-64 decode, 16 x 1024 prefill).
              SEARCH_LIMIT=0 bash $search search "$state/hf_$target" public --model "$dir" --bench large \
                --screen-bench large ${budget:+--budget "$budget"} ;;
+  hf_seed_only) local dir=/tmp/hf/$target
+                [ -f "$dir/config.json" ] || python3 -m target.hf_checkpoints /tmp/hf --only "$target" > /dev/null || return 1
+                SEARCH_LIMIT=0 bash $search search "$state/hf_${target}_seed_only" public --model "$dir" --from-seed-only \
+                  --bench large --screen-bench large ${budget:+--budget "$budget"} ;;
+  hf_compare) hf_compare "$target" "${budget:-fastest.txt}" ;;
   hf) local mode=$target model=$budget  # hf:MODE[:MODEL]
       local winner=$state/hf_$model/winner.py
       WITH_SEED=0 MODELS="${model:-llama_3_2_1b qwen3_0_6b}" ENGINES="$([ -n "$model" ] && [ -f "$winner" ] && echo "$winner")" \
