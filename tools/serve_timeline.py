@@ -2,7 +2,7 @@
 
     python -m tools.serve_timeline [--engine tools/probes/fixed_step_engine.py] [--concurrency 64 300]
         [--input-len 128] [--output-len 256] [--device cpu] [--rows 16] [--base-url URL]
-        [--clients raw bench]
+        [--clients raw bench] [--one-by-one N]
 
 Starts `python -m serve --timeline` on a free port (or uses --base-url's), sends each level's
 N streamed completions at once, and prints per level: output tokens/s against the same engine
@@ -12,9 +12,11 @@ server's step timeline (GET /timeline) a table of --rows steps spread over the l
 medians: a step's wall time, the core's host time, its wait for the device, the API side's
 time, and whether the API side had handed a step out before the core sent the next one
 (it ran beside the next step); then the level's ramp: over how long its requests were
-submitted, and its first --ramp-rows steps. With the fixed-step engine (STEP_MS, default 2.7
-here, an H100's step at 64 requests) the step itself is asleep, so what is left is the
-server's own.
+submitted, and its first --ramp-rows steps. `--one-by-one N` then sends N requests one
+after another and prints where their TTFT went (ttft_parts). With the fixed-step engine
+(STEP_MS, default 2.7 here, an H100's step at 64 requests) the step itself is asleep, so
+what is left is the server's own; its calls return done, so a core's first token waits a
+step more than on a GPU.
 
 The client is a bare asyncio HTTP/1.1 reader that counts bytes and parses only the usage at
 the end, so that on a small machine it is not the client that is measured; `--clients raw
