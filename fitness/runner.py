@@ -99,6 +99,7 @@ class OutputCopies:
     def __init__(self):
         self.buffers, self.used, self.outputs = [], 0, []
         self.most = 0  # bytes the largest run so far needed
+        self.typed = {}  # dtype: the last buffer viewed as it, made once a buffer, not a call
 
     def start(self, device) -> None:
         """Before a run (untimed): one buffer for the largest run so far, its used part zeroed.
@@ -110,7 +111,7 @@ class OutputCopies:
             self.buffers[0][:self.used].zero_()
         elif self.most:
             self.buffers = [torch.zeros(self.most, dtype=torch.uint8, device=device)]
-        self.used, self.outputs = 0, []
+        self.used, self.outputs, self.typed = 0, [], {}
 
     def keep(self, out) -> None:
         if not (torch.is_tensor(out) and out.numel()):
@@ -120,11 +121,24 @@ class OutputCopies:
         if not self.buffers or self.buffers[-1].device != out.device or self.used + size > self.buffers[-1].numel():
             self.most += max(size, 1 << 20)  # what this run has needed past the buffers it has
             self.buffers.append(torch.zeros(max(size, 1 << 20), dtype=torch.uint8, device=out.device))
-            self.used = 0
-        copy = self.buffers[-1][self.used:self.used + size].view(out.dtype).view(out.shape)
+            self.used, self.typed = 0, {}
+        copy = self.place(out, size)
         copy.copy_(out)
         self.outputs.append(copy)
         self.used += -(-size // WORD_BYTES) * WORD_BYTES
+
+    def place(self, out, size: int) -> torch.Tensor:
+        """The last buffer's next `size` bytes as a contiguous tensor of out's shape and dtype:
+        one as_strided over the buffer viewed as that dtype: on the 2-core CPU a slice and two
+        views took 6.7 us, as_strided 1.7, and a kept output 16.0 us a call before, 11.2 after
+        (a copy alone 4.5), host time inside every timed run."""
+        itemsize = out.element_size()
+        if self.used % itemsize:  # an element wider than a word: the slice and views
+            return self.buffers[-1][self.used:self.used + size].view(out.dtype).view(out.shape)
+        typed = self.typed.get(out.dtype)
+        if typed is None:
+            typed = self.typed[out.dtype] = self.buffers[-1].view(out.dtype)
+        return typed.as_strided(out.shape, contiguous_strides(out.shape), self.used // itemsize)
 
     def checksum(self) -> int:
         """output_checksum of the outputs: the buffers' used parts (the earlier buffers' tails
@@ -146,6 +160,15 @@ def settle(device) -> None:
 
 # cudaHostRegisterMapped: the pages pinned and given an address on the device.
 HOST_REGISTER_MAPPED = 2
+
+
+def contiguous_strides(shape) -> tuple:
+    """The strides (in elements) of a contiguous tensor of `shape`."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
 
 
 class CudaArrayView:
