@@ -129,9 +129,9 @@ class OutputCopies:
 
     def place(self, out, size: int) -> torch.Tensor:
         """The last buffer's next `size` bytes as a contiguous tensor of out's shape and dtype:
-        one as_strided over the buffer viewed as that dtype: on the 2-core CPU a slice and two
-        views took 6.7 us, as_strided 1.7, and a kept output 16.0 us a call before, 11.2 after
-        (a copy alone 4.5), host time inside every timed run."""
+        one as_strided over the buffer viewed as that dtype: on the 2-core CPU a kept output
+        took 18.5-20.8 us a call with a slice and two views, 11.6-17.0 so (a copy alone 3.3-4.8),
+        host time inside every timed run (docs/log/2026-11-29-runner-output-copy-as-strided.md)."""
         itemsize = out.element_size()
         if self.used % itemsize:  # an element wider than a word: the slice and views
             return self.buffers[-1][self.used:self.used + size].view(out.dtype).view(out.shape)

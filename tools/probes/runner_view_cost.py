@@ -1,7 +1,7 @@
 """What the runner's per-call tensor work costs the host on this machine: slicing the slot's
 mapped inputs, and keeping a copy of an output (docs/log/2026-11-28-runner-call-cost.md).
 
-    python -m tools.probes.runner_view_cost [--device cuda] [--calls 2000]
+    python -m tools.probes.runner_view_cost [--device cuda|cpu] [--calls 2000]
 
 Each line: microseconds a call, median of 5 batches of `--calls`, host time only (the device
 is synchronised after each batch, outside the clock).
@@ -14,6 +14,7 @@ import time
 import numpy as np
 import torch
 
+from fitness.bench import synchronize
 from fitness.runner import OutputCopies, mapped_on_device
 from fitness.wire import Slot
 
@@ -21,12 +22,12 @@ from fitness.wire import Slot
 def per_call_us(fn, calls: int, device) -> float:
     times = []
     for _ in range(5):
-        torch.cuda.synchronize(device)
+        synchronize(device)
         started = time.perf_counter()
         for i in range(calls):
             fn(i)
         times.append((time.perf_counter() - started) / calls * 1e6)
-        torch.cuda.synchronize(device)
+        synchronize(device)
     return statistics.median(times)
 
 
@@ -38,21 +39,12 @@ def main(argv=None) -> int:
     device, n = torch.device(args.device), args.calls
     slot = Slot()
     host = torch.from_numpy(slot.inputs)
-    mapped = mapped_on_device(host, device)
+    mapped = mapped_on_device(host, device) if device.type == "cuda" else host
     plain = torch.zeros(len(slot.inputs), dtype=torch.long, device=device)
     out = torch.randn(8, 6000, device=device, dtype=torch.float16)
     dest = torch.empty_like(out)
     buffer = torch.zeros(1 << 24, dtype=torch.uint8, device=device)
     size = out.numel() * out.element_size()
-    copies = OutputCopies()
-    copies.start(device)
-    copies.keep(out)  # its buffer made
-
-    def keep(i):
-        if copies.used + size > copies.buffers[-1].numel():
-            copies.start(device)
-        copies.keep(out)
-
     cases = {
         "slice a device tensor": lambda i: plain[i * 8:i * 8 + 8],
         "slice the mapped inputs": lambda i: mapped[i * 8:i * 8 + 8],
@@ -61,13 +53,29 @@ def main(argv=None) -> int:
         "buffer slice + 2 views": lambda i: buffer[:size].view(out.dtype).view(out.shape),
         "copy_ into a kept tensor": lambda i: dest.copy_(out),
         "clone": lambda i: out.clone(),
-        "OutputCopies.keep": keep,
         "host slice .to(device)": lambda i: host[i * 8:i * 8 + 8].to(device, non_blocking=True),
     }
-    print(f"{torch.cuda.get_device_name(device)}; mapped: {mapped is not None}; torch {torch.__version__}")
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"{name}; mapped: {mapped is not None}; torch {torch.__version__}")
     for name, fn in cases.items():
         print(f"{name:28s} {per_call_us(fn, n, device):7.2f} us a call", flush=True)
+    print(f"{'OutputCopies.keep':28s} {keep_us(out, n, device):7.2f} us a call", flush=True)
     return 0
+
+
+def keep_us(out, calls: int, device) -> float:
+    """OutputCopies.keep as a run keeps its outputs: its buffer made by a first run as large,
+    and readied before each (start, untimed, as the runner's prepare does)."""
+    copies, times = OutputCopies(), []
+    for _ in range(6):
+        copies.start(device)
+        synchronize(device)
+        started = time.perf_counter()
+        for _ in range(calls):
+            copies.keep(out)
+        times.append((time.perf_counter() - started) / calls * 1e6)
+        synchronize(device)
+    return statistics.median(times[1:])  # the first run grew the buffers
 
 
 if __name__ == "__main__":
