@@ -10,14 +10,15 @@ measured again; no driver runs them. python -m tools.probes.NAME, and the log:
     bf16_exactness           RoPE and SwiGLU against torch's bf16    2026-11-26-llama-batch-1-roofline-bf16-swiglu.md
     moe_layer_bench          the MoE kernels alone, knob by knob     2026-11-28-moe-triton-alleles-first-gpu-figures.md,
                                                                      2026-11-29-hybrid-chunk-systems-in-triton.md
-    delta_inputs_cost        the DeltaNet prefill's padded inputs    (not yet run)
+    delta_inputs_cost        the DeltaNet prefill's padded inputs    2026-11-29-delta-padded-inputs-kernel.md
   a step, taken apart
     step_timeline            a decode step's kernels on a timeline   2026-11-27-batch-1-step-timeline-step-inputs.md
     step_without             a step with one part left out           2026-11-27-qwen3-batch-1-step-by-leaving-parts-out.md
     host_profile             where a case's host time goes           2026-11-23-graph-first-launch-metadata-copy.md
   the judge and its host
     call_delivery_cost       delivering a trace call by call         2026-11-25-no-input-before-its-call.md
-    runner_view_cost         the runner's tensor work a call         2026-11-28-runner-call-cost.md
+    runner_view_cost         the runner's tensor work a call         2026-11-28-runner-call-cost.md,
+                                                                     2026-11-29-runner-output-copy-as-strided.md
     wire_throughput          the judge's pipe and shared memory      2026-11-26-cpu-what-changed-judge-pipe.md
     fresh_runs               a case in fresh processes, in turn      2026-11-27-cpu-what-changed-fastest-always-judged.md
     host_noise, core_noise   how noisy the host's cores are          2026-11-23-cv-of-a-judgement.md

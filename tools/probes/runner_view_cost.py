@@ -56,7 +56,8 @@ def main(argv=None) -> int:
         "host slice .to(device)": lambda i: host[i * 8:i * 8 + 8].to(device, non_blocking=True),
     }
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    print(f"{name}; mapped: {mapped is not None}; torch {torch.__version__}")
+    mapping = f"mapped: {mapped is not None}" if device.type == "cuda" else "the host's inputs as they are"
+    print(f"{name}; {mapping}; torch {torch.__version__}")
     for name, fn in cases.items():
         print(f"{name:28s} {per_call_us(fn, n, device):7.2f} us a call", flush=True)
     print(f"{'OutputCopies.keep':28s} {keep_us(out, n, device):7.2f} us a call", flush=True)
