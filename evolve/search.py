@@ -125,7 +125,15 @@ class Search:
         # Asking for a whole generation would stop a run after the seed, whose first
         # judgement pays for every reference; asking for one judgement's share of a batch
         # left no time for the final (docs/log/2026-11-22-judging-in-batches-8-minute-search.md).
-        return self.clock.left() > self.estimated_round_s() + self.estimated_final_s()
+        left, round_s, final_s = self.clock.left(), self.estimated_round_s(), self.estimated_final_s()
+        if left > round_s + final_s:
+            return True
+        # Said, since it can come minutes before the budget's end (a GPU's full judgement ~90 s).
+        line = (f"{format_duration(left)} left: a round of screens and a confirmation (~{round_s:.0f} s) and the "
+                f"final (~{final_s:.0f} s) would not fit: stopping the search")
+        print(line, flush=True)
+        self.workspace.log(line)
+        return False
 
     def judged_nothing_lately(self) -> bool:
         recent = [r for r in self.logbook if r["gen"] > 0][-IDLE_GENERATIONS:]

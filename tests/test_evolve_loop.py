@@ -329,7 +329,8 @@ def test_nsga2_runs_on_both_objectives(small_target, tmp_path):
     assert state["generation"] == 3 and len(state["population"]) == 4
 
 
-def test_the_budget_stops_the_search(small_target, tmp_path):
+def test_the_budget_stops_the_search(small_target, tmp_path, capsys):
+    """And says why, with the time left and what would not have fitted."""
     def slow_judge(*args, **kwargs):
         time.sleep(0.2)
         return fake_judge(*args, **kwargs)
@@ -339,6 +340,8 @@ def test_the_budget_stops_the_search(small_target, tmp_path):
     assert run(config, **{**STAND_INS, "judge_fn": slow_judge}) == 0
     assert time.monotonic() - started < 6.0
     assert checkpoint.load(only_run_dir(config))["spent_s"] < 6.0
+    stopped = [line for line in capsys.readouterr().out.splitlines() if line.endswith("stopping the search")]
+    assert len(stopped) == 1 and "left: a round of screens and a confirmation (~" in stopped[0], stopped
 
 
 def test_settings_are_validated_with_messages(small_target, tmp_path):
