@@ -101,6 +101,11 @@ class Search:
         else:
             self.restore(state)
 
+    def say(self, line: str) -> None:
+        """A line for the console and workspace/results.log alike."""
+        print(line, flush=True)
+        self.workspace.log(line)
+
     # -- the steps of the generation loop ------------------------------------------------
     def should_continue(self) -> bool:
         """Generation 0 always runs; later ones while the count and the budget allow, and
@@ -110,15 +115,13 @@ class Search:
             return True
         if self.seed.id in self.scores and not self.scores.is_ok(self.seed.id):
             line = f"the seed engine failed its judgement ({self.seed_error()}): stopping the search"
-            print(line, flush=True)
-            self.workspace.log(line)
+            self.say(line)
             return False
         if self.config.generations is not None and self.generation > self.config.generations:
             return False
         if self.judged_nothing_lately():
             line = f"the last {IDLE_GENERATIONS} generations judged nothing new: stopping the search"
-            print(line, flush=True)
-            self.workspace.log(line)
+            self.say(line)
             return False
         # One batch of screens and one confirmation must fit, and the final after them: the
         # rest of a generation that does not is skipped batch by batch (judging.Evaluator).
@@ -131,8 +134,7 @@ class Search:
         # Said, since it can come minutes before the budget's end (a GPU's full judgement ~90 s).
         line = (f"{format_duration(left)} left: a round of screens and a confirmation (~{round_s:.0f} s) and the "
                 f"final (~{final_s:.0f} s) would not fit: stopping the search")
-        print(line, flush=True)
-        self.workspace.log(line)
+        self.say(line)
         return False
 
     def judged_nothing_lately(self) -> bool:
@@ -252,8 +254,7 @@ class Search:
                   "seconds": round(done.seconds, 1), "time_left": round(self.clock.left(), 1)}
         self.logbook.record(**record)
         line = format_record(record)
-        print(line, flush=True)
-        self.workspace.log(line)
+        self.say(line)
         self.generation += 1
         self.save_checkpoint()
 
@@ -305,8 +306,7 @@ class Search:
             line = f"winner {winner.id}: {times_the_seed(ratio)}, {how}"
             if winner.id != self.seed.id:
                 kept = self.keep_in_library(winner, table, ratio)
-                self.workspace.log(kept)
-                print(kept, flush=True)
+                self.say(kept)
         else:
             line = "no program was judged correct: workspace/engine.py is the seed, unverified"
             self.workspace.log(line)
@@ -340,8 +340,7 @@ class Search:
             self.workspace.put_engine(self.seed.source)
         line = (f"stopped by {why} during generation {self.generation}; "
                 f"resume with: python -m evolve run --resume {self.run.path}")
-        self.workspace.log(line)
-        print(line, flush=True)
+        self.say(line)
 
 
 def format_record(r: dict) -> str:
@@ -389,8 +388,7 @@ def run(config, state: dict | None = None, run_id: str = "", **fns) -> int:
         return 143 if why == "SIGTERM" else 130
     except WeightsChanged as err:  # a candidate wrote the files the references come from
         line = f"{err}: the references come from these files; restore them before resuming"
-        search.workspace.log(line)
-        print(line, flush=True)
+        search.say(line)
         search.stop("changed weights")
         return 3
     finally:

@@ -197,8 +197,7 @@ def ttft_parts(answers: list, recorded: dict) -> dict:
         step = next((s for s in first_token_steps if s[3] > arrived), None)
         if answer.error or step is None:
             continue
-        sent, handed = step[3], step[6]
-        first_event = answer.first_event
+        sent, handed, first_event = step[3], step[6], answer.first_event
         for key, value in (("to_submitted", submitted - answer.sent), ("to_core", arrived - submitted),
                            ("core_to_first_sent", sent - arrived), ("sent_to_handed", handed - sent),
                            ("handed_to_client", first_event - handed), ("ttft", first_event - answer.sent)):
