@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from fitness.sealed import draw_key, seal
+
 HEADER = struct.Struct("<Q")
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
           "float64": torch.float64}
@@ -275,9 +277,10 @@ class Mailbox:
 
 
 # A call as the judge sends it: what it is, whether its request ids go as a tensor, how
-# many requests, how many int64 values it has in the slot's inputs and where they start;
-# then the request ids and (prefill) the prompt lengths. Binary: no parsing on the clock.
-CALL = struct.Struct("<BBIIQ")
+# many requests, how many int64 values it has in the slot's inputs and where they start,
+# the key that unseals them ((0, 0): plain); then the request ids and (prefill) the prompt
+# lengths. Binary: no parsing on the clock.
+CALL = struct.Struct("<BBIIQII")
 CALL_KINDS = ("prefill", "decode", "remove", "end", "wake")
 
 
@@ -289,25 +292,31 @@ class CallHeader:
     ids_as_tensor: bool
     start: int  # of the call's values in the slot's inputs
     count: int
+    key: tuple = (0, 0)  # fitness.sealed's key for the values, (0, 0) when they are plain
 
 
 def encode_call(header: CallHeader) -> bytes:
     numbers = list(header.request_ids) + list(header.lengths)
     return (CALL.pack(CALL_KINDS.index(header.kind), header.ids_as_tensor, len(header.request_ids),
-                      header.count, header.start) + struct.pack(f"<{len(numbers)}q", *numbers))
+                      header.count, header.start, *header.key) + struct.pack(f"<{len(numbers)}q", *numbers))
 
 
 def decode_call(payload: bytes) -> CallHeader:
-    code, as_tensor, num_ids, count, start = CALL.unpack_from(payload)
+    code, as_tensor, num_ids, count, start, key0, key1 = CALL.unpack_from(payload)
     numbers = struct.unpack_from(f"<{(len(payload) - CALL.size) // 8}q", payload, CALL.size)
     return CallHeader(CALL_KINDS[code], list(numbers[:num_ids]), list(numbers[num_ids:]), bool(as_tensor),
-                      start, count)
+                      start, count, (key0, key1))
 
 
 END = encode_call(CallHeader("end", [], [], False, 0, 0))
-# Answered before the clock starts: the runner's wait turns busy (it naps after a long idle),
-# so no run's first call pays a wake-up that depends on how long the runner sat idle.
-WAKE = encode_call(CallHeader("wake", [], [], False, 0, 0))
+
+
+def wake(start: int = 0, count: int = 0) -> bytes:
+    """A run's first message, answered before the clock starts: the runner's wait turns busy
+    (it naps after a long idle), so no run's first call pays a wake-up that depends on how
+    long the runner sat idle; and the run's sealed inputs (`count` values from `start`) go
+    to the device."""
+    return encode_call(CallHeader("wake", [], [], False, start, count))
 DONE = encode({"ok": True})  # a call's answer, made once: the judge knows it by its bytes
 
 
@@ -315,10 +324,10 @@ class Slot:
     """Shared memory between a judge and its runner for a run's calls (a memfd, passed to
     the runner by number): `calls` from the judge, `answers` from the runner, and `inputs`,
     int64 values (each call's request ids, when they go as a tensor, then its tokens) that
-    the judge writes when the call is due. Each call's values have a place of their own
-    until the region is used up: the device may still be reading an earlier call's, and
-    an engine may keep its inputs. The region starts over only at a run's start (the
-    device is idle then)."""
+    the judge writes when the call is due, or, sealed (fitness.sealed), all before the run.
+    Each call's values have a place of their own until the region is used up: the device
+    may still be reading an earlier call's, and an engine may keep its inputs. The region
+    starts over only at a run's start (the device is idle then)."""
 
     def __init__(self, fd: int | None = None):
         size = 2 * MAILBOX_BYTES + INPUT_BYTES
@@ -332,21 +341,26 @@ class Slot:
         self.inputs = np.frombuffer(self.memory, dtype=np.int64, offset=2 * MAILBOX_BYTES)
         self.used = 0  # values placed so far (the judge's side)
 
-    def plan(self, calls: list) -> list:
+    def plan(self, calls: list, sealed: bool = False) -> list:
         """Each call (a header with its values left unplaced, and its values: int64 numpy)
-        as it will be sent: (encoded header, start, values), then the run's `end`."""
+        as it will be sent: (encoded header, start, values), between the run's `wake` and
+        its `end`. `sealed`: every call's values written now, sealed under a key of its own
+        that only its header carries (values None: nothing left to write when it is due)."""
         sizes = [-(-len(values) // INPUT_ALIGN) * INPUT_ALIGN for _, values in calls]
         if sum(sizes) > len(self.inputs):
             raise WireError(f"a run of {sum(sizes)} input values, over {len(self.inputs)}")
         if self.used + sum(sizes) > len(self.inputs):
             self.used = 0
-        planned = []
+        first, planned = self.used, []
         for (header, values), size in zip(calls, sizes):
+            key = draw_key() if sealed and len(values) else (0, 0)
             header = CallHeader(header.kind, header.request_ids, header.lengths, header.ids_as_tensor,
-                                self.used, len(values))
+                                self.used, len(values), key)
+            if sealed:
+                self.inputs[self.used:self.used + len(values)], values = seal(values, key), None
             planned.append((encode_call(header), self.used, values))
             self.used += size
-        return planned + [(END, 0, None)]
+        return [(wake(first, self.used - first if sealed else 0), 0, None)] + planned + [(END, 0, None)]
 
     def send(self, payload: bytes, start: int, values) -> None:
         """A call's values into their place, then its header: now it is due."""

@@ -3,12 +3,14 @@ latest whole run: docs/log/2026-11-28-bf16-rope-through-kernels-exact.md); skipp
 import json
 import random
 
+import numpy as np
 import pytest
 import torch
 
 import mutations
 from contract.loader import load_engine_module
 from contract.model_config import ModelConfig
+from fitness import sealed
 from fitness.gate import check_module
 from fitness.runner import OutputCopies, output_checksum
 from fitness.sandbox import judge
@@ -80,6 +82,22 @@ def test_the_runners_copies_on_the_device_sum_as_the_judge_does():
         shared.fill_(7.0)
         assert copies.checksum() == output_checksum(outputs) == output_checksum([o.cpu() if torch.is_tensor(o) else o
                                                                                  for o in copies.outputs])
+
+
+def test_the_devices_unsealing_opens_what_the_judge_sealed():
+    """fitness.sealed's kernel compiled for this GPU: every call size a run has (one value, a
+    decode's, a block and one more, a prefill's 16 x 1,024), under keys of both halves' full
+    range, gives back the judge's values, where they lie in the staged region."""
+    staged, unseal = torch.zeros(1 << 16, dtype=torch.int64, device="cuda"), sealed.Unsealer("cuda")
+    rng = np.random.default_rng(0)
+    start = 0
+    for count in (1, 64, sealed.BLOCK + 1, 16_384):
+        for key in ((1, 0), (0, 2**31 - 1), sealed.draw_key()):
+            values = rng.integers(-2**62, 2**62, count)
+            staged[start:start + count] = torch.from_numpy(sealed.seal(values, key))
+            unseal(staged[start:start + count], key)
+            assert np.array_equal(staged[start:start + count].cpu().numpy(), values)
+            start = (start + count + 15) // 16 * 16
 
 
 def test_out_of_memory_is_a_crash_verdict(small_target, scratch, tmp_path):

@@ -1,5 +1,6 @@
 """What the runner's per-call tensor work costs the host on this machine: slicing the slot's
-mapped inputs, and keeping a copy of an output (docs/log/2026-11-28-runner-call-cost.md).
+mapped inputs, unsealing a call's (fitness.sealed; a GPU only), and keeping a copy of an
+output (docs/log/2026-11-28-runner-call-cost.md).
 
     python -m tools.probes.runner_view_cost [--device cuda|cpu] [--calls 2000]
 
@@ -16,6 +17,7 @@ import torch
 
 from fitness.bench import synchronize
 from fitness.runner import OutputCopies, mapped_on_device
+from fitness.sealed import Unsealer
 from fitness.wire import Slot
 
 
@@ -55,6 +57,10 @@ def main(argv=None) -> int:
         "clone": lambda i: out.clone(),
         "host slice .to(device)": lambda i: host[i * 8:i * 8 + 8].to(device, non_blocking=True),
     }
+    if device.type == "cuda":  # the interpreter's launch would say nothing of a GPU's
+        unseal = Unsealer(device)
+        cases["unseal 64 values"] = lambda i: unseal(plain[i * 64:i * 64 + 64], (i + 1, 7))
+        cases["unseal 16,384 values"] = lambda i: unseal(plain[:16384], (i + 1, 7))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     mapping = f"mapped: {mapped is not None}" if device.type == "cuda" else "the host's inputs as they are"
     print(f"{name}; {mapping}; torch {torch.__version__}")
