@@ -10,7 +10,7 @@ outputs it fetches afterwards. Nor can it read any input before it is due: the j
 draws every token and sends each call only once the call before it has returned, so no
 frame, object or pipe buffer of this process holds a later call for an engine to read
 ahead (fitness/adversaries/cheats.py); on a GPU the run's inputs come before its clock,
-sealed, and each call's key with the call (fitness.sealed). Every run goes through the
+sealed, and each call's key when the call is due (fitness.sealed). Every run goes through the
 same requests, so the candidate cannot tell a checked run from a timed one:
 
     prepare  make a fresh engine (untimed); it knows nothing of the run to come. Then
@@ -31,7 +31,7 @@ import torch
 
 from contract.devices import is_cuda
 from contract.loader import load_engine_module
-from fitness.sealed import Unsealer
+from fitness.sealed import CELL_VALUES, CELLS, Unsealer
 from fitness.verdict import error_text
 from fitness.wire import DONE, NAP_S, CallHeader, Channel, Slot, decode_call, encode
 
@@ -215,9 +215,9 @@ def clear_cuda_error(device) -> None:
 class Inputs:
     """A call's inputs as its engine gets them, views of values the judge wrote in the slot's
     input region. Sealed (a GPU): the run's values copied to the device at its `wake`, before
-    the clock, and each call's unsealed there in place when its key comes. Plain: written when
-    the call was due; on a GPU the region is mapped into the device's address space, so a
-    view is a device tensor read over the bus (docs/log/2026-11-25-judge-cost-per-call.md);
+    the clock, and each call's unsealed there in place when its cell is written. Plain:
+    written when the call was due; on a GPU the region is mapped into the device's address
+    space, so a view is a device tensor read over the bus (docs/log/2026-11-25-judge-cost-per-call.md);
     where CUDA will not map it, each call's inputs are copied."""
 
     def __init__(self, region, device):
@@ -225,19 +225,22 @@ class Inputs:
         self.on_device = mapped_on_device(self.host, device) if is_cuda(device) else self.host
         self.staged = self.unseal = None
 
-    def stage(self, start: int, count: int) -> None:
-        """A sealed run's values to the device (before its clock; the device is idle)."""
-        if self.staged is None:
+    def stage(self, start: int, count: int, calls: int) -> None:
+        """A sealed run's values to the device, its cells' kernels ready (before its clock;
+        the device is idle)."""
+        if self.unseal is None:
             self.staged = torch.empty_like(self.host, device=self.device)
-            self.unseal = Unsealer(self.device)
+            cells = self.host[:CELLS * CELL_VALUES].view(CELLS, CELL_VALUES)
+            seen = self.on_device[:CELLS * CELL_VALUES].view(CELLS, CELL_VALUES) if self.on_device is not None else None
+            self.unseal = Unsealer(cells, seen, self.staged)
         self.staged[start:start + count].copy_(self.host[start:start + count])
+        self.unseal.ready(calls)
         settle(self.device)
 
-    def view(self, start: int, count: int, key: tuple = (0, 0)) -> torch.Tensor:
-        if key != (0, 0):
-            values = self.staged[start:start + count]
-            self.unseal(values, key)
-            return values
+    def view(self, start: int, count: int, cell: int = -1) -> torch.Tensor:
+        if cell >= 0:
+            self.unseal(cell)
+            return self.staged[start:start + count]
         if self.on_device is not None:
             return self.on_device[start:start + count]
         return self.host[start:start + count].to(self.device, non_blocking=True)
@@ -282,7 +285,7 @@ class Runner:
     def call(self, header: CallHeader) -> None:
         """One call, its inputs just written to the slot by the judge; a copy of its output
         is kept. Request ids as a tensor and the prompts are views of the call's values."""
-        values = self.inputs.view(header.start, header.count, header.key)
+        values = self.inputs.view(header.start, header.count, header.cell)
         num_ids = len(header.request_ids) if header.ids_as_tensor else 0
         ids = values[:num_ids] if num_ids else header.request_ids
         tokens = values[num_ids:] if num_ids else values
@@ -311,8 +314,8 @@ class Runner:
                         self.slot.answers.put(encode({"ok": True, "checksum": self.copies.checksum()}))
                         return
                     if header.kind == "wake":
-                        if header.count:
-                            self.inputs.stage(header.start, header.count)
+                        if header.lengths[0]:  # a sealed run's calls
+                            self.inputs.stage(header.start, header.count, header.lengths[0])
                     else:
                         self.call(header)
                 except Exception as err:  # the candidate's failure (or a message we cannot read)

@@ -6,10 +6,14 @@ memory inside the timed run, ~15 us a call on an H200 that the evaluator does no
 the judge's ratios between programs part from the evaluator's by 3-6% on decode
 (docs/log/2026-11-28-runner-call-cost.md). Handing the runner a run's plain inputs early
 would let its engine read them ahead (fitness/adversaries/cheats.py). So the judge seals
-them: each call's values XOR a pad drawn from Philox-4x32-10 under a key of its own, drawn
-fresh by the judge and sent in the call's header when the call is due. The runner copies
-the sealed run to the device before the clock and unseals each call in place with one
-kernel; until its key comes, a call's values are noise to anything in that process.
+them: each call's values XOR a pad drawn from Philox-4x32-10 under a key of its own. The
+runner copies the sealed run to the device before the clock. When a call is due the judge
+writes its cell (where its values lie, how many, its key) in the slot, and the runner
+unseals the values in place with one kernel that reads the cell; until then a call's
+values are noise to anything in that process. Each call of a run has a cell of its own,
+so a kernel the device runs late never reads a later call's. On a GPU each cell's kernel
+is a CUDA graph captured before the clock: a Triton launch from Python cost the host 17 us
+a call, more than the reads it saves (docs/log/2026-11-29-sealed-inputs.md).
 
 Philox-4x32-10 (Salmon et al., SC'11: the counter-based generator of cuRAND, JAX and
 Triton's `tl.rand`), counter = the value's index in its call, key = 62 random bits; a value's
@@ -19,20 +23,21 @@ runner; the two must agree bit for bit (tests/test_sealed.py; on a GPU, its GPU 
 import secrets
 
 import numpy as np
+import torch
 
 ROUNDS = 10
 MULTIPLIERS = (0xD2511F53, 0xCD9E8D57)
 KEY_STEPS = (0x9E3779B9, 0xBB67AE85)
-KEY_BITS = 31  # each half of the key below 2**31: Triton types it int32 whatever its value, one compiled kernel
+KEY_BITS = 31  # each half of the key below 2**31
+CELLS = 4096  # sealed calls a run may have (a longer run's go plain); the slot's first values
+CELL_VALUES = 4  # a call's cell: its values' start and count, its key's two halves
 BLOCK = 1024
+GRID = 8  # the unsealing kernel's programs, striding over a call's blocks (a prefill of 16 x 1,024: 16)
 
 
 def draw_key() -> tuple[int, int]:
-    """A call's key: two halves of 31 bits, never (0, 0) (the header's mark of plain values)."""
-    while True:
-        key = (secrets.randbits(KEY_BITS), secrets.randbits(KEY_BITS))
-        if key != (0, 0):
-            return key
+    """A call's key: two halves of 31 bits."""
+    return secrets.randbits(KEY_BITS), secrets.randbits(KEY_BITS)
 
 
 def philox(counter: tuple, key: tuple[int, int]) -> tuple:
@@ -59,27 +64,30 @@ def seal(values: np.ndarray, key: tuple[int, int]) -> np.ndarray:
     return values ^ pad(len(values), key)
 
 
-class Unsealer:
-    """Unseals a call's values in place on the device: one Triton kernel, compiled here
-    (outside every run) for the one signature it is ever called with."""
+def build_kernel():
+    import triton
+    import triton.language as tl
 
-    def __init__(self, device):
-        import triton
-        import triton.language as tl
-
-        @triton.jit(do_not_specialize=["count", "key0", "key1"])
-        def unseal_kernel(values, count, key0, key1, BLOCK: tl.constexpr):
-            A: tl.constexpr = 0xD2511F53  # MULTIPLIERS and KEY_STEPS: a kernel reads no module's names
-            B: tl.constexpr = 0xCD9E8D57
-            STEP0: tl.constexpr = 0x9E3779B9
-            STEP1: tl.constexpr = 0xBB67AE85
-            index = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    @triton.jit
+    def unseal_kernel(cell, staged, GRID: tl.constexpr, BLOCK: tl.constexpr):
+        """staged[start:start + count] ^= the pad under (key0, key1): the cell's four values,
+        read when the kernel runs (volatile: from host memory, never a cached copy)."""
+        A: tl.constexpr = 0xD2511F53  # MULTIPLIERS and KEY_STEPS: a kernel reads no module's names
+        B: tl.constexpr = 0xCD9E8D57
+        STEP0: tl.constexpr = 0x9E3779B9
+        STEP1: tl.constexpr = 0xBB67AE85
+        start = tl.load(cell, volatile=True)
+        count = tl.load(cell + 1, volatile=True)
+        key0 = tl.load(cell + 2, volatile=True).to(tl.uint32)
+        key1 = tl.load(cell + 3, volatile=True).to(tl.uint32)
+        for first in range(tl.program_id(0) * BLOCK, count, GRID * BLOCK):
+            index = first + tl.arange(0, BLOCK)
             c0 = index.to(tl.uint32)
             c1 = tl.zeros_like(c0)
             c2 = tl.zeros_like(c0)
             c3 = tl.zeros_like(c0)
-            k0 = key0.to(tl.uint32)
-            k1 = key1.to(tl.uint32)
+            k0 = key0
+            k1 = key1
             for _ in tl.static_range(10):
                 old0, old2 = c0, c2
                 c0 = tl.umulhi(B, old2) ^ c1 ^ k0
@@ -90,15 +98,52 @@ class Unsealer:
                 k1 = k1 + STEP1
             words = (c0.to(tl.uint64) | (c1.to(tl.uint64) << 32)).to(tl.int64, bitcast=True)
             inside = index < count
-            tl.store(values + index, tl.load(values + index, mask=inside) ^ words, mask=inside)
+            where = staged + start + index
+            tl.store(where, tl.load(where, mask=inside) ^ words, mask=inside)
 
-        import torch
-        self.kernel, self.cdiv = unseal_kernel, triton.cdiv
-        warm = torch.zeros(BLOCK + 1, dtype=torch.int64, device=device)
-        self(warm, (1, 1))  # compiled now; values under (1, 1) then, not under any call's key
-        if not np.array_equal(warm.cpu().numpy(), pad(BLOCK + 1, (1, 1))):
+    return unseal_kernel
+
+
+class Unsealer:
+    """Unseals call `i`'s values in `staged` (indexed as the slot's values) in place, as cell
+    `i` of `cells` (the slot's first values) says, read where the device sees them (`seen`:
+    the mapped view; None where CUDA would not map them, and each cell is copied over when
+    its call comes). On a GPU cell i's kernel is graph i, captured (`ready`) before a run
+    that has an i-th call."""
+
+    def __init__(self, cells, seen, staged):
+        self.cells, self.staged, self.graphs = cells, staged, []
+        self.copied = seen is None and staged.device != cells.device
+        self.seen = torch.zeros(cells.shape, dtype=cells.dtype, device=staged.device) if self.copied else (
+            cells if seen is None else seen)
+        self.kernel = build_kernel()
+        self.check()
+
+    def launch(self, i: int) -> None:
+        self.kernel[(GRID,)](self.seen[i], self.staged, GRID=GRID, BLOCK=BLOCK)
+
+    def check(self) -> None:
+        """Compiled now, and its pad the judge's: cell 0 opens the staged cells' own place
+        (where no call's values lie) under a key of its own, before any call's cell is written."""
+        count, key = BLOCK * GRID + 1, draw_key()
+        self.cells[0] = torch.tensor([0, count, *key])
+        self.staged[:count].zero_()
+        self(0, graph=False)
+        if not np.array_equal(self.staged[:count].cpu().numpy(), pad(count, key)):
             raise RuntimeError("the device's unsealing pad differs from the judge's")
 
-    def __call__(self, values, key: tuple[int, int]) -> None:
-        count = values.numel()
-        self.kernel[(self.cdiv(count, BLOCK),)](values, count, key[0], key[1], BLOCK=BLOCK)
+    def ready(self, calls: int) -> None:
+        """A graph for each of a run's first `calls` cells (a GPU; before the run's clock)."""
+        while self.staged.is_cuda and len(self.graphs) < min(calls, CELLS):
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                self.launch(len(self.graphs))
+            self.graphs.append(graph)
+
+    def __call__(self, i: int, graph: bool = True) -> None:
+        if self.copied:
+            self.seen[i].copy_(self.cells[i], non_blocking=True)
+        if graph and self.graphs:
+            self.graphs[i].replay()
+        else:
+            self.launch(i)

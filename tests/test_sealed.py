@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 from fitness import sealed
-from fitness.wire import CallHeader, Slot, decode_call, encode_call
+from fitness.wire import FIRST_VALUE, CallHeader, Slot, decode_call, encode_call
 from tests.conftest import REPO
 
 
@@ -32,8 +32,8 @@ def test_a_sealed_value_tells_nothing_without_its_key():
     assert not np.any(sealed.seal(shut, (key[0] ^ 1, key[1])) == values)  # a key one bit off opens nothing
 
 
-def test_a_call_header_carries_its_key():
-    header = CallHeader("decode", [3, 1], [], True, 4096, 66, (2**31 - 1, 12345))
+def test_a_call_header_carries_its_cell():
+    header = CallHeader("decode", [3, 1], [], True, 20_480, 66, 4095)
     assert decode_call(encode_call(header)) == header
 
 
@@ -47,31 +47,30 @@ def calls(seed: int = 0) -> list:
             (CallHeader("remove", [0], [], False, 0, 0), np.empty(0, dtype=np.int64))]
 
 
-def test_a_sealed_plan_writes_every_call_before_the_run_and_keys_only_in_headers():
+def test_a_sealed_plan_writes_every_call_before_the_run_and_each_key_when_it_is_due():
     slot = Slot()
     try:
         planned = slot.plan(calls(), sealed=True)
         wake, headers = decode_call(planned[0][0]), [decode_call(payload) for payload, _, _ in planned[1:-1]]
         assert (wake.kind, decode_call(planned[-1][0]).kind) == ("wake", "end")
-        assert all(values is None for _, _, values in planned)  # nothing left to write when due
-        assert (wake.start, wake.count) == (0, headers[-1].start)  # the run's region, to stage
-        for header, (_, values) in zip(headers, calls()):
+        assert (wake.start, wake.count, wake.lengths) == (FIRST_VALUE, headers[-1].start - FIRST_VALUE, [3])
+        assert [h.cell for h in headers] == [0, 1, 2]
+        assert not slot.inputs[:FIRST_VALUE].any()  # no cell written before its call is due
+        for header, (_, start, cell), (_, values) in zip(headers, planned[1:-1], calls()):
+            assert start == header.cell * sealed.CELL_VALUES and list(cell[:2]) == [header.start, header.count]
             written = slot.inputs[header.start:header.start + header.count].copy()
-            if header.count:
-                assert header.key != (0, 0) and not np.any(written == values)
-                assert np.array_equal(sealed.seal(written, header.key), values)
-            else:
-                assert header.key == (0, 0)
-        assert len({h.key for h in headers if h.count}) == 2
+            assert not np.any(written == values) and np.array_equal(sealed.seal(written, tuple(cell[2:])), values)
+        assert len({tuple(cell[2:]) for _, _, cell in planned[1:-1]}) == 3
         plain = slot.plan(calls(), sealed=False)
-        assert decode_call(plain[0][0]).count == 0 and all(decode_call(p).key == (0, 0) for p, _, _ in plain)
-        assert all(v is not None for _, _, v in plain[1:-1])  # written when each is due
+        assert decode_call(plain[0][0]).lengths == [0] and all(decode_call(p).cell == -1 for p, _, _ in plain)
+        assert all(np.array_equal(v, c[1]) for (_, _, v), c in zip(plain[1:-1], calls()))  # written when due
+        assert all(decode_call(p).cell == -1 for p, _, _ in slot.plan(calls() * 1400, sealed=True))  # over CELLS
     finally:
         slot.close()
 
 
 UNSEALED_BY_THE_RUNNER = """
-import json, sys
+import json
 import numpy as np
 from fitness.runner import Inputs
 from fitness.wire import Slot, decode_call
@@ -80,14 +79,14 @@ slot = Slot()
 planned = slot.plan(calls(1), sealed=True)
 wake = decode_call(planned[0][0])
 inputs = Inputs(slot.inputs, "cpu")
-inputs.stage(wake.start, wake.count)
+inputs.stage(wake.start, wake.count, wake.lengths[0])
 seen = []
-for (payload, _, _), (_, values) in zip(planned[1:-1], calls(1)):
+for i, ((payload, start, cell), (_, values)) in enumerate(zip(planned[1:-1], calls(1))):
     header = decode_call(payload)
-    later = [decode_call(p) for p, _, _ in planned[1:-1] if decode_call(p).start > header.start]
-    shut = all(not np.any(inputs.staged[h.start:h.start + h.count].numpy() == v)
-               for h, (_, v) in zip(later, calls(1)[-len(later):] if later else []) if h.count)
-    got = inputs.view(header.start, header.count, header.key).numpy()
+    later = [(decode_call(p), v) for (p, _, _), (_, v) in zip(planned[2 + i:-1], calls(1)[i + 1:]) if len(v)]
+    shut = all(not np.any(inputs.staged[h.start:h.start + h.count].numpy() == v) for h, v in later)
+    slot.send(payload, start, cell)  # the call is due: its cell, then its header
+    got = inputs.view(header.start, header.count, header.cell).numpy()
     seen.append({"equal": bool(np.array_equal(got, values)), "later_still_sealed": shut})
 print(json.dumps(seen))
 """
@@ -95,7 +94,7 @@ print(json.dumps(seen))
 
 def test_the_runner_unseals_each_call_in_place_and_nothing_later():
     """Triton's interpreter runs the runner's kernel on the CPU: each call's values come out
-    as the judge drew them, while every later call's stay sealed on the 'device'."""
+    as the judge drew them once its cell is written, while every later call's stay sealed."""
     env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
     run = subprocess.run([sys.executable, "-c", UNSEALED_BY_THE_RUNNER], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=300)

@@ -92,7 +92,7 @@ class AheadInputs:
         self.by_start = {start: torch.from_numpy(values.copy()).to(device)
                          for _, start, values in planned if values is not None and len(values)}
 
-    def view(self, start: int, count: int, key=(0, 0)) -> torch.Tensor:
+    def view(self, start: int, count: int, cell: int = -1) -> torch.Tensor:
         return self.by_start[start] if count else torch.empty(0, dtype=torch.long, device=self.device)
 
 
@@ -105,7 +105,7 @@ class StagedInputs:
         self.staged = torch.empty_like(host, device=device)
         self.stream = torch.cuda.Stream(device)
 
-    def view(self, start: int, count: int, key=(0, 0)) -> torch.Tensor:
+    def view(self, start: int, count: int, cell: int = -1) -> torch.Tensor:
         place = self.staged[start:start + count]
         with torch.cuda.stream(self.stream):
             place.copy_(self.host[start:start + count], non_blocking=True)
@@ -117,8 +117,8 @@ def go_run(runner, slot, planned, device, variant, parts, staged) -> float:
     """Seconds of one run through the runner's path, less what `variant` leaves out; `planned`
     is the run's plan (Slot.plan): its `wake`, its calls, its `end`."""
     wake, planned = decode_call(planned[0][0]), planned[1:-1]
-    if wake.count:  # as the runner does at the wake, before the clock
-        runner.inputs.stage(wake.start, wake.count)
+    if wake.lengths[0]:  # as the runner does at the wake, before the clock
+        runner.inputs.stage(wake.start, wake.count, wake.lengths[0])
     inputs, copies = runner.inputs, runner.copies
     mapped = inputs.on_device
     if variant == "go_copied":  # each call's inputs copied to the device (pinned: no wait)

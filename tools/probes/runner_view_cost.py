@@ -17,8 +17,8 @@ import torch
 
 from fitness.bench import synchronize
 from fitness.runner import OutputCopies, mapped_on_device
-from fitness.sealed import Unsealer
-from fitness.wire import Slot
+from fitness.sealed import CELL_VALUES, CELLS, Unsealer
+from fitness.wire import FIRST_VALUE, Slot
 
 
 def per_call_us(fn, calls: int, device) -> float:
@@ -57,10 +57,14 @@ def main(argv=None) -> int:
         "clone": lambda i: out.clone(),
         "host slice .to(device)": lambda i: host[i * 8:i * 8 + 8].to(device, non_blocking=True),
     }
-    if device.type == "cuda":  # the interpreter's launch would say nothing of a GPU's
-        unseal = Unsealer(device)
-        cases["unseal 64 values"] = lambda i: unseal(plain[i * 64:i * 64 + 64], (i + 1, 7))
-        cases["unseal 16,384 values"] = lambda i: unseal(plain[:16384], (i + 1, 7))
+    if mapped is not None and device.type == "cuda":  # the interpreter's launch would say nothing of a GPU's
+        cells = host[:CELLS * CELL_VALUES].view(CELLS, CELL_VALUES)
+        unseal = Unsealer(cells, mapped[:CELLS * CELL_VALUES].view(CELLS, CELL_VALUES), plain)
+        for i in range(64):  # 64 calls of 64 values each
+            cells[i] = torch.tensor([FIRST_VALUE + 64 * i, 64, i + 1, 7])
+        unseal.ready(64)
+        cases["unseal a call: its graph"] = lambda i: unseal(i % 64)
+        cases["unseal a call: a launch"] = lambda i: unseal(i % 64, graph=False)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     mapping = f"mapped: {mapped is not None}" if device.type == "cuda" else "the host's inputs as they are"
     print(f"{name}; {mapping}; torch {torch.__version__}")
