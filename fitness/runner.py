@@ -231,8 +231,7 @@ class Inputs:
         if self.unseal is None:
             self.staged = torch.empty_like(self.host, device=self.device)
             cells = self.host[:CELLS * CELL_VALUES].view(CELLS, CELL_VALUES)
-            seen = self.on_device[:CELLS * CELL_VALUES].view(CELLS, CELL_VALUES) if self.on_device is not None else None
-            self.unseal = Unsealer(cells, seen, self.staged)
+            self.unseal = Unsealer(cells, self.staged, pinned=self.on_device is not None)
         self.staged[start:start + count].copy_(self.host[start:start + count])
         self.unseal.ready(calls)
         settle(self.device)

@@ -9,11 +9,11 @@ would let its engine read them ahead (fitness/adversaries/cheats.py). So the jud
 them: each call's values XOR a pad drawn from Philox-4x32-10 under a key of its own. The
 runner copies the sealed run to the device before the clock. When a call is due the judge
 writes its cell (where its values lie, how many, its key) in the slot, and the runner
-unseals the values in place with one kernel that reads the cell; until then a call's
+copies the cell to the device and unseals the values in place with one kernel; until then a call's
 values are noise to anything in that process. Each call of a run has a cell of its own,
-so a kernel the device runs late never reads a later call's. On a GPU each cell's kernel
-is a CUDA graph captured before the clock: a Triton launch from Python cost the host 17 us
-a call, more than the reads it saves (docs/log/2026-11-29-sealed-inputs.md).
+so a copy the device makes late never reads a later call's. On a GPU each cell's copy and
+kernel are a CUDA graph captured before the clock: a Triton launch from Python cost the
+host 17 us a call, more than the reads it saves (docs/log/2026-11-29-sealed-inputs.md).
 
 Philox-4x32-10 (Salmon et al., SC'11: the counter-based generator of cuRAND, JAX and
 Triton's `tl.rand`), counter = the value's index in its call, key = 62 random bits; a value's
@@ -70,16 +70,15 @@ def build_kernel():
 
     @triton.jit
     def unseal_kernel(cell, staged, GRID: tl.constexpr, BLOCK: tl.constexpr):
-        """staged[start:start + count] ^= the pad under (key0, key1): the cell's four values,
-        read when the kernel runs (volatile: from host memory, never a cached copy)."""
+        """staged[start:start + count] ^= the pad under (key0, key1): the cell's four values."""
         A: tl.constexpr = 0xD2511F53  # MULTIPLIERS and KEY_STEPS: a kernel reads no module's names
         B: tl.constexpr = 0xCD9E8D57
         STEP0: tl.constexpr = 0x9E3779B9
         STEP1: tl.constexpr = 0xBB67AE85
-        start = tl.load(cell, volatile=True)
-        count = tl.load(cell + 1, volatile=True)
-        key0 = tl.load(cell + 2, volatile=True).to(tl.uint32)
-        key1 = tl.load(cell + 3, volatile=True).to(tl.uint32)
+        start = tl.load(cell)
+        count = tl.load(cell + 1)
+        key0 = tl.load(cell + 2).to(tl.uint32)
+        key1 = tl.load(cell + 3).to(tl.uint32)
         for first in range(tl.program_id(0) * BLOCK, count, GRID * BLOCK):
             index = first + tl.arange(0, BLOCK)
             c0 = index.to(tl.uint32)
@@ -106,20 +105,21 @@ def build_kernel():
 
 class Unsealer:
     """Unseals call `i`'s values in `staged` (indexed as the slot's values) in place, as cell
-    `i` of `cells` (the slot's first values) says, read where the device sees them (`seen`:
-    the mapped view; None where CUDA would not map them, and each cell is copied over when
-    its call comes). On a GPU cell i's kernel is graph i, captured (`ready`) before a run
-    that has an i-th call."""
+    `i` of `cells` (the slot's first values) says: the cell copied to the device, then the
+    kernel, both in the stream's order. On a GPU where the slot is pinned (`pinned`), cell
+    i's copy and kernel are graph i, captured (`ready`) before a run that has an i-th call:
+    the kernel reading the cell from host memory itself took ~65 us of the device a call on
+    an H200 (docs/log/2026-11-29-sealed-inputs.md)."""
 
-    def __init__(self, cells, seen, staged):
-        self.cells, self.staged, self.graphs = cells, staged, []
-        self.copied = seen is None and staged.device != cells.device
-        self.seen = torch.zeros(cells.shape, dtype=cells.dtype, device=staged.device) if self.copied else (
-            cells if seen is None else seen)
+    def __init__(self, cells, staged, pinned: bool):
+        self.cells, self.staged, self.pinned, self.graphs = cells, staged, pinned, []
+        self.seen = torch.zeros(cells.shape, dtype=cells.dtype, device=staged.device) if staged.is_cuda else cells
         self.kernel = build_kernel()
         self.check()
 
     def launch(self, i: int) -> None:
+        if self.seen is not self.cells:
+            self.seen[i].copy_(self.cells[i], non_blocking=self.pinned)
         self.kernel[(GRID,)](self.seen[i], self.staged, GRID=GRID, BLOCK=BLOCK)
 
     def check(self) -> None:
@@ -128,22 +128,25 @@ class Unsealer:
         count, key = BLOCK * GRID + 1, draw_key()
         self.cells[0] = torch.tensor([0, count, *key])
         self.staged[:count].zero_()
-        self(0, graph=False)
+        self.launch(0)
         if not np.array_equal(self.staged[:count].cpu().numpy(), pad(count, key)):
             raise RuntimeError("the device's unsealing pad differs from the judge's")
 
     def ready(self, calls: int) -> None:
         """A graph for each of a run's first `calls` cells (a GPU; before the run's clock)."""
-        while self.staged.is_cuda and len(self.graphs) < min(calls, CELLS):
+        while self.staged.is_cuda and self.pinned and len(self.graphs) < min(calls, CELLS):
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                self.launch(len(self.graphs))
+            try:
+                with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                    self.launch(len(self.graphs))
+            except RuntimeError:  # a copy CUDA would not capture: each call launched instead
+                self.pinned, self.graphs = False, []
+                torch.cuda.synchronize()
+                return
             self.graphs.append(graph)
 
     def __call__(self, i: int, graph: bool = True) -> None:
-        if self.copied:
-            self.seen[i].copy_(self.cells[i], non_blocking=True)
-        if graph and self.graphs:
+        if graph and i < len(self.graphs):
             self.graphs[i].replay()
         else:
             self.launch(i)

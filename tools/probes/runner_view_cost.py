@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     }
     if mapped is not None and device.type == "cuda":  # the interpreter's launch would say nothing of a GPU's
         cells = host[:CELLS * CELL_VALUES].view(CELLS, CELL_VALUES)
-        unseal = Unsealer(cells, mapped[:CELLS * CELL_VALUES].view(CELLS, CELL_VALUES), plain)
+        unseal = Unsealer(cells, plain, pinned=True)
         for i in range(64):  # 64 calls of 64 values each
             cells[i] = torch.tensor([FIRST_VALUE + 64 * i, 64, i + 1, 7])
         unseal.ready(64)
