@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from contract.devices import is_cuda
-from fitness.wire import DONE, NAP_S, Channel, Slot, WireError, WireTimeout, parse
+from fitness.wire import DONE, NAP_S, WAKE, Channel, Slot, WireError, WireTimeout, parse
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STDERR_TAIL = 1500
@@ -136,19 +136,17 @@ class CandidateProcess:
         return header, tensors
 
     def timed_run(self, planned: list, timeout: float, awake: bool = False) -> tuple[float, int]:
-        """(seconds, checksum) of the run that follows `prepare`, planned ahead (`Slot.plan`):
-        the runner woken by the plan's `wake` (its sealed inputs go to the device), then, on
-        the clock, each call sent once the runner has answered the one before, then `end`.
-        The clock is this process's, read around the whole run, so nothing the candidate
-        does to clocks or synchronisation counts. Not `awake` (a CPU), the wait naps
-        between looks."""
+        """(seconds, checksum) of the run that follows `prepare`: the runner woken (`WAKE`),
+        then, on the clock, each planned call (`Slot.plan`, made ahead) sent once the runner
+        has answered the one before, then `end`. The clock is this process's, read around
+        the whole run, so nothing the candidate does to clocks or synchronisation counts.
+        Not `awake` (a CPU), the wait naps between looks."""
         deadline = time.monotonic() + max(timeout, 0.0)
         alive = lambda: self.proc.poll() is None  # noqa: E731
         nap_s = 0.0 if awake else NAP_S
         woken = time.perf_counter()
-        (wake, _, _), *planned = planned
         try:
-            self.slot.calls.put(wake)
+            self.slot.calls.put(WAKE)
             if self.slot.answers.take(deadline, alive, nap_s) != DONE:
                 raise WireError("the runner did not answer before its run")
             started = time.perf_counter()

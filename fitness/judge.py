@@ -74,11 +74,10 @@ class RunnerDriver:
                                  device=self.device, new_engine=new_engine)
 
     def go(self, events, seed: int) -> float:
-        """Run a trace on the prepared engine: its tokens drawn here (on a GPU, handed over
-        sealed before the clock: fitness.sealed), each call sent once the one before has
-        returned, on the stage (`Stage.alone`); the seconds of the run."""
+        """Run a trace on the prepared engine: its tokens drawn here, each call sent once the
+        one before has returned, on the stage (`Stage.alone`); the seconds of the run."""
         calls = map(call_message, materialize(events, self.vocab_size, seed, "cpu"))
-        planned = self.process.slot.plan(list(calls), sealed=is_cuda(self.device))
+        planned = self.process.slot.plan(list(calls))
         with self.stage.alone(self) as awake:
             self.last_seconds, self.last_checksum = self.process.timed_run(planned, self.left(), awake)
         return self.last_seconds

@@ -18,8 +18,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fitness.sealed import CELL_VALUES, CELLS, draw_key, seal
-
 HEADER = struct.Struct("<Q")
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
           "float64": torch.float64}
@@ -224,7 +222,6 @@ def spin_until_readable(fd: int, awake_s: float) -> bool:
 MAILBOX_BYTES = 1 << 20  # each way: a call's header (its request ids and lengths) or an answer
 INPUT_BYTES = 1 << 25  # a call's inputs (4M tokens); a run's must fit, so a prefill of 16 x 1024 uses 0.4%
 INPUT_ALIGN = 16  # each call's inputs start on a 128-byte boundary, as a fresh device tensor would
-FIRST_VALUE = CELLS * CELL_VALUES  # the inputs' first values are the sealed calls' cells
 NUMBER = struct.Struct("<Q")  # a mailbox's message number, then (another) its length
 LIVENESS_EVERY = 4096  # polls between two looks at the deadline and at the other side
 NAP_S = 50e-6  # a napping wait's first sleep between two looks (on a CPU, or after a long busy wait)
@@ -278,10 +275,9 @@ class Mailbox:
 
 
 # A call as the judge sends it: what it is, whether its request ids go as a tensor, how
-# many requests, how many int64 values it has in the slot's inputs and where they start,
-# its cell when they are sealed (-1: plain); then the request ids and (prefill) the prompt
-# lengths. Binary: no parsing on the clock.
-CALL = struct.Struct("<BBIIQi")
+# many requests, how many int64 values it has in the slot's inputs and where they start;
+# then the request ids and (prefill) the prompt lengths. Binary: no parsing on the clock.
+CALL = struct.Struct("<BBIIQ")
 CALL_KINDS = ("prefill", "decode", "remove", "end", "wake")
 
 
@@ -293,31 +289,25 @@ class CallHeader:
     ids_as_tensor: bool
     start: int  # of the call's values in the slot's inputs
     count: int
-    cell: int = -1  # sealed: the call's cell (fitness.sealed) in the slot; -1: plain values
 
 
 def encode_call(header: CallHeader) -> bytes:
     numbers = list(header.request_ids) + list(header.lengths)
     return (CALL.pack(CALL_KINDS.index(header.kind), header.ids_as_tensor, len(header.request_ids),
-                      header.count, header.start, header.cell) + struct.pack(f"<{len(numbers)}q", *numbers))
+                      header.count, header.start) + struct.pack(f"<{len(numbers)}q", *numbers))
 
 
 def decode_call(payload: bytes) -> CallHeader:
-    code, as_tensor, num_ids, count, start, cell = CALL.unpack_from(payload)
+    code, as_tensor, num_ids, count, start = CALL.unpack_from(payload)
     numbers = struct.unpack_from(f"<{(len(payload) - CALL.size) // 8}q", payload, CALL.size)
     return CallHeader(CALL_KINDS[code], list(numbers[:num_ids]), list(numbers[num_ids:]), bool(as_tensor),
-                      start, count, cell)
+                      start, count)
 
 
 END = encode_call(CallHeader("end", [], [], False, 0, 0))
-
-
-def wake(start: int = 0, count: int = 0, calls: int = 0) -> bytes:
-    """A run's first message, answered before the clock starts: the runner's wait turns busy
-    (it naps after a long idle), so no run's first call pays a wake-up that depends on how
-    long the runner sat idle; and the run's sealed inputs (`count` values from `start`, for
-    `calls` calls) go to the device."""
-    return encode_call(CallHeader("wake", [], [calls], False, start, count))
+# Answered before the clock starts: the runner's wait turns busy (it naps after a long idle),
+# so no run's first call pays a wake-up that depends on how long the runner sat idle.
+WAKE = encode_call(CallHeader("wake", [], [], False, 0, 0))
 DONE = encode({"ok": True})  # a call's answer, made once: the judge knows it by its bytes
 
 
@@ -325,11 +315,10 @@ class Slot:
     """Shared memory between a judge and its runner for a run's calls (a memfd, passed to
     the runner by number): `calls` from the judge, `answers` from the runner, and `inputs`,
     int64 values (each call's request ids, when they go as a tensor, then its tokens) that
-    the judge writes when the call is due, or, sealed (fitness.sealed), all before the run,
-    each call's cell then written when it is due (the cells are the region's first values).
-    Each call's values have a place of their own until the region is used up: the device
-    may still be reading an earlier call's, and an engine may keep its inputs. The region
-    starts over only at a run's start (the device is idle then)."""
+    the judge writes when the call is due. Each call's values have a place of their own
+    until the region is used up: the device may still be reading an earlier call's, and
+    an engine may keep its inputs. The region starts over only at a run's start (the
+    device is idle then)."""
 
     def __init__(self, fd: int | None = None):
         size = 2 * MAILBOX_BYTES + INPUT_BYTES
@@ -341,33 +330,23 @@ class Slot:
         self.calls = Mailbox(self.memory, 0, MAILBOX_BYTES - 2 * NUMBER.size)
         self.answers = Mailbox(self.memory, MAILBOX_BYTES, MAILBOX_BYTES - 2 * NUMBER.size)
         self.inputs = np.frombuffer(self.memory, dtype=np.int64, offset=2 * MAILBOX_BYTES)
-        self.used = FIRST_VALUE  # the next value's place (the judge's side)
+        self.used = 0  # values placed so far (the judge's side)
 
-    def plan(self, calls: list, sealed: bool = False) -> list:
+    def plan(self, calls: list) -> list:
         """Each call (a header with its values left unplaced, and its values: int64 numpy)
-        as it will be sent: (encoded header, start, values), between the run's `wake` and
-        its `end`. `sealed`: every call's values written now, sealed under a key of its own
-        that its cell holds: what is written when a call is due is its cell (values, start:
-        the cell's). A run of more than CELLS calls goes plain."""
+        as it will be sent: (encoded header, start, values), then the run's `end`."""
         sizes = [-(-len(values) // INPUT_ALIGN) * INPUT_ALIGN for _, values in calls]
-        if FIRST_VALUE + sum(sizes) > len(self.inputs):
-            raise WireError(f"a run of {sum(sizes)} input values, over {len(self.inputs) - FIRST_VALUE}")
+        if sum(sizes) > len(self.inputs):
+            raise WireError(f"a run of {sum(sizes)} input values, over {len(self.inputs)}")
         if self.used + sum(sizes) > len(self.inputs):
-            self.used = FIRST_VALUE
-        sealed = sealed and len(calls) <= CELLS
-        first, planned = self.used, []
-        for i, ((header, values), size) in enumerate(zip(calls, sizes)):
+            self.used = 0
+        planned = []
+        for (header, values), size in zip(calls, sizes):
             header = CallHeader(header.kind, header.request_ids, header.lengths, header.ids_as_tensor,
-                                self.used, len(values), i if sealed else -1)
-            if sealed:
-                key = draw_key()
-                self.inputs[self.used:self.used + len(values)] = seal(values, key)
-                planned.append((encode_call(header), i * CELL_VALUES, np.array([self.used, len(values), *key])))
-            else:
-                planned.append((encode_call(header), self.used, values))
+                                self.used, len(values))
+            planned.append((encode_call(header), self.used, values))
             self.used += size
-        waking = wake(first, self.used - first, len(calls)) if sealed else wake()
-        return [(waking, 0, None)] + planned + [(END, 0, None)]
+        return planned + [(END, 0, None)]
 
     def send(self, payload: bytes, start: int, values) -> None:
         """A call's values into their place, then its header: now it is due."""

@@ -3,18 +3,15 @@ latest whole run: docs/log/2026-11-28-bf16-rope-through-kernels-exact.md); skipp
 import json
 import random
 
-import numpy as np
 import pytest
 import torch
 
 import mutations
 from contract.loader import load_engine_module
 from contract.model_config import ModelConfig
-from fitness import sealed
 from fitness.gate import check_module
-from fitness.runner import Inputs, OutputCopies, output_checksum
+from fitness.runner import OutputCopies, output_checksum
 from fitness.sandbox import judge
-from fitness.wire import CallHeader, Slot, decode_call
 from mutations import recipe
 from serve.engine_core import EngineCore
 from serve.model_runner import ModelRunner, load_engine
@@ -83,27 +80,6 @@ def test_the_runners_copies_on_the_device_sum_as_the_judge_does():
         shared.fill_(7.0)
         assert copies.checksum() == output_checksum(outputs) == output_checksum([o.cpu() if torch.is_tensor(o) else o
                                                                                  for o in copies.outputs])
-
-
-def test_the_devices_unsealing_opens_what_the_judge_sealed():
-    """fitness.sealed on this GPU, as the runner uses it: a sealed run of every call size a run
-    has (one value, a decode's, a block and one more, a prefill's 16 x 1,024) staged on the
-    device, each call's values unsealed by its cell's graph when its cell is written, and
-    the judge's values come out; run twice, the second on the graphs the first captured."""
-    rng = np.random.default_rng(0)
-    slot = Slot()
-    inputs = Inputs(slot.inputs, "cuda")
-    for _ in range(2):
-        calls = [(CallHeader("decode", [0], [], False, 0, count), rng.integers(-2**62, 2**62, count))
-                 for count in (1, 64, sealed.BLOCK + 1, 16_384)]
-        planned = slot.plan(calls, sealed=True)
-        wake = decode_call(planned[0][0])
-        inputs.stage(wake.start, wake.count, wake.lengths[0])
-        for (payload, start, cell), (_, values) in zip(planned[1:-1], calls):
-            header = decode_call(payload)
-            slot.send(payload, start, cell)
-            assert np.array_equal(inputs.view(header.start, header.count, header.cell).cpu().numpy(), values)
-    assert len(inputs.unseal.graphs) == 4
 
 
 def test_out_of_memory_is_a_crash_verdict(small_target, scratch, tmp_path):

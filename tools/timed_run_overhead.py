@@ -6,17 +6,14 @@ Each variant times the same case on a fresh engine (a warm-up engine alive), `--
 times, and prints the median and range in ms. The variants in this process take turns
 round by round (the order turned each round); the judged ones run one after another:
   bench       in this process: synchronise, the calls, synchronise (fitness.bench)
-  go          in this process: the runner's `prepare` ending, the run's sealed inputs on the
-              device, then each call as the runner takes it (its inputs unsealed in place, a
-              copy of its output), the checksum: the judge's run without the other process
-              (on a CPU, `go_mapped`)
-  go_mapped   `go` with each call's inputs written to the slot when due and read by the
-              device from there (the judge's path before fitness.sealed)
-  go_copied   `go_mapped` with each call's inputs copied to the device, not seen there in place
-  go_staged   `go_mapped` with each call's inputs copied to the device on a stream of their own,
+  go          in this process: the runner's `prepare` ending, then each call as the runner
+              takes it (its inputs written to the slot and seen from the device, a copy of
+              its output), the checksum: the judge's run without the other process
+  go_copied   `go` with each call's inputs copied to the device, not seen there in place
+  go_staged   `go` with each call's inputs copied to the device on a stream of their own,
               which the engine's stream waits for (the copy overlaps the call before)
-  go_no_wire  `go_mapped` with every header decoded and every input in the slot before the clock
-  go_device_inputs  each call's inputs on the device before the clock, plain (the evaluator's)
+  go_no_wire  `go` with every header decoded and every input in the slot before the clock
+  go_device_inputs  `go` with each call's inputs on the device before the clock (no view)
   go_no_copy  `go` without the copy of each output and the checksum (a synchronisation ends it)
   go_parts    `go` with the host's seconds of each part added up per run (wire, views,
               engine, copy): printed as a second line
@@ -40,7 +37,7 @@ from pathlib import Path
 import torch
 
 import fitness.judge
-from contract.devices import core_siblings, is_cuda
+from contract.devices import core_siblings
 from contract.loader import load_engine_module
 from fitness.bench import synchronize, timed_run
 from fitness.candidate import CandidateError, CandidateProcess
@@ -92,7 +89,7 @@ class AheadInputs:
         self.by_start = {start: torch.from_numpy(values.copy()).to(device)
                          for _, start, values in planned if values is not None and len(values)}
 
-    def view(self, start: int, count: int, cell: int = -1) -> torch.Tensor:
+    def view(self, start: int, count: int) -> torch.Tensor:
         return self.by_start[start] if count else torch.empty(0, dtype=torch.long, device=self.device)
 
 
@@ -105,7 +102,7 @@ class StagedInputs:
         self.staged = torch.empty_like(host, device=device)
         self.stream = torch.cuda.Stream(device)
 
-    def view(self, start: int, count: int, cell: int = -1) -> torch.Tensor:
+    def view(self, start: int, count: int) -> torch.Tensor:
         place = self.staged[start:start + count]
         with torch.cuda.stream(self.stream):
             place.copy_(self.host[start:start + count], non_blocking=True)
@@ -114,11 +111,7 @@ class StagedInputs:
 
 
 def go_run(runner, slot, planned, device, variant, parts, staged) -> float:
-    """Seconds of one run through the runner's path, less what `variant` leaves out; `planned`
-    is the run's plan (Slot.plan): its `wake`, its calls, its `end`."""
-    wake, planned = decode_call(planned[0][0]), planned[1:-1]
-    if wake.lengths[0]:  # as the runner does at the wake, before the clock
-        runner.inputs.stage(wake.start, wake.count, wake.lengths[0])
+    """Seconds of one run through the runner's path, less what `variant` leaves out."""
     inputs, copies = runner.inputs, runner.copies
     mapped = inputs.on_device
     if variant == "go_copied":  # each call's inputs copied to the device (pinned: no wait)
@@ -184,7 +177,7 @@ def in_process(slot, module, raw_config, weight_dir, device, events, rounds, var
                     runner.ready(device)  # as the runner's `prepare` ends
                     if variant == "go_staged" and staged is None:
                         staged = StagedInputs(runner.inputs.host, device)
-                    planned = slot.plan(messages, sealed=is_cuda(device) and variant not in PLAIN)
+                    planned = slot.plan(messages)[:-1]  # the run's calls, less its end
                     seconds[variant].append(go_run(runner, slot, planned, device, variant, parts[variant], staged))
                 runner.engine = engine = None
         del warm
@@ -212,7 +205,7 @@ def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap, var
             driver.prepare(raw_config, weight_dir)()
             time.sleep(gap)
             if variant == "ping":  # a request the runner refuses at once, waited on as `go` is
-                process.timed_run(process.slot.plan([]), 60, True)  # the run after `prepare`: no calls
+                process.timed_run([], 60, True)  # (the run after `prepare`: none)
                 cpu = timing.current()
                 driver.place(cpu)
                 with kept_off(core_siblings(cpu)):  # the judge off the runner's core, as in `go`
@@ -231,8 +224,7 @@ def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap, var
         process.close()
 
 
-PLAIN = ("go_mapped", "go_copied", "go_staged", "go_no_wire", "go_device_inputs")  # inputs not sealed
-IN_PROCESS = ("bench", "bench_parts", "go", "go_mapped", "go_copied", "go_staged", "go_no_wire", "go_device_inputs", "go_no_copy",
+IN_PROCESS = ("bench", "bench_parts", "go", "go_copied", "go_staged", "go_no_wire", "go_device_inputs", "go_no_copy",
               "go_parts")
 JUDGED = ("judge", "judge_now", "judge_home", "judge_no_burst", "ping")
 

@@ -1,6 +1,5 @@
 """What the runner's per-call tensor work costs the host on this machine: slicing the slot's
-mapped inputs, unsealing a call's (fitness.sealed; a GPU only), and keeping a copy of an
-output (docs/log/2026-11-28-runner-call-cost.md).
+mapped inputs, and keeping a copy of an output (docs/log/2026-11-28-runner-call-cost.md).
 
     python -m tools.probes.runner_view_cost [--device cuda|cpu] [--calls 2000]
 
@@ -17,8 +16,7 @@ import torch
 
 from fitness.bench import synchronize
 from fitness.runner import OutputCopies, mapped_on_device
-from fitness.sealed import CELL_VALUES, CELLS, Unsealer
-from fitness.wire import FIRST_VALUE, Slot
+from fitness.wire import Slot
 
 
 def per_call_us(fn, calls: int, device) -> float:
@@ -57,15 +55,6 @@ def main(argv=None) -> int:
         "clone": lambda i: out.clone(),
         "host slice .to(device)": lambda i: host[i * 8:i * 8 + 8].to(device, non_blocking=True),
     }
-    if mapped is not None and device.type == "cuda":  # the interpreter's launch would say nothing of a GPU's
-        cells = host[:CELLS * CELL_VALUES].view(CELLS, CELL_VALUES)
-        unseal = Unsealer(cells, plain, pinned=True)
-        for i in range(64):  # 64 calls of 64 values each
-            cells[i] = torch.tensor([FIRST_VALUE + 64 * i, 64, i + 1, 7])
-        unseal.ready(64)
-        cases["a cell to the device"] = lambda i: unseal.seen[i % 64].copy_(cells[i % 64], non_blocking=True)
-        cases["unseal a call: its graph"] = lambda i: unseal(i % 64)
-        cases["unseal a call: a launch"] = lambda i: unseal(i % 64, graph=False)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     mapping = f"mapped: {mapped is not None}" if device.type == "cuda" else "the host's inputs as they are"
     print(f"{name}; {mapping}; torch {torch.__version__}")
