@@ -205,7 +205,7 @@ def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap, var
             driver.prepare(raw_config, weight_dir)()
             time.sleep(gap)
             if variant == "ping":  # a request the runner refuses at once, waited on as `go` is
-                process.timed_run([], 60, True)  # (the run after `prepare`: none)
+                process.timed_run(process.slot.plan([]), 60, True)  # the run after `prepare`: no calls, its end
                 cpu = timing.current()
                 driver.place(cpu)
                 with kept_off(core_siblings(cpu)):  # the judge off the runner's core, as in `go`
