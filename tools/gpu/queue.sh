@@ -10,6 +10,7 @@
 #   seed_only:TARGET:BUDGET   the same from the seed alone (--from-seed-only) -> STATE/TARGET_seed_only
 #   compare:NAME[:TARGET]     STATE/NAME's winner against the recipe, 3 rounds (up to 6 while undecided)
 #   serve                     tools/gpu/serve.sh -> STATE/serve
+#   replicas                  tools/gpu/replicas.sh (--replicas 1 against every GPU, interleaved) -> STATE/replicas
 #   hf_search:MODEL[:BUDGET]  bash run.sh --model on target.hf_checkpoints' MODEL (llama_3_2_1b,
 #                             qwen3_0_6b) -> STATE/hf_MODEL
 #   hf_seed_only:MODEL[:BUDGET]  the same from the seed alone (--from-seed-only) -> STATE/hf_MODEL_seed_only
@@ -66,6 +67,7 @@ run_job() {
                ${budget:+--budget "$budget"} ;;
   compare) bash $search compare "$state/$target" "${budget:-$target}" 3 ;;
   serve) bash tools/gpu/serve.sh "$state/serve" ;;
+  replicas) COUNTS="${COUNTS:-1 $(nvidia-smi -L | wc -l) 1 $(nvidia-smi -L | wc -l)}" bash tools/gpu/replicas.sh "$state/replicas" ;;
   hf_search) local dir=/tmp/hf/$target
              [ -f "$dir/config.json" ] || python3 -m target.hf_checkpoints /tmp/hf --only "$target" > /dev/null || return 1
              # Judged on the cases issue 27 measures (batch-1 and batch-64 decode, 16 x 1024 prefill).

@@ -17,6 +17,7 @@ measured again; no driver runs them. python -m tools.probes.NAME, and the log:
     host_profile             where a case's host time goes           2026-11-23-graph-first-launch-metadata-copy.md
   the judge and its host
     call_delivery_cost       delivering a trace call by call         2026-11-25-no-input-before-its-call.md
+    launch_cost              a small Triton kernel's launch, 3 ways  2026-11-29-sealed-inputs.md
     runner_view_cost         the runner's tensor work a call         2026-11-28-runner-call-cost.md,
                                                                      2026-11-29-runner-output-copy-as-strided.md
     wire_throughput          the judge's pipe and shared memory      2026-11-26-cpu-what-changed-judge-pipe.md
