@@ -28,7 +28,7 @@ from contract.loader import SEED_ENGINE
 
 GENES = ("compute_dtype", "load_weights", "rms_norm", "add_rms_norm", "rope_frequencies", "rope_tables",
          "apply_rope", "qkv_proj", "add_qkv_bias", "norm_qkv", "norm_heads", "attention_inputs", "mlp",
-         "route", "dispatch", "experts_swiglu", "combine", "sorted_experts", "moe", "norm_mlp",
+         "route", "dispatch", "experts_swiglu", "combine", "sorted_experts", "moe", "plus_shared_expert", "norm_mlp",
          "KVCache", "attend_prefill", "attend_decode", "attention", "Engine", "create_engine", "RecurrentState",
          "delta_net_decode", "delta_net_prefill", "delta_gates", "gated_rms_norm", "prompt_convs", "chunk_systems")
 SEED_ALLELE = "seed"

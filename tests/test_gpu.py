@@ -242,6 +242,36 @@ def test_the_moe_triton_alleles_match_fp32_on_qwen3_30b_a3b_layer(rows):
     assert torch.equal(captured, module.moe(static, layer))
 
 
+@pytest.mark.parametrize("rows", [1, 8, 64])
+def test_the_shared_expert_kernels_round_as_the_seeds_ops_on_qwen3_5_layer(rows):
+    """plus_shared_expert.triton compiled for a GPU, bf16 on Qwen3.5-35B-A3B's shared expert
+    (512 wide, hidden 2048): against the seed's torch ops (each output within one bf16 step of
+    theirs: the dots sum in another order) and against fp32 math; a captured graph replays it."""
+    from mutations.alleles import load_module as load_allele
+    module = load_allele("plus_shared_expert", "triton")
+    torch.manual_seed(0)
+    width, hidden = 512, 2048
+    layer = {name: torch.randn(*shape, device="cuda", dtype=torch.bfloat16) / shape[1] ** 0.5
+             for name, shape in (("shared_gate", (width, hidden)), ("shared_up", (width, hidden)),
+                                 ("shared_down", (hidden, width)), ("shared_expert_gate", (1, hidden)))}
+    x, out = (torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    got, seed = module.plus_shared_expert(out, x, layer), load_engine_module(SEED_ENGINE).plus_shared_expert(out, x, layer)
+    step = seed.float().abs().clamp(min=2 ** -126) * 2 ** -7  # one bf16 step at each output's size
+    assert ((got.float() - seed.float()).abs() <= step).float().mean().item() > 0.99
+    f = {name: t.float() for name, t in layer.items()}
+    xf = x.float()
+    shared = (torch.nn.functional.silu(xf @ f["shared_gate"].T) * (xf @ f["shared_up"].T)) @ f["shared_down"].T
+    want = out.float() + torch.sigmoid(xf @ f["shared_expert_gate"].T) * shared
+    assert ((got.float() - want).norm() / want.norm()).item() < 8e-3
+    static = x.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = module.plus_shared_expert(out, static, layer)
+    static.copy_(torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16))
+    graph.replay()
+    assert torch.equal(captured, module.plus_shared_expert(out, static, layer))
+
+
 @pytest.mark.parametrize("rows", [1, 3, 64])
 def test_the_fused_delta_net_decode_matches_the_seeds_on_qwen3_5_layer(rows):
     """delta_net_decode.triton_fused against the seed's, bf16, Qwen3.5-35B-A3B's DeltaNet (16

@@ -293,7 +293,8 @@ def ready_rows(x, w, c, s, width, eps, dtype, BLOCK_H: tl.constexpr, BLOCK_P: tl
     return rotate_by(x, c, s, dtype, BLOCK_H, BLOCK_P).to(dtype)
 
 
-# SwiGLU's arithmetic, which the kernels of mlp.swiglu_triton and mlp.glu_matmul and norm_mlp.folded's projection share.
+# SwiGLU's arithmetic, which the kernels of mlp.swiglu_triton, mlp.glu_matmul, plus_shared_expert.triton and
+# norm_mlp.folded's projection share.
 EXP = tl if os.environ.get("TRITON_INTERPRET") == "1" else libdevice  # whose exp the kernels call
 
 
@@ -302,6 +303,31 @@ def silu_times(gate, up, dtype):
     """silu(gate) * up from fp32 gate and up, as torch's two kernels round it: silu as CUDA's
     computes it (expf, an IEEE-rounded division) rounded to dtype, then the product."""
     return (tl.math.div_rn(gate, 1.0 + EXP.exp(-gate)).to(dtype).to(tl.float32) * up).to(dtype)
+
+
+@triton.jit
+def glu_kernel(x_ptr, gate_ptr, up_ptr, out_ptr, num_rows, width, num_in, stride_x, stride_g, stride_u, stride_out,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """out[:, cols] = silu(x @ gate[cols].T) * (x @ up[cols].T) for a few rows (mlp.glu_matmul,
+    plus_shared_expert.triton): both products on the tensor cores, each rounded to the
+    output's dtype as a matmul's output is rounded, then silu_times."""
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows = tl.arange(0, BLOCK_M)
+    row_ok, col_ok = rows < num_rows, cols < width
+    gate_rows = gate_ptr + cols[:, None].to(tl.int64) * stride_g
+    up_rows = up_ptr + cols[:, None].to(tl.int64) * stride_u
+    gate = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, num_in, BLOCK_K):
+        k = k0 + tl.arange(0, BLOCK_K)
+        k_ok = k < num_in
+        x = tl.load(x_ptr + rows[:, None] * stride_x + k[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        ok = col_ok[:, None] & k_ok[None, :]
+        gate += tl.dot(x, tl.trans(tl.load(gate_rows + k[None, :], mask=ok, other=0.0)))
+        up += tl.dot(x, tl.trans(tl.load(up_rows + k[None, :], mask=ok, other=0.0)))
+    dtype = out_ptr.dtype.element_ty
+    out = silu_times(gate.to(dtype).to(tl.float32), up.to(dtype).to(tl.float32), dtype)
+    tl.store(out_ptr + rows[:, None] * stride_out + cols[None, :], out, mask=row_ok[:, None] & col_ok[None, :])
 
 
 # The norm_qkv and norm_mlp alleles' fold: at one row (a batch-1 decode) the norm before a

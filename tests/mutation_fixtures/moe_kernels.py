@@ -1,4 +1,4 @@
-"""The MoE Triton alleles (route.triton_topk, moe.triton_grouped) against the seed's genes, on
+"""The MoE Triton alleles (route.triton_topk, moe.triton_grouped, plus_shared_expert.triton) against the seed's genes, on
 CPU tensors through Triton's interpreter. Run in a fresh process with TRITON_INTERPRET=1 (the
 test does); exits non-zero on the first mismatch and prints "ok NAME" for each check. fp32
 and fp16 only: the interpreter's bf16 dot is garbage (tests/test_gpu.py checks bf16 compiled)."""
@@ -95,6 +95,32 @@ def check_grouped(rows, dtype, experts=8, top_k=2, hidden=48, inter=40, favourit
           tol=(tol or (1e-5 if dtype == torch.float32 else 4e-3)) * scale)
 
 
+def check_shared(rows, dtype, hidden=48, width=40, launches=2):
+    """plus_shared_expert.triton against the seed's shared expert: the two kernels (blocks of
+    16, narrower than both widths: masked columns and inner tiles), or the seed's ops."""
+    module = load("plus_shared_expert", "triton")
+    module.GATED_BLOCK_N = module.GATED_BLOCK_K = 16
+    module.SHARED_ROWS = 8
+    gen = torch.Generator().manual_seed(3)
+
+    def draw(*shape):
+        return (torch.randn(*shape, generator=gen) / shape[-1] ** 0.5).to(dtype)
+    layer = {"shared_gate": draw(width, hidden), "shared_up": draw(width, hidden), "shared_down": draw(hidden, width),
+             "shared_expert_gate": draw(1, hidden)}
+    x, out = draw(rows, hidden), draw(rows, hidden)
+    calls = []
+    for kernel in ("glu_kernel", "gated_down_kernel"):
+        setattr(module, kernel, Counted(getattr(module, kernel), calls))
+    got = module.plus_shared_expert(out, x, layer)
+    want = SEED.plus_shared_expert(out, x, layer)
+    name = f"shared expert N={rows} {dtype}"
+    if len(calls) != launches:
+        sys.exit(f"FAIL {name}: {len(calls)} launches, not {launches}")
+    check(name, got, want, tol=0.0 if launches == 0 else 4e-3 * want.abs().max().item())
+    if module.plus_shared_expert(out, x, {}) is not out:
+        sys.exit("FAIL a layer without a shared expert: its output changed")
+
+
 class Counted:
     """A kernel that notes each launch."""
     def __init__(self, kernel, calls):
@@ -120,3 +146,7 @@ if __name__ == "__main__":
     check_grouped(20, torch.float32, favourite=3)  # 40 pairs, 20 of expert 3, by rank: two tiles of 16
     check_grouped(2, torch.float32, experts=128, top_k=8, hidden=64, inter=32)
     check_grouped(600, torch.float32)  # 1,200 pairs, sorted
+    for rows in (1, 5, 8):
+        check_shared(rows, torch.float16)
+    check_shared(9, torch.float16, launches=0)  # past SHARED_ROWS: the seed's ops
+    check_shared(3, torch.float32, launches=0)  # fp32: the seed's matmuls

@@ -1,11 +1,11 @@
 """SwiGLU as the epilogue of the gate/up matmul for a few rows: one kernel, no [N, 2 x intermediate] round trip.
 
 At a decode batch of a few dozen rows mlp.swiglu_triton runs gate/up through cuBLAS and then
-its SwiGLU kernel, a launch of its own that reads both halves back. Here each program owns
-GLU_BLOCK_N columns of both halves (gate rows, then up rows of the fused weight), walks the
-inner dimension in GLU_BLOCK_K tiles on the tensor cores, rounds each product to the compute
-dtype as a matmul's output is rounded, and writes silu(gate) * up with swiglu_kernel's
-arithmetic (silu_times). Timed alone on an H100 in bf16 (tools.probes.glu_matmul_bench,
+its SwiGLU kernel, a launch of its own that reads both halves back. Here (shared.py's
+glu_kernel) each program owns GLU_BLOCK_N columns of both halves (gate rows, then up rows of
+the fused weight), walks the inner dimension in GLU_BLOCK_K tiles on the tensor cores, rounds
+each product to the compute dtype as a matmul's output is rounded, and writes silu(gate) * up
+with swiglu_kernel's arithmetic (silu_times). Timed alone on an H100 in bf16 (tools.probes.glu_matmul_bench,
 docs/log/2026-11-27-glu-matmul-epilogue.md), against cuBLAS + the SwiGLU kernel, us a call:
 Llama-3.2-1B
 8 rows 25.5 against 27.8, 64 rows 27.2 against 29.7; Qwen3-0.6B 7.7 / 8.4 against 8.9 / 9.3;
@@ -15,7 +15,6 @@ matmul (a tensor-core dot in fp32 rounds through tf32).
 """
 import torch
 import triton
-import triton.language as tl
 
 REQUIRES = {"load_weights": ("fused_gate_up", "fused_both")}
 DEVICES = "cuda"
@@ -31,30 +30,6 @@ GLU_STAGES = 3  # range: 1..5, step 1; software-pipelining stages of its loop
 GLU_WARPS = 4  # range: 1..16; warps a program runs with (Triton's default: 4)
 
 
-@triton.jit
-def glu_matmul_kernel(x_ptr, w_ptr, out_ptr, num_rows, width, num_in, stride_x, stride_w, stride_out,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """out[:, cols] = silu(x @ gate[cols].T) * (x @ up[cols].T), w the fused weight (gate
-    rows, then `width` up rows): each product rounded to the output's dtype, then silu_times."""
-    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    rows = tl.arange(0, BLOCK_M)
-    row_ok, col_ok = rows < num_rows, cols < width
-    gate_rows = w_ptr + cols[:, None].to(tl.int64) * stride_w
-    up_rows = gate_rows + width * stride_w.to(tl.int64)
-    gate = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(0, num_in, BLOCK_K):
-        k = k0 + tl.arange(0, BLOCK_K)
-        k_ok = k < num_in
-        x = tl.load(x_ptr + rows[:, None] * stride_x + k[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-        ok = col_ok[:, None] & k_ok[None, :]
-        gate += tl.dot(x, tl.trans(tl.load(gate_rows + k[None, :], mask=ok, other=0.0)))
-        up += tl.dot(x, tl.trans(tl.load(up_rows + k[None, :], mask=ok, other=0.0)))
-    dtype = out_ptr.dtype.element_ty
-    out = silu_times(gate.to(dtype).to(tl.float32), up.to(dtype).to(tl.float32), dtype)
-    tl.store(out_ptr + rows[:, None] * stride_out + cols[None, :], out, mask=row_ok[:, None] & col_ok[None, :])
-
-
 def takes_glu(x, gate_up):
     """Whether glu_matmul takes x: 2 to GLU_ROWS rows of fp16 or bf16, the weight alike."""
     return (x.dim() == 2 and 2 <= x.shape[0] <= GLU_ROWS and x.dtype in (torch.float16, torch.bfloat16)
@@ -65,8 +40,9 @@ def glu_matmul(x, gate_up):
     """silu(x @ gate.T) * (x @ up.T) [M, intermediate] of x [M, K] and the fused gate/up weight [2 x intermediate, K]."""
     width = gate_up.shape[0] // 2
     out = torch.empty(x.shape[0], width, device=x.device, dtype=x.dtype)
-    glu_matmul_kernel[(triton.cdiv(width, GLU_BLOCK_N),)](
-        x, gate_up, out, x.shape[0], width, x.shape[1], x.stride(0), gate_up.stride(0), out.stride(0),
+    glu_kernel[(triton.cdiv(width, GLU_BLOCK_N),)](
+        x, gate_up, gate_up[width:], out, x.shape[0], width, x.shape[1], x.stride(0), gate_up.stride(0),
+        gate_up.stride(0), out.stride(0),
         BLOCK_M=max(16, triton.next_power_of_2(x.shape[0])), BLOCK_N=GLU_BLOCK_N, BLOCK_K=GLU_BLOCK_K,
         num_warps=GLU_WARPS, num_stages=GLU_STAGES)
     return out
