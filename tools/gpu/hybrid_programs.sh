@@ -11,13 +11,14 @@
 #   all     = mutations/recipes/qwen3_5_by_hand.txt: systems + the generic alleles and rewrites
 #             of fastest.txt (dense models' norms, RoPE, projections, head) but its prefill
 #             graphs, which keep no DeltaNet state, and the MoE knobs tuned for Qwen3.5
+#   shared  = all + plus_shared_expert.triton (the shared expert in two kernels)
 #   bash tools/gpu/hybrid_programs.sh OUT        (longer than one call: under setsid)
 # Poll it at once, each call writing one tarball of OUT to $OUT: a call that brings back many
 # files returns late, and the machine (with the run) is given back 30 s after a call ends.
 # 1. the kernels' GPU tests; the gate on the tiny hybrid (bf16, every derived config) of
-#    $GATE (default: all);
+#    $GATE (default: all shared);
 # 2. 4 layers of the real width: batch-1 and 64 x 256 decode steps of $BENCH (default:
-#    systems all) beside the bound, and where the served program's 64 x 256 case and a packed
+#    all shared all shared) beside the bound, and where the served program's 64 x 256 case and a packed
 #    prefill of 16 x 1,024 spend their time (tools.profile_case). The served program is
 #    $SERVED, else the first of all, systems whose gate passed, else graphs;
 # 3. all 40 layers: the served program's steps (fitness bench --one-engine), then served
@@ -43,10 +44,11 @@ python3 -m mutations apply allele.gated_rms_norm.triton $p/d.py -o $p/gates.py >
 python3 -m mutations apply allele.chunk_systems.triton $p/gates.py -o $p/e.py > /dev/null &&
 python3 -m mutations apply allele.prompt_convs.triton $p/e.py -o $p/systems.py > /dev/null || exit 1
 python3 -m mutations recipe mutations/recipes/qwen3_5_by_hand.txt -o $p/all.py > /dev/null || exit 1
+python3 -m mutations apply allele.plus_shared_expert.triton $p/all.py -o $p/shared.py > /dev/null || exit 1
 grep -h "^# allele" $p/all.py | sort | uniq -c | tee "$out/all_alleles.txt"
 
 stage kernels
-python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py -k "${GPU_TESTS:-delta_net or moe_triton}" 2>&1 | tail -15 > "$out/gpu_tests.txt"
+python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py -k "${GPU_TESTS:-delta_net or moe_triton or shared_expert}" 2>&1 | tail -15 > "$out/gpu_tests.txt"
 tail -1 "$out/gpu_tests.txt"
 
 stage checkpoints
@@ -54,7 +56,7 @@ python3 -m target.hf_checkpoints /tmp/hf --device cuda --only tiny_qwen3_5_moe -
 tiny=/tmp/hf/tiny_qwen3_5_moe four=/tmp/hf/qwen3_5_35b_a3b_4_layers full=/tmp/hf/qwen3_5_35b_a3b
 
 stage gate on the tiny hybrid
-for name in ${GATE:-all}; do
+for name in ${GATE:-all shared}; do
   python3 -m fitness judge $p/$name.py --model-config "$tiny" --weight-dir "$tiny" --device cuda --bench none \
       --seed 1364846281 > "$out/gate_$name.json" 2> "$out/gate_$name.err"
   python3 -c "import json,sys; v=json.load(open(sys.argv[1])); print(sys.argv[2], v['status'], v['stage'], v['worst_ratio'], v['worst_case'], v['error'][:300])" \
@@ -66,8 +68,10 @@ for name in all systems; do grep -q "^$name ok" "$out/gates.txt" && { served=$p/
 echo "served: $served" | tee -a "$out/stages.txt"
 
 stage four layers
-for name in ${BENCH:-systems all}; do
-  decode_steps "4 layers $name" $p/$name.py "$four" "$out/bench_4_layers_$name.json" --warmup 1 --repeat 2
+i=0
+for name in ${BENCH:-all shared all shared}; do  # turn about: the pair on one machine
+  i=$((i + 1))
+  decode_steps "4 layers $name ($i)" $p/$name.py "$four" "$out/bench_4_layers_${i}_$name.json" --warmup 1 --repeat 2
 done
 for case in decode_64x256x64 prefill_16x1024; do
   python3 -m tools.profile_case --engine $served --model-config "$four/config.json" --weight-dir "$four" \
