@@ -35,6 +35,7 @@ GPU drivers (bash tools/gpu/NAME.sh OUT ...), one device call each:
     moe_knobs             the MoE kernels' knobs tuned on a family's sparse layer (Qwen3.5 or,
                           FAMILY=qwen3_moe, Qwen3-30B), then its hand recipe served with and
                           without them
+    replicas              the server with one replica against one per GPU of the host, in turns
 
 Plumbing the drivers use (tools/gpu/):
     env.sh                sourced: the carried wheels installed, once
