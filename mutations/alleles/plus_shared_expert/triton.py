@@ -8,12 +8,12 @@ launch-bound: 7.67 ms against a bound of 1.40
 (docs/log/2026-11-29-hybrid-tf32-prefill-gates-served-conc-64.md).
 
 Here the first kernel is mlp.glu_matmul's (shared.py's glu_kernel), over the two weights as
-the checkpoint holds them (no stacked copy). The second owns GATED_BLOCK_N output columns of its rows: the down
-product on the tensor cores, rounded as a matmul's output is; each row's gate x . w in fp32,
-rounded the same way; sigmoid as CUDA's computes it (expf, an IEEE division), rounded; its
-product with the expert's output, rounded (mul_rn: not fused into the add); plus `out`,
-rounded: the seed's ops, one rounding each. Past SHARED_ROWS rows (a prefill) and in fp32
-(a tensor-core dot rounds fp32 through tf32) the seed's matmuls.
+the checkpoint holds them (no stacked copy). A program of the second owns GATED_BLOCK_N
+output columns of every row: the down product on the tensor cores, rounded as a matmul's
+output is; each row's gate x . w in fp32, rounded the same way; sigmoid as CUDA's computes it
+(expf, an IEEE division), rounded; its product with the expert's output, rounded (mul_rn: not
+fused into the add); plus `out`, rounded: the seed's ops, one rounding each. Past SHARED_ROWS
+rows (a prefill) and in fp32 (a tensor-core dot rounds fp32 through tf32) the seed's matmuls.
 """
 import torch
 import triton
