@@ -67,7 +67,8 @@ run_job() {
                ${budget:+--budget "$budget"} ;;
   compare) bash $search compare "$state/$target" "${budget:-$target}" 3 ;;
   serve) bash tools/gpu/serve.sh "$state/serve" ;;
-  replicas) COUNTS="${COUNTS:-1 $(nvidia-smi -L | wc -l) 1 $(nvidia-smi -L | wc -l)}" bash tools/gpu/replicas.sh "$state/replicas" ;;
+  replicas) local gpus; gpus=$(nvidia-smi -L | wc -l)
+            COUNTS="${COUNTS:-1 $gpus 1 $gpus}" bash tools/gpu/replicas.sh "$state/replicas" ;;
   hf_search) local dir=/tmp/hf/$target
              [ -f "$dir/config.json" ] || python3 -m target.hf_checkpoints /tmp/hf --only "$target" > /dev/null || return 1
              # Judged on the cases issue 27 measures (batch-1 and batch-64 decode, 16 x 1024 prefill).
