@@ -18,6 +18,7 @@ import argparse  # noqa: E402
 import collections  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
@@ -63,7 +64,7 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", choices=("float16", "float32"), default="float16")
     parser.add_argument("--top", type=int, default=40)
     args = parser.parse_args(argv)
-    config = json.loads(open(os.path.join(args.model_dir, "config.json")).read())
+    config = json.loads((Path(args.model_dir) / "config.json").read_text())
     module = load_engine_module(args.engine)
     module.compute_dtype = lambda model_config, device: getattr(torch, args.dtype)  # as a GPU's
     engine = module.create_engine(config, args.model_dir, "cpu")
