@@ -5,8 +5,9 @@ its SwiGLU kernel, a launch of its own that reads both halves back. Here (shared
 glu_kernel) each program owns GLU_BLOCK_N columns of both halves (gate rows, then up rows of
 the fused weight), walks the inner dimension in GLU_BLOCK_K tiles on the tensor cores, rounds
 each product to the compute dtype as a matmul's output is rounded, and writes silu(gate) * up
-with swiglu_kernel's arithmetic (silu_times). Timed alone on an H100 in bf16 (tools.probes.glu_matmul_bench,
-docs/log/2026-11-27-glu-matmul-epilogue.md), against cuBLAS + the SwiGLU kernel, us a call:
+with swiglu_kernel's arithmetic (silu_times). Timed alone on an H100 in bf16
+(tools.probes.glu_matmul_bench, docs/log/2026-11-27-glu-matmul-epilogue.md), against cuBLAS +
+the SwiGLU kernel, us a call:
 Llama-3.2-1B
 8 rows 25.5 against 27.8, 64 rows 27.2 against 29.7; Qwen3-0.6B 7.7 / 8.4 against 8.9 / 9.3;
 the 1B-class GQA target 18.8 / 20.6 against 21.0 / 21.9. One row keeps swiglu_triton's fold
