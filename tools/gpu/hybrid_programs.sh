@@ -23,6 +23,7 @@
 #    $SERVED, else the first of all, systems whose gate passed, else graphs;
 # 3. all 40 layers: the served program's steps (fitness bench --one-engine), then served
 #    on the hackathon's workload (serve.bench --workload hackathon; LEVELS overrides its levels).
+#    FULL=0 stops before it (the full shape drawn elsewhere: tools/gpu/hybrid_replicas.sh).
 # Each stage appends to OUT/stages.txt; a stage that fails is noted and the next one runs.
 set -uo pipefail
 out=$1; mkdir -p "$out"
@@ -78,6 +79,7 @@ for case in decode_64x256x64 prefill_16x1024; do
       --cases large --case $case --top ${TOP:-40} > "$out/profile_4_layers_$case.txt" 2>&1
 done
 
+[[ "${FULL:-1}" == 1 ]] || { stage done; exit 0; }
 stage full checkpoint
 mkdir -p /mnt/ram && (mountpoint -q /mnt/ram || mount -t tmpfs -o size=40g tmpfs /mnt/ram)
 python3 -m target.hf_checkpoints /tmp/hf --device cuda --only qwen3_5_35b_a3b --overflow /mnt/ram > /dev/null 2> "$out/full_write.err" || exit 1
