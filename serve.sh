@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Serve an engine behind the OpenAI API; prints the URL once it answers, serves until stopped.
 #
-#   bash serve.sh [--engine FILE] [--model-config C] [--weight-dir W] [--host H] [--port 8000]
-#                 [any other `python -m serve` flag ...]
+#   bash serve.sh [--engine FILE] [--model DIR | --model-config C --weight-dir W] [--host H]
+#                 [--port 8000] [any other `python -m serve` flag ...]
 #
+# --model DIR: a Hugging Face model directory (config.json, safetensors, and its tokenizer when
+# it has one), as run.sh --model takes it. On CUDA one replica of the engine serves on each GPU
+# (--replicas N for fewer).
 # The engine defaults to workspace/engine.py (what run.sh leaves), else the seed; the model
 # to the target run.sh uses: /target/model_config.json and /target/weights when they exist,
 # else the repository's toy model, whose weights (and tokenizer) are generated when missing.
@@ -23,6 +26,8 @@ rest=()
 while (($#)); do
     case "$1" in
         --engine) engine="$2"; shift 2 ;;
+        --model) [[ $# -ge 2 && -f "$2/config.json" ]] || { echo "serve.sh: --model needs a directory with a config.json" >&2; exit 2; }
+                 config="$2/config.json" weights="$2"; shift 2 ;;
         --model-config) config="$2"; shift 2 ;;
         --weight-dir) weights="$2"; shift 2 ;;
         --host) host="$2"; shift 2 ;;

@@ -49,9 +49,11 @@ def target(tmp_path_factory):
 def start_server(target, log_path, *flags) -> tuple:
     """(process, URL) of `bash serve.sh` on a free port, once it says it serves."""
     config, weights = target
-    command = ["bash", str(REPO / "serve.sh"), "--engine", str(REPO / "seed_engine" / "engine.py"),
-               "--model-config", str(config), "--weight-dir", str(weights), "--port", "0",
-               "--device", "cpu", *flags]
+    # A Hugging Face directory goes in as a user gives it: --model DIR.
+    model = ["--model", str(weights)] if config == weights / "config.json" else \
+        ["--model-config", str(config), "--weight-dir", str(weights)]
+    command = ["bash", str(REPO / "serve.sh"), "--engine", str(REPO / "seed_engine" / "engine.py"), *model,
+               "--port", "0", "--device", "cpu", *flags]
     # One thread each: the test and the server share two cores.
     env = dict(os.environ, OMP_NUM_THREADS="1")
     with open(log_path, "w") as log:
@@ -423,7 +425,7 @@ def test_the_load_generator_writes_its_levels_and_a_plot(server, target, tmp_pat
                 "--client-processes", "2", "--warmup", "2", "--out", str(tmp_path)])
     report = json.loads((tmp_path / "bench.json").read_text())
     assert [level["concurrency"] for level in report["sweep"]] == [1, 2]  # the warm-up requests not among them
-    assert report["harness_score"] == pytest.approx(sum(lv["total_tokens_per_s"] for lv in report["sweep"]), abs=0.02)
+    assert report["harness_score"] is None  # levels 1 and 2 alone: not the hackathon's sweep
     for level in report["sweep"] + [report["burst"]]:
         assert level["failed"] == 0
         assert level["output_tokens"] == 4 * level["requests"]

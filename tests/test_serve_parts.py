@@ -525,6 +525,9 @@ def test_the_hackathon_score_is_the_weighted_sum_of_each_levels_prompt_and_compl
     table = {1: 984, 2: 1753, 4: 3038, 8: 4749, 16: 6446, 32: 11144, 64: 12810}
     levels = [{"concurrency": c, "total_tokens_per_s": tps} for c, tps in table.items()]
     assert bench.harness_score(levels) == bench.VLLM_BASELINE_SCORE == 191_151
+    # Some of the levels, or one of them twice, is not the sweep the score weighs.
+    assert bench.harness_score(levels[4:]) is None and bench.weighted_score(levels[4:]) is None
+    assert bench.harness_score(levels + levels[-1:]) is None
 
 
 def test_the_hackathon_workload_sets_its_defaults_and_the_command_line_still_stands():
