@@ -335,14 +335,18 @@ def test_the_chunked_delta_net_prefill_matches_the_seeds_on_qwen3_5_layer():
     assert torch.equal(pools[1].conv[0], pools[0].conv[0])
 
 
-def test_the_delta_net_prefill_with_triton_systems_and_convs_matches_the_seeds():
+@pytest.mark.parametrize("rows_from_memory", [0, 1])
+def test_the_delta_net_prefill_with_triton_systems_and_convs_matches_the_seeds(rows_from_memory):
     """delta_net_prefill.triton_chunked with chunk_systems.triton (the solves by forward
-    substitution, tf32x3 products) and prompt_convs.triton in it, against the seed's prefill
-    on Qwen3.5-35B-A3B's DeltaNet, bf16, prompts of 1,024, 300, 3 and 1 tokens at once:
-    outputs, the states left, the conv states (the inputs: exactly)."""
+    substitution, A's rows from the registers or from a scratch, tf32x3 products) and
+    prompt_convs.triton in it, against the seed's prefill on Qwen3.5-35B-A3B's DeltaNet, bf16,
+    prompts of 1,024, 300, 3 and 1 tokens at once: outputs, the states left, the conv states
+    (the inputs: exactly)."""
     from mutations.alleles import load_module as load_allele
     chunked = load_allele("delta_net_prefill", "triton_chunked")
-    chunked.chunk_systems = load_allele("chunk_systems", "triton").chunk_systems
+    systems = load_allele("chunk_systems", "triton")
+    systems.SYSTEM_ROWS_FROM_MEMORY = rows_from_memory
+    chunked.chunk_systems = systems.chunk_systems
     chunked.prompt_convs = load_allele("prompt_convs", "triton").prompt_convs
     seed = load_engine_module(SEED_ENGINE)
     torch.manual_seed(0)

@@ -89,24 +89,28 @@ for dtype, tol in ((torch.float32, 1e-5), (torch.float16, 2e-3)):  # fp16: one r
         check(f"gated_rms_norm {dtype} {rows}x{heads}x16", NORM.gated_rms_norm(out, z, weight, 1e-6),
               SEED.gated_rms_norm(out, z, weight, 1e-6), tol)
 
-for heads, chunks, key_dim, value_dim in ((2, 3, 16, 16), (1, 2, 8, 8), (2, 2, 32, 16)):
-    q, k = (torch.nn.functional.normalize(torch.randn(heads, chunks, 64, key_dim), dim=-1) for _ in range(2))
-    v = torch.randn(heads, chunks, 64, value_dim)
-    log_decay, beta = -torch.rand(heads, chunks, 64) / 4, torch.rand(heads, chunks, 64)
-    log_decay[:, -1, 40:], beta[:, -1, 40:] = 0, 0  # a prompt's padding, as the prefill pads
-    got, want = SYSTEMS.chunk_systems(q, k, v, log_decay, beta), SEED.chunk_systems(q, k, v, log_decay, beta)
-    for name, g, w in zip(("u", "w", "decay", "attention"), got, want):
-        check(f"chunk_systems.triton {heads}x{chunks}x{key_dim}x{value_dim}: {name}", g, w, 1e-5)
+for rows_from_memory in (0, 1):  # the substitution's rows of A from the registers, from a scratch
+    SYSTEMS.SYSTEM_ROWS_FROM_MEMORY = rows_from_memory
+    for heads, chunks, key_dim, value_dim in ((2, 3, 16, 16), (1, 2, 8, 8), (2, 2, 32, 16)):
+        q, k = (torch.nn.functional.normalize(torch.randn(heads, chunks, 64, key_dim), dim=-1) for _ in range(2))
+        v = torch.randn(heads, chunks, 64, value_dim)
+        log_decay, beta = -torch.rand(heads, chunks, 64) / 4, torch.rand(heads, chunks, 64)
+        log_decay[:, -1, 40:], beta[:, -1, 40:] = 0, 0  # a prompt's padding, as the prefill pads
+        got, want = SYSTEMS.chunk_systems(q, k, v, log_decay, beta), SEED.chunk_systems(q, k, v, log_decay, beta)
+        for name, g, w in zip(("u", "w", "decay", "attention"), got, want):
+            check(f"chunk_systems.triton rows {rows_from_memory} {heads}x{chunks}x{key_dim}x{value_dim}: {name}",
+                  g, w, 1e-5)
 
-# Keys alike, writes strong, little decay: the inverse's entries far from 1. Against the seed
-# in fp64, as close as the seed's own fp32 solves (1e-6 of the largest entry here).
-base = torch.randn(32)
-k = torch.nn.functional.normalize(base + 0.3 * torch.randn(2, 2, 64, 32), dim=-1)
-q, v = torch.nn.functional.normalize(torch.randn(2, 2, 64, 32), dim=-1), torch.randn(2, 2, 64, 32)
-log_decay, beta = -torch.rand(2, 2, 64) / 100, 0.9 + 0.1 * torch.rand(2, 2, 64)
-exact = SEED.chunk_systems(*(t.double() for t in (q, k, v, log_decay, beta)))
-for name, g, w in zip(("u", "w", "decay", "attention"), SYSTEMS.chunk_systems(q, k, v, log_decay, beta), exact):
-    check(f"chunk_systems.triton, keys alike, against fp64: {name}", g.double(), w, 1e-5)
+    # Keys alike, writes strong, little decay: the inverse's entries far from 1. Against the
+    # seed in fp64, as close as the seed's own fp32 solves (1e-6 of the largest entry here).
+    base = torch.randn(32)
+    k = torch.nn.functional.normalize(base + 0.3 * torch.randn(2, 2, 64, 32), dim=-1)
+    q, v = torch.nn.functional.normalize(torch.randn(2, 2, 64, 32), dim=-1), torch.randn(2, 2, 64, 32)
+    log_decay, beta = -torch.rand(2, 2, 64) / 100, 0.9 + 0.1 * torch.rand(2, 2, 64)
+    exact = SEED.chunk_systems(*(t.double() for t in (q, k, v, log_decay, beta)))
+    for name, g, w in zip(("u", "w", "decay", "attention"), SYSTEMS.chunk_systems(q, k, v, log_decay, beta), exact):
+        check(f"chunk_systems.triton rows {rows_from_memory}, keys alike, against fp64: {name}", g.double(), w, 1e-5)
+SYSTEMS.SYSTEM_ROWS_FROM_MEMORY = 0
 
 for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):  # bf16: one rounding may land apart
     for lengths, channels in (([70, 4, 130], 200), ([1], 64), ([2, 3, 1, 40], 130)):

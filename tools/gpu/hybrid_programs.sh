@@ -12,6 +12,8 @@
 #             of fastest.txt (dense models' norms, RoPE, projections, head) but its prefill
 #             graphs, which keep no DeltaNet state, and the MoE knobs tuned for Qwen3.5
 #   shared  = all + plus_shared_expert.triton (the shared expert in two kernels)
+#   rows    = all with SYSTEM_ROWS_FROM_MEMORY = 1 (chunk_systems.triton's substitution loads
+#             A's rows from a scratch instead of reducing them out of registers)
 #   bash tools/gpu/hybrid_programs.sh OUT        (longer than one call: under setsid)
 # Poll it at once, each call writing one tarball of OUT to $OUT: a call that brings back many
 # files returns late, and the machine (with the run) is given back 30 s after a call ends.
@@ -19,7 +21,8 @@
 #    $GATE (default: all shared);
 # 2. 4 layers of the real width: batch-1 and 64 x 256 decode steps of $BENCH (default:
 #    all shared all shared) beside the bound, and where the served program's 64 x 256 case and a packed
-#    prefill of 16 x 1,024 spend their time (tools.profile_case). The served program is
+#    prefill of 16 x 1,024 spend their time (tools.profile_case; $PROFILED names the programs
+#    profiled, default the served one). The served program is
 #    $SERVED, else the first of all, systems whose gate passed, else graphs;
 # 3. all 40 layers: the served program's steps (fitness bench --one-engine), then served
 #    on the hackathon's workload (serve.bench --workload hackathon; LEVELS overrides its levels).
@@ -46,6 +49,8 @@ python3 -m mutations apply allele.chunk_systems.triton $p/gates.py -o $p/e.py > 
 python3 -m mutations apply allele.prompt_convs.triton $p/e.py -o $p/systems.py > /dev/null || exit 1
 python3 -m mutations recipe mutations/recipes/qwen3_5_by_hand.txt -o $p/all.py > /dev/null || exit 1
 python3 -m mutations apply allele.plus_shared_expert.triton $p/all.py -o $p/shared.py > /dev/null || exit 1
+{ cat mutations/recipes/qwen3_5_by_hand.txt; echo 'tune_constant {"constant": "SYSTEM_ROWS_FROM_MEMORY", "new": 1}'; } > $p/rows.txt
+python3 -m mutations recipe $p/rows.txt -o $p/rows.py > /dev/null || exit 1
 grep -h "^# allele" $p/all.py | sort | uniq -c | tee "$out/all_alleles.txt"
 
 stage kernels
@@ -74,9 +79,11 @@ for name in ${BENCH:-all shared all shared}; do  # turn about: the pair on one m
   i=$((i + 1))
   decode_steps "4 layers $name ($i)" $p/$name.py "$four" "$out/bench_4_layers_${i}_$name.json" --warmup 1 --repeat 2
 done
-for case in decode_64x256x64 prefill_16x1024; do
-  python3 -m tools.profile_case --engine $served --model-config "$four/config.json" --weight-dir "$four" \
-      --cases large --case $case --top ${TOP:-40} > "$out/profile_4_layers_$case.txt" 2>&1
+for name in ${PROFILED:-$(basename $served .py)}; do  # each profiled program, its two cases
+  for case in decode_64x256x64 prefill_16x1024; do
+    python3 -m tools.profile_case --engine $p/$name.py --model-config "$four/config.json" --weight-dir "$four" \
+        --cases large --case $case --top ${TOP:-40} > "$out/profile_4_layers_${name}_$case.txt" 2>&1
+  done
 done
 
 [[ "${FULL:-1}" == 1 ]] || { stage done; exit 0; }

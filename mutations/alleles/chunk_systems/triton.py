@@ -10,6 +10,13 @@ row i of the inverse is e_i minus A's row i times the rows above it), then u and
 products with the inverse. fp32 as the seed (its inputs are fp32 in every engine); the
 products are "tf32x3", three tf32 products on the tensor cores with about fp32's accuracy,
 where plain tf32 would round the inverse's entries, which can be far from 1, to 10 bits.
+
+The substitution is the kernel's serial part: 64 rounds, each needing row i of A across the
+tile. Taken from the registers, the row is a reduction across warps (shared memory and a
+barrier a round); with SYSTEM_ROWS_FROM_MEMORY, A goes to a scratch tensor once and each
+round loads its row, laid out as the product needs it (4.17 ms a layer for 16 prompts of
+1,024 on an H200 from the registers, docs/log/2026-11-29-hybrid-chunk-systems-in-triton.md;
+from memory not yet timed).
 """
 import torch
 import triton
@@ -19,14 +26,17 @@ REQUIRES = {}
 DEVICES = "cuda"
 
 SYSTEM_WARPS = 8  # range: 4..16; warps a chunk's program runs with ([C, D] fp32 tiles in registers)
+SYSTEM_ROWS_FROM_MEMORY = 0  # range: 0..1, step 1; 1: the substitution's rows of A loaded from a scratch
 
 
 @triton.jit
-def chunk_systems_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, u_ptr, w_ptr, decay_ptr, attention_ptr,
+def chunk_systems_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, u_ptr, w_ptr, decay_ptr, attention_ptr, a_ptr,
                          KEY_DIM: tl.constexpr, VALUE_DIM: tl.constexpr, CHUNK: tl.constexpr,
-                         BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, PRECISION: tl.constexpr):
+                         BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, PRECISION: tl.constexpr,
+                         ROWS_FROM_MEMORY: tl.constexpr):
     """One chunk of one head: q, k, w [CHUNK, KEY_DIM], v, u [CHUNK, VALUE_DIM], g, beta, decay
-    [CHUNK], attention [CHUNK, CHUNK], each at the chunk's offset (program_id) in its tensor."""
+    [CHUNK], attention and the scratch a [CHUNK, CHUNK], each at the chunk's offset (program_id)
+    in its tensor."""
     chunk = tl.program_id(0)
     t = tl.arange(0, CHUNK)
     dk, dv = tl.arange(0, BLOCK_K), tl.arange(0, BLOCK_V)
@@ -43,10 +53,17 @@ def chunk_systems_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, u_ptr, w_ptr, dec
     tl.store(attention_ptr + chunk * CHUNK * CHUNK + t[:, None] * CHUNK + t[None, :], attention)
     k_beta = k * beta[:, None]
     a = tl.where(t[:, None] > t[None, :], tl.dot(k_beta, tl.trans(k), input_precision=PRECISION) * between, 0.0)
+    squares = chunk * CHUNK * CHUNK
+    if ROWS_FROM_MEMORY:
+        tl.store(a_ptr + squares + t[:, None] * CHUNK + t[None, :], a)
+        tl.debug_barrier()  # the program's own stores seen by all its threads before the loads
     # The inverse, kept transposed (column i is its row i): columns past i are still zero
     inverse_t = tl.zeros([CHUNK, CHUNK], dtype=tl.float32)
     for i in range(CHUNK):
-        a_row = tl.sum(tl.where(t[:, None] == i, a, 0.0), 0)  # A[i, :]
+        if ROWS_FROM_MEMORY:
+            a_row = tl.load(a_ptr + squares + i * CHUNK + t)  # A[i, :]
+        else:
+            a_row = tl.sum(tl.where(t[:, None] == i, a, 0.0), 0)
         column = tl.where(t == i, 1.0, 0.0) - tl.sum(inverse_t * a_row[None, :], 1)
         inverse_t = tl.where(t[None, :] == i, column[:, None], inverse_t)
     inverse = tl.trans(inverse_t)
@@ -67,9 +84,10 @@ def chunk_systems(q, k, v, log_decay, beta):
     u, w = torch.empty_like(v), torch.empty_like(k)
     decay = torch.empty_like(log_decay)
     attention = q.new_empty(heads, chunks, size, size)
+    a = torch.empty_like(attention) if SYSTEM_ROWS_FROM_MEMORY else attention  # unread when 0
     if heads * chunks:
         chunk_systems_kernel[(heads * chunks,)](
-            q, k, v, log_decay, beta, u, w, decay, attention, KEY_DIM=key_dim, VALUE_DIM=value_dim, CHUNK=size,
+            q, k, v, log_decay, beta, u, w, decay, attention, a, KEY_DIM=key_dim, VALUE_DIM=value_dim, CHUNK=size,
             BLOCK_K=max(16, triton.next_power_of_2(key_dim)), BLOCK_V=max(16, triton.next_power_of_2(value_dim)),
-            PRECISION="tf32x3", num_warps=SYSTEM_WARPS)
+            PRECISION="tf32x3", ROWS_FROM_MEMORY=SYSTEM_ROWS_FROM_MEMORY, num_warps=SYSTEM_WARPS)
     return u, w, decay, attention
