@@ -24,7 +24,7 @@ import torch
 from contract.devices import resolve_device
 from contract.model_config import ModelConfig
 from serve.collector import GcPauses, freeze_start_up_objects
-from serve.model_runner import ModelRunner, Step, load_engine
+from serve.model_runner import LaunchedStep, ModelRunner, load_engine
 from serve.scheduler import Scheduler, SchedulerConfig
 from serve.sequence import Sequence
 
@@ -68,7 +68,7 @@ class EngineCore:
         self.eos_token_id = eos_token_id
         self.record_timeline = record_timeline
         self.seqs = {}  # seq_id: Sequence, of those not finished
-        self.in_flight: Optional[Step] = None  # launched, its tokens not yet read back
+        self.in_flight: Optional[LaunchedStep] = None  # launched, its tokens not yet read back
         self.num_generated_tokens = 0
         self.gc_pauses = GcPauses() if record_timeline else None
         self.arrived = []  # with --timeline, when each request came, until the next step
@@ -109,7 +109,7 @@ class EngineCore:
             outputs.gc_seconds, outputs.arrived, self.arrived = self.gc_pauses.take(), tuple(self.arrived), []
         return outputs
 
-    def take(self, step: Step, tokens: list) -> StepOutputs:
+    def take(self, step: LaunchedStep, tokens: list) -> StepOutputs:
         """Append each sequence its token; those that end here (EOS, max_tokens) leave the
         running batch."""
         seq_ids, token_ids, finished, logprobs = [], [], {}, {}

@@ -7,7 +7,7 @@ A step is launched before the one ahead of it is read back: its decodes take the
 input tokens from that step's sampled tokens on the device, so on a GPU the next step is
 queued while the host still waits for the last one, and the GPU does not idle between
 steps while the host hands tokens out (vLLM's async scheduling). Nothing here makes the
-host wait for the device but `Step.tokens`: host values go up through pinned memory.
+host wait for the device but `LaunchedStep.tokens`: host values go up through pinned memory.
 """
 import json
 from dataclasses import dataclass
@@ -74,7 +74,7 @@ class ModelRunner:
             step.logprobs()
         self.engine.remove([s.seq_id for s in seqs])
 
-    def launch(self, batch: Batch, previous: Optional["Step"]) -> "Step":
+    def launch(self, batch: Batch, previous: Optional["LaunchedStep"]) -> "LaunchedStep":
         if batch.remove:
             self.engine.remove(batch.remove)
         logits = []
@@ -84,11 +84,11 @@ class ModelRunner:
             logits.append(self.decode(batch.decode, previous))
         seqs = batch.prefill + batch.decode
         if not logits:
-            return Step(seqs, None)
+            return LaunchedStep(seqs, None)
         logits = logits[0] if len(logits) == 1 else torch.cat(logits)
         params = [s.params for s in seqs]
         tokens = sample(logits, params, [s.generator for s in seqs])
-        return Step(seqs, tokens, logprobs_of(logits, tokens, params))
+        return LaunchedStep(seqs, tokens, logprobs_of(logits, tokens, params))
 
     def prefill(self, seqs: list) -> torch.Tensor:
         for seq in seqs:
@@ -96,7 +96,7 @@ class ModelRunner:
         prompts = [to_device(s.prompt_token_ids, torch.long, self.device) for s in seqs]
         return self.engine.prefill([s.seq_id for s in seqs], prompts)
 
-    def decode(self, seqs: list, previous: Optional["Step"]) -> torch.Tensor:
+    def decode(self, seqs: list, previous: Optional["LaunchedStep"]) -> torch.Tensor:
         """Each sequence's newest token is its input: from `previous`'s tokens on the
         device when that step is not read back yet (every running sequence was in it)."""
         if previous is None:
@@ -114,7 +114,7 @@ def queued_copy_to_host(tensor: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(eq=False)
-class Step:
+class LaunchedStep:
     """A launched step: its sequences, in the order of its tokens, and the tokens (and the
     log-probabilities asked for), still on the device; their copy to the host is queued at
     once."""

@@ -20,7 +20,7 @@ from serve.engine_core import EngineCore, StepOutputs
 from serve.llm_engine import LLMEngine
 from serve.replicas import ReplicatedClient
 from serve.logprobs import completion_logprobs
-from serve.model_runner import ModelRunner, Step, warm_up_plan
+from serve.model_runner import LaunchedStep, ModelRunner, warm_up_plan
 from serve.output_processor import OutputProcessor, SequenceOutput, SequenceState
 from serve.sampling import SEED_LIMIT, SamplingParams, logprobs_of, make_generator, sample
 from serve.scheduler import QueueFull, Scheduler, SchedulerConfig
@@ -145,7 +145,7 @@ def test_logprobs_are_the_models_own_and_only_for_the_rows_that_ask():
     assert logprobs_of(logits, tokens, [SamplingParams()] * 3) is None
     # On the host, each row cut to the k its sequence asked for.
     seqs = [Sequence([1], p) for p in params]
-    by_row = Step(seqs, tokens, got).logprobs()
+    by_row = LaunchedStep(seqs, tokens, got).logprobs()
     assert sorted(by_row) == [0, 2] and len(by_row[0].top) == 2 and by_row[2].top == ()
     assert by_row[2].logprob == pytest.approx(expected[1, tokens[2]].item())
 
