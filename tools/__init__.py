@@ -36,6 +36,9 @@ GPU drivers (bash tools/gpu/NAME.sh OUT ...), one device call each:
                           FAMILY=qwen3_moe, Qwen3-30B), then its hand recipe served with and
                           without them
     replicas              the server with one replica against one per GPU of the host, in turns
+    hybrid_replicas       the hybrid's recipe served on a host: the hackathon's sweep with a
+                          replica a GPU, one GPU at the same load, and the recipe against it with
+                          one more allele or knob (under setsid, read with follow.sh)
 
 Plumbing the drivers use (tools/gpu/):
     env.sh                sourced: the carried wheels installed, once

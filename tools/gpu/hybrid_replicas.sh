@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue 63 on a 4-GPU host (235 GiB of disk holds the 64.6 GiB checkpoint): the hybrid's
-# recipe (mutations/recipes/qwen3_5_by_hand.txt) on Qwen3.5-35B-A3B's shape, served with a
-# replica on every GPU, then with one, on the same host:
+# The hybrid's recipe (mutations/recipes/qwen3_5_by_hand.txt) on Qwen3.5-35B-A3B's shape (random
+# bf16, 64.6 GiB), served on one host with a replica on every GPU, then with one (issues 62-63;
+# docs/log/2026-11-29-hybrid-replicas-four-and-two-gpus.md):
 #   bash tools/gpu/hybrid_replicas.sh OUT     (longer than one call: under setsid; poll it
 #                                              with tools/gpu/follow.sh at once)
 # 1. the full checkpoint drawn on GPU 0; beside it, on GPU 1 and not past $SIDE_S seconds
@@ -10,11 +10,13 @@
 # 2. every GPU's replica: the hackathon's sweep (serve.bench --workload hackathon, levels 1-64,
 #    64 requests a level) and then 300 requests at once; then $PER_GPU (default 64) requests a
 #    GPU at once, twice;
-# 3. one replica: the same load on one GPU ($PER_GPU at once, twice), and the sweep's levels
-#    16-64. The scaling is 2.'s last level over 3.'s, the load per GPU alike. With $ALSO (an
-#    allele, e.g. plus_shared_expert.triton), the recipe plus it on one replica next, the same
-#    load three times.
-# SIDE_S=0 leaves 1.'s checks out.
+# 3. one replica: the same load on one GPU, $ONE_LEVELS (default: $PER_GPU at once, twice,
+#    then the sweep's levels 16-64). The scaling is 2.'s last level over 3.'s first two, the
+#    load per GPU alike. With $ALSO (an allele, plus_shared_expert.triton, or a knob set,
+#    SYSTEM_ROWS_FROM_MEMORY=1), the recipe with it on one replica next, $ALSO_LEVELS (default:
+#    $PER_GPU at once three times); $ROUNDS (default 1) rounds of the two in turn.
+# SIDE_S=0 leaves 1.'s checks out; on one GPU (or REPLICAS=0) 2. is left out. A disk under
+# 70 GiB free (the one-GPU kinds') takes the checkpoint's overflow in a tmpfs.
 # OUT/done appears at the end (follow.sh OUT SECONDS done).
 set -uo pipefail
 out=$1; mkdir -p "$out"
@@ -26,14 +28,23 @@ df -h / /tmp 2>&1 | tee "$out/disks.txt"; free -g | tee -a "$out/disks.txt"
 stage program and checkpoint
 program=/tmp/hybrid_all.py full=/tmp/hf_full/qwen3_5_35b_a3b
 python3 -m mutations recipe mutations/recipes/qwen3_5_by_hand.txt -o $program > /dev/null || { touch "$out/done"; exit 1; }
-[[ -n "${ALSO:-}" ]] && { python3 -m mutations apply "allele.$ALSO" $program -o /tmp/hybrid_also.py > /dev/null || exit 1; }
+if [[ "${ALSO:-}" == *=* ]]; then  # a knob: the recipe with one more tune_constant line
+  { cat mutations/recipes/qwen3_5_by_hand.txt; echo "tune_constant {\"constant\": \"${ALSO%=*}\", \"new\": ${ALSO#*=}}"; } > /tmp/hybrid_also.txt
+  python3 -m mutations recipe /tmp/hybrid_also.txt -o /tmp/hybrid_also.py > /dev/null || exit 1
+elif [[ -n "${ALSO:-}" ]]; then
+  python3 -m mutations apply "allele.$ALSO" $program -o /tmp/hybrid_also.py > /dev/null || exit 1
+fi
 side_end=$((SECONDS + ${SIDE_S:-420})) side=
 if (( ${SIDE_S:-420} > 0 )); then
   CUDA_VISIBLE_DEVICES=1 GATE=${GATE:-shared} BENCH=${BENCH:-all shared all shared} FULL=0 \
     setsid bash tools/gpu/hybrid_programs.sh "$out/programs" > "$out/programs.log" 2>&1 &
   side=$!  # its own process group, ended whole at its deadline
 fi
-CUDA_VISIBLE_DEVICES=0 python3 -m target.hf_checkpoints /tmp/hf_full --device cuda --only qwen3_5_35b_a3b \
+overflow=()
+if (( $(df --output=avail -B1G /tmp | tail -1) < 70 )); then
+  mkdir -p /mnt/ram && (mountpoint -q /mnt/ram || mount -t tmpfs -o size=40g tmpfs /mnt/ram); overflow=(--overflow /mnt/ram)
+fi
+CUDA_VISIBLE_DEVICES=0 python3 -m target.hf_checkpoints /tmp/hf_full --device cuda --only qwen3_5_35b_a3b "${overflow[@]}" \
   > /dev/null 2> "$out/full_write.err" || { touch "$out/done"; exit 1; }
 python3 -m target.toy_tokenizer --config "$full/config.json" --output "$full" > /dev/null 2>> "$out/full_write.err"
 du -sh "$full" | tee -a "$out/disks.txt"
@@ -53,20 +64,24 @@ load() {  # DIR BENCH_FLAGS...: one serve.bench run on the hackathon's lengths
   python3 -m serve.bench --base-url "$url" --tokenizer "$full" --out "$dir" --workload hackathon "$@" | tee "$dir/bench.txt"
 }
 
-stage "$gpus replicas"
-if up "$gpus" "$out/replicas_$gpus"; then
-  load "$out/replicas_$gpus/sweep" --burst 300
-  load "$out/replicas_$gpus/saturated" --concurrency $((gpus * per_gpu)),$((gpus * per_gpu)) --num-requests $((gpus * per_gpu))
-  kill $server; wait $server 2> /dev/null
+if (( gpus > 1 )) && [[ "${REPLICAS:-1}" != 0 ]]; then
+  stage "$gpus replicas"
+  if up "$gpus" "$out/replicas_$gpus"; then
+    load "$out/replicas_$gpus/sweep" --burst 300
+    load "$out/replicas_$gpus/saturated" --concurrency $((gpus * per_gpu)),$((gpus * per_gpu)) --num-requests $((gpus * per_gpu))
+    kill $server; wait $server 2> /dev/null
+  fi
 fi
 stage one replica
-if up 1 "$out/replicas_1"; then
-  load "$out/replicas_1/saturated" --concurrency "$per_gpu,$per_gpu,16,32,64"
-  kill $server; wait $server 2> /dev/null
-fi
-if [[ -n "${ALSO:-}" ]] && up 1 "$out/replicas_1_$ALSO" /tmp/hybrid_also.py; then
-  load "$out/replicas_1_$ALSO/saturated" --concurrency "$per_gpu,$per_gpu,$per_gpu"
-  kill $server; wait $server 2> /dev/null
-fi
+for round in $(seq "${ROUNDS:-1}"); do
+  if up 1 "$out/replicas_1/$round/recipe"; then
+    load "$out/replicas_1/$round/recipe" --concurrency "${ONE_LEVELS:-$per_gpu,$per_gpu,16,32,64}"
+    kill $server; wait $server 2> /dev/null
+  fi
+  if [[ -n "${ALSO:-}" ]] && up 1 "$out/replicas_1/$round/${ALSO%=*}" /tmp/hybrid_also.py; then
+    load "$out/replicas_1/$round/${ALSO%=*}" --concurrency "${ALSO_LEVELS:-$per_gpu,$per_gpu,$per_gpu}"
+    kill $server; wait $server 2> /dev/null
+  fi
+done
 stage done
 touch "$out/done"
