@@ -5,7 +5,7 @@
 #   bash tools/gpu/hybrid_replicas.sh OUT     (longer than one call: under setsid; poll it
 #                                              with tools/gpu/follow.sh at once)
 # 1. the full checkpoint drawn on GPU 0; beside it, on GPU 1 and not past $SIDE_S seconds
-#    (default 420), issue 62's smaller checks: FULL=0 tools/gpu/hybrid_programs.sh OUT/programs
+#    (default 420; none on one GPU), issue 62's smaller checks: FULL=0 tools/gpu/hybrid_programs.sh OUT/programs
 #    with $GATE and $BENCH (default: the shared expert's kernels against `all`);
 # 2. every GPU's replica: the hackathon's sweep (serve.bench --workload hackathon, levels 1-64,
 #    64 requests a level) and then 300 requests at once; then $PER_GPU (default 64) requests a
@@ -34,8 +34,9 @@ if [[ "${ALSO:-}" == *=* ]]; then  # a knob: the recipe with one more tune_const
 elif [[ -n "${ALSO:-}" ]]; then
   python3 -m mutations apply "allele.$ALSO" $program -o /tmp/hybrid_also.py > /dev/null || exit 1
 fi
-side_end=$((SECONDS + ${SIDE_S:-420})) side=
-if (( ${SIDE_S:-420} > 0 )); then
+side_s=${SIDE_S:-$(( gpus > 1 ? 420 : 0 ))}  # the checks need a GPU of their own
+side_end=$((SECONDS + side_s)) side=
+if (( side_s > 0 )); then
   CUDA_VISIBLE_DEVICES=1 GATE=${GATE:-shared} BENCH=${BENCH:-all shared all shared} FULL=0 \
     setsid bash tools/gpu/hybrid_programs.sh "$out/programs" > "$out/programs.log" 2>&1 &
   side=$!  # its own process group, ended whole at its deadline
