@@ -61,13 +61,14 @@ def test_delta_net_kernels_match_the_seed_on_cpu():
     """delta_net_prefill.triton_chunked (prompts of 70, 4 and 130 tokens at once, exactly a
     chunk, a lone token; heads of 8 under tl.dot's 16) and delta_net_decode.triton_fused
     (three steps, states in scattered slots) against the seed's genes: outputs, the
-    delta rule's states, the conv's; delta_gates.triton and gated_rms_norm.triton (fp32 and
-    fp16, no rows too); chunk_systems.triton (heads of 8 to 32, a padded chunk; keys alike,
-    against the seed in fp64; A's rows from the registers and from a scratch) and prompt_convs.triton (fp32 and bf16, prompts shorter than
-    the conv)."""
+    delta rule's states, the conv's; delta_gates.triton (fp32 and fp16, no rows too; a
+    program's heads and a step's dims at two settings) and gated_rms_norm.triton (the same
+    dtypes); chunk_systems.triton (heads of 8 to 32, a padded chunk; keys alike, against the
+    seed in fp64; A's rows from the registers and from a scratch) and prompt_convs.triton
+    (fp32 and bf16, prompts shorter than the conv)."""
     done = interpreted(FIXTURES / "delta_net_kernels.py", timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("ok ") == 170, done.stdout
+    assert done.stdout.count("ok ") == 182, done.stdout
 
 
 def test_prefill_graph_engine_matches_the_seed_on_cpu(small_target):

@@ -80,9 +80,11 @@ for dtype, tol in ((torch.float32, 1e-5), (torch.float16, 2e-3)):  # fp16: one r
                "b": (torch.randn(heads, hidden) / hidden ** 0.5).to(dtype),
                "A_log": torch.randn(heads), "dt_bias": torch.randn(heads) * 8}  # some past softplus' threshold
         x = torch.randn(rows, hidden).to(dtype)
-        got, want = GATES.delta_gates(x, lin), SEED.delta_gates(x, lin)
-        for name, g, w in zip(("log_decay", "beta"), got, want):
-            check(f"delta_gates {dtype} {rows}x{hidden}, {heads} heads: {name}", g, w, tol)
+        for GATES.DELTA_GATES_HEADS, GATES.DELTA_GATES_BLOCK in ((2, 2048), (32, 64)):  # the row in one step; in many
+            got, want = GATES.delta_gates(x, lin), SEED.delta_gates(x, lin)
+            for name, g, w in zip(("log_decay", "beta"), got, want):
+                check(f"delta_gates {dtype} {rows}x{hidden}, {heads} heads, {GATES.DELTA_GATES_HEADS} a program, "
+                      f"{GATES.DELTA_GATES_BLOCK} a step: {name}", g, w, tol)
         out = torch.randn(rows, heads, 16) * 3
         z = torch.randn(rows, heads, 16).to(dtype)
         weight = (1 + torch.randn(16) / 4).to(dtype)

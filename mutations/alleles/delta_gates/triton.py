@@ -2,12 +2,15 @@
 
 The seed runs two matmuls of [N, hidden] by [value heads, hidden] and eight elementwise
 launches (sigmoid, casts, the bias, softplus, exp, the products) a layer: ten launches for
-2 x 32 numbers a token. Here a program per token reads its row of x once, takes its dot
-products with every head's row of a and b in fp32, rounds them to x's dtype as the seed's
-matmuls do, and writes log_decay = -exp(A_log) softplus(x a' + dt_bias) and beta =
-sigmoid(x b') (rounded to x's dtype, as the seed's sigmoid is). Each program reads the
-weights (2 x 128 KB on Qwen3.5) again: from L2 in a decode batch; in a long prefill about a
-millisecond a layer, beside the tens the layer takes.
+2 x 32 numbers a token. Here a program per token and DELTA_GATES_HEADS heads reads its row
+of x, takes its dot products with those heads' rows of a and b in fp32, rounds them to x's
+dtype as the seed's matmuls do, and writes log_decay = -exp(A_log) softplus(x a' + dt_bias)
+and beta = sigmoid(x b') (rounded to x's dtype, as the seed's sigmoid is). Split by heads,
+a decode step's few rows still make many short programs: one program per token for every
+head read 256 KB of weights in eight dependent steps (about 35 us a call at 64 rows on an
+H200, docs/log/2026-11-29-hybrid-tf32-prefill-gates-served-conc-64.md; one program at
+batch 1). Every row reads all the weights (2 x 128 KB on Qwen3.5): from L2 in a decode
+batch; in a long prefill about a millisecond a layer, beside the tens the layer takes.
 """
 import torch
 import triton
@@ -16,15 +19,16 @@ import triton.language as tl
 REQUIRES = {}
 DEVICES = "cuda"
 
-DELTA_GATES_BLOCK = 256  # range: 64..1024; hidden dims a step of the dot products takes
+DELTA_GATES_HEADS = 2  # range: 1..32; value heads a program takes (rows x heads / this programs)
+DELTA_GATES_BLOCK = 2048  # range: 64..8192; hidden dims a step of the dot products takes
 
 
 @triton.jit
 def delta_gates_kernel(x_ptr, a_ptr, b_ptr, a_log_ptr, dt_bias_ptr, decay_ptr, beta_ptr, hidden, heads,
                        BLOCK_H: tl.constexpr, BLOCK: tl.constexpr):
-    """decay[n] and beta[n] (heads each, fp32) from x[n] [hidden] and a, b [heads, hidden]."""
+    """decay[n] and beta[n] of BLOCK_H heads (fp32) from x[n] [hidden] and a, b [heads, hidden]."""
     n = tl.program_id(0)
-    h = tl.arange(0, BLOCK_H)
+    h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     h_ok = h < heads
     dot_a = tl.zeros([BLOCK_H], dtype=tl.float32)
     dot_b = tl.zeros([BLOCK_H], dtype=tl.float32)
@@ -51,7 +55,9 @@ def delta_gates(x, lin):
     heads = lin["a"].shape[0]
     decay = torch.empty(rows, heads, device=x.device, dtype=torch.float32)
     beta = torch.empty_like(decay)
+    block_h = min(DELTA_GATES_HEADS, triton.next_power_of_2(heads))
     if rows:
-        delta_gates_kernel[(rows,)](x.contiguous(), lin["a"], lin["b"], lin["A_log"], lin["dt_bias"], decay, beta,
-                                    hidden, heads, BLOCK_H=triton.next_power_of_2(heads), BLOCK=DELTA_GATES_BLOCK)
+        delta_gates_kernel[(rows, triton.cdiv(heads, block_h))](
+            x.contiguous(), lin["a"], lin["b"], lin["A_log"], lin["dt_bias"], decay, beta, hidden, heads,
+            BLOCK_H=block_h, BLOCK=min(DELTA_GATES_BLOCK, triton.next_power_of_2(hidden)))
     return decay, beta
