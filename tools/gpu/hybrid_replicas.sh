@@ -14,7 +14,8 @@
 #    then the sweep's levels 16-64). The scaling is 2.'s last level over 3.'s first two, the
 #    load per GPU alike. With $ALSO (an allele, plus_shared_expert.triton, or a knob set,
 #    SYSTEM_ROWS_FROM_MEMORY=1), the recipe with it on one replica next, $ALSO_LEVELS (default:
-#    $PER_GPU at once three times); $ROUNDS (default 1) rounds of the two in turn.
+#    $PER_GPU at once three times); $ROUNDS (default 1) rounds of the two in turn; $ONE_FLAGS
+#    go to each of their serve.bench runs (--num-requests 16: shorter low levels).
 # SIDE_S=0 leaves 1.'s checks out; on one GPU (or REPLICAS=0) 2. is left out. A disk under
 # 70 GiB free (the one-GPU kinds') takes the checkpoint's overflow in a tmpfs.
 # OUT/done appears at the end (follow.sh OUT SECONDS done).
@@ -76,11 +77,11 @@ fi
 stage one replica
 for round in $(seq "${ROUNDS:-1}"); do
   if up 1 "$out/replicas_1/$round/recipe"; then
-    load "$out/replicas_1/$round/recipe" --concurrency "${ONE_LEVELS:-$per_gpu,$per_gpu,16,32,64}"
+    load "$out/replicas_1/$round/recipe" --concurrency "${ONE_LEVELS:-$per_gpu,$per_gpu,16,32,64}" ${ONE_FLAGS:-}
     kill $server; wait $server 2> /dev/null
   fi
   if [[ -n "${ALSO:-}" ]] && up 1 "$out/replicas_1/$round/${ALSO%=*}" /tmp/hybrid_also.py; then
-    load "$out/replicas_1/$round/${ALSO%=*}" --concurrency "${ALSO_LEVELS:-$per_gpu,$per_gpu,$per_gpu}"
+    load "$out/replicas_1/$round/${ALSO%=*}" --concurrency "${ALSO_LEVELS:-$per_gpu,$per_gpu,$per_gpu}" ${ONE_FLAGS:-}
     kill $server; wait $server 2> /dev/null
   fi
 done
