@@ -81,7 +81,7 @@ def build(args) -> tuple:
     gpus = max(torch.cuda.device_count(), 1) if on_cuda else 1
     replicas = args.replicas or gpus
     if on_cuda and replicas > gpus:
-        raise SystemExit(f"--replicas {replicas}: this host has {torch.cuda.device_count()} GPUs")
+        raise SystemExit(f"--replicas {replicas}: {torch.cuda.device_count()} GPUs are visible here")
     client = ReplicatedClient(args, tokenizer.eos_token_id, replicas, on_cuda) if replicas > 1 else \
         EngineCoreClient(args, tokenizer.eos_token_id)
     ready = client.wait_ready()

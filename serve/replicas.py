@@ -8,18 +8,27 @@ API process can add up the replicas' counts.
 """
 import argparse
 import asyncio
+import os
 from typing import AsyncIterator
 
 from serve.core_client import EngineCoreClient
 
 
+def replica_devices(num_replicas: int, on_cuda: bool) -> list:
+    """Each replica's CUDA_VISIBLE_DEVICES: the i-th GPU this process sees (of its own
+    CUDA_VISIBLE_DEVICES when it has one: a server given GPUs 2 and 3 serves on them, not
+    on 0 and 1); None on a CPU, where the replicas share the host."""
+    if not on_cuda:
+        return [None] * num_replicas
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    gpus = [d.strip() for d in visible.split(",")] if visible else [str(i) for i in range(num_replicas)]
+    return gpus[:num_replicas]
+
+
 class ReplicatedClient:
     def __init__(self, args, eos_token_id, num_replicas: int, on_cuda: bool):
-        self.replicas = []
-        for i in range(num_replicas):
-            # On a CPU the replicas share the host; on CUDA each sees GPU i alone.
-            replica_args = argparse.Namespace(**vars(args), cuda_visible_devices=str(i) if on_cuda else None)
-            self.replicas.append(EngineCoreClient(replica_args, eos_token_id))
+        self.replicas = [EngineCoreClient(argparse.Namespace(**vars(args), cuda_visible_devices=device), eos_token_id)
+                         for device in replica_devices(num_replicas, on_cuda)]
         self.owner = {}  # seq_id -> its replica
         self.in_flight = [0] * num_replicas
 

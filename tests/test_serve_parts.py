@@ -18,7 +18,7 @@ from serve.app import build_app
 from serve.core_client import PipeWriter
 from serve.engine_core import EngineCore, StepOutputs
 from serve.llm_engine import LLMEngine
-from serve.replicas import ReplicatedClient
+from serve.replicas import ReplicatedClient, replica_devices
 from serve.logprobs import completion_logprobs
 from serve.model_runner import LaunchedStep, ModelRunner, warm_up_plan
 from serve.output_processor import OutputProcessor, SequenceOutput, SequenceState
@@ -535,6 +535,14 @@ def test_the_hackathon_workload_sets_its_defaults_and_the_command_line_still_sta
     assert (args.input_len, args.output_len, args.warmup, args.burst) == (1024, 323, 2, 0)
     assert args.concurrency == [1, 2, 4, 8, 16, 32, 64] and args.num_requests == 8
     assert bench.parse_args(["--base-url", "http://x"]).output_len == 1024
+
+
+def test_each_replica_sees_one_of_the_gpus_the_server_was_given(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert replica_devices(2, on_cuda=True) == ["0", "1"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")  # not GPUs 0 and 1 again
+    assert replica_devices(2, on_cuda=True) == ["2", "3"] and replica_devices(1, on_cuda=True) == ["2"]
+    assert replica_devices(2, on_cuda=False) == [None, None]  # a CPU's replicas share the host
 
 
 def test_replicas_take_each_sequence_to_the_least_loaded_and_free_it_when_it_ends():
