@@ -4,7 +4,7 @@
 # docs/log/2026-11-29-hybrid-replicas-four-and-two-gpus.md):
 #   bash tools/gpu/hybrid_replicas.sh OUT     (longer than one call: under setsid; poll it
 #                                              with tools/gpu/follow.sh at once)
-# 1. the full checkpoint drawn on GPU 0; beside it, on GPU 1 and not past $SIDE_S seconds
+# 1. the full checkpoint drawn on the first GPU; beside it, on the second and not past $SIDE_S seconds
 #    (default 420; none on one GPU), issue 62's smaller checks: FULL=0 tools/gpu/hybrid_programs.sh OUT/programs
 #    with $GATE and $BENCH (default: the shared expert's kernels against `all`);
 # 2. every GPU's replica: the hackathon's sweep (serve.bench --workload hackathon, levels 1-64,
@@ -23,7 +23,10 @@ set -uo pipefail
 out=$1; mkdir -p "$out"
 source tools/gpu/env.sh
 stage() { echo "== $* $(date +%T)" | tee -a "$out/stages.txt"; }
-gpus=$(nvidia-smi -L | wc -l) per_gpu=${PER_GPU:-64}
+# The GPUs given (CUDA_VISIBLE_DEVICES: GPU 1 of two, beside a search on GPU 0), else every one.
+if [[ -n "${CUDA_VISIBLE_DEVICES:-}" ]]; then IFS=, read -ra visible <<< "$CUDA_VISIBLE_DEVICES"
+else mapfile -t visible < <(seq 0 $(( $(nvidia-smi -L | wc -l) - 1 ))); fi
+gpus=${#visible[@]} per_gpu=${PER_GPU:-64}
 df -h / /tmp 2>&1 | tee "$out/disks.txt"; free -g | tee -a "$out/disks.txt"
 
 stage program and checkpoint
@@ -37,8 +40,8 @@ elif [[ -n "${ALSO:-}" ]]; then
 fi
 side_s=${SIDE_S:-$(( gpus > 1 ? 420 : 0 ))}  # the checks need a GPU of their own
 side_end=$((SECONDS + side_s)) side=
-if (( side_s > 0 )); then
-  CUDA_VISIBLE_DEVICES=1 GATE=${GATE:-shared} BENCH=${BENCH:-all shared all shared} FULL=0 \
+if (( side_s > 0 && gpus > 1 )); then
+  CUDA_VISIBLE_DEVICES=${visible[1]} GATE=${GATE:-shared} BENCH=${BENCH:-all shared all shared} FULL=0 \
     setsid bash tools/gpu/hybrid_programs.sh "$out/programs" > "$out/programs.log" 2>&1 &
   side=$!  # its own process group, ended whole at its deadline
 fi
@@ -46,7 +49,7 @@ overflow=()
 if (( $(df --output=avail -B1G /tmp | tail -1) < 70 )); then
   mkdir -p /mnt/ram && (mountpoint -q /mnt/ram || mount -t tmpfs -o size=40g tmpfs /mnt/ram); overflow=(--overflow /mnt/ram)
 fi
-CUDA_VISIBLE_DEVICES=0 python3 -m target.hf_checkpoints /tmp/hf_full --device cuda --only qwen3_5_35b_a3b "${overflow[@]}" \
+CUDA_VISIBLE_DEVICES=${visible[0]} python3 -m target.hf_checkpoints /tmp/hf_full --device cuda --only qwen3_5_35b_a3b "${overflow[@]}" \
   > /dev/null 2> "$out/full_write.err" || { touch "$out/done"; exit 1; }
 python3 -m target.toy_tokenizer --config "$full/config.json" --output "$full" > /dev/null 2>> "$out/full_write.err"
 du -sh "$full" | tee -a "$out/disks.txt"
