@@ -5,12 +5,13 @@ launches (sigmoid, casts, the bias, softplus, exp, the products) a layer: ten la
 2 x 32 numbers a token. Here a program per token and DELTA_GATES_HEADS heads reads its row
 of x, takes its dot products with those heads' rows of a and b in fp32, rounds them to x's
 dtype as the seed's matmuls do, and writes log_decay = -exp(A_log) softplus(x a' + dt_bias)
-and beta = sigmoid(x b') (rounded to x's dtype, as the seed's sigmoid is). Split by heads,
-a decode step's few rows still make many short programs: one program per token for every
-head read 256 KB of weights in eight dependent steps (about 35 us a call at 64 rows on an
-H200, docs/log/2026-11-29-hybrid-tf32-prefill-gates-served-conc-64.md; one program at
-batch 1). Every row reads all the weights (2 x 128 KB on Qwen3.5): from L2 in a decode
-batch; in a long prefill about a millisecond a layer, beside the tens the layer takes.
+and beta = sigmoid(x b') (rounded to x's dtype, as the seed's sigmoid is). The heads are
+split over programs so that a decode step's few rows still make many short ones: a program
+a token for every head read 256 KB of weights in eight dependent steps (about 35 us a call
+at 64 rows on an H200, docs/log/2026-11-29-hybrid-tf32-prefill-gates-served-conc-64.md,
+and one program at batch 1). Every row reads all the weights (2 x 128 KB on Qwen3.5): from
+L2 in a decode batch; in a long prefill about a millisecond a layer, beside the tens the
+layer takes.
 """
 import torch
 import triton
@@ -19,7 +20,7 @@ import triton.language as tl
 REQUIRES = {}
 DEVICES = "cuda"
 
-DELTA_GATES_HEADS = 2  # range: 1..32; value heads a program takes (rows x heads / this programs)
+DELTA_GATES_HEADS = 2  # range: 1..32; value heads a program takes (programs: rows x heads / this)
 DELTA_GATES_BLOCK = 2048  # range: 64..8192; hidden dims a step of the dot products takes
 
 
