@@ -46,3 +46,23 @@ start_server() {
     done
     echo "the server did not start in 400 s"; return 1
 }
+
+# target.hf_checkpoints' NAME drawn on the GPU into ROOT/NAME, with a byte-level tokenizer of
+# its vocabulary; a shard that would leave the disk under 2 GiB goes to a tmpfs (the one-GPU
+# kinds' 64 GiB of disk hold neither the 57 nor the 65 GiB shape). Errors to ERRORS.
+#   full_checkpoint ROOT NAME ERRORS
+full_checkpoint() {
+    local root=$1 name=$2 errors=$3
+    mkdir -p /mnt/ram && (mountpoint -q /mnt/ram || mount -t tmpfs -o size=40g tmpfs /mnt/ram)
+    python3 -m target.hf_checkpoints "$root" --device cuda --only "$name" --overflow /mnt/ram > /dev/null 2> "$errors" || return 1
+    python3 -m target.toy_tokenizer --config "$root/$name/config.json" --output "$root/$name" > /dev/null 2>> "$errors"
+}
+
+# RECIPE's program with one knob set (NAME=VALUE, a tune_constant line after the recipe's) at
+# OUT.py, its recipe beside it (OUT.txt).
+#   knob_program RECIPE NAME=VALUE OUT.py
+knob_program() {
+    local recipe=$1 knob=$2 program=$3
+    { cat "$recipe"; echo "tune_constant {\"constant\": \"${knob%=*}\", \"new\": ${knob#*=}}"; } > "${program%.py}.txt"
+    python3 -m mutations recipe "${program%.py}.txt" -o "$program" > /dev/null
+}

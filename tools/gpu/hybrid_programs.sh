@@ -49,8 +49,7 @@ python3 -m mutations apply allele.chunk_systems.triton $p/gates.py -o $p/e.py > 
 python3 -m mutations apply allele.prompt_convs.triton $p/e.py -o $p/systems.py > /dev/null || exit 1
 python3 -m mutations recipe mutations/recipes/qwen3_5_by_hand.txt -o $p/all.py > /dev/null || exit 1
 python3 -m mutations apply allele.plus_shared_expert.triton $p/all.py -o $p/shared.py > /dev/null || exit 1
-{ cat mutations/recipes/qwen3_5_by_hand.txt; echo 'tune_constant {"constant": "SYSTEM_ROWS_FROM_MEMORY", "new": 1}'; } > $p/rows.txt
-python3 -m mutations recipe $p/rows.txt -o $p/rows.py > /dev/null || exit 1
+knob_program mutations/recipes/qwen3_5_by_hand.txt SYSTEM_ROWS_FROM_MEMORY=1 $p/rows.py || exit 1
 grep -h "^# allele" $p/all.py | sort | uniq -c | tee "$out/all_alleles.txt"
 
 stage kernels
@@ -88,9 +87,7 @@ done
 
 [[ "${FULL:-1}" == 1 ]] || { stage done; exit 0; }
 stage full checkpoint
-mkdir -p /mnt/ram && (mountpoint -q /mnt/ram || mount -t tmpfs -o size=40g tmpfs /mnt/ram)
-python3 -m target.hf_checkpoints /tmp/hf --device cuda --only qwen3_5_35b_a3b --overflow /mnt/ram > /dev/null 2> "$out/full_write.err" || exit 1
-python3 -m target.toy_tokenizer --config "$full/config.json" --output "$full" > /dev/null 2>> "$out/full_write.err"
+full_checkpoint /tmp/hf qwen3_5_35b_a3b "$out/full_write.err" || exit 1
 ls -la "$full" | head -5; df -h /tmp /mnt/ram | tee -a "$out/disks.txt"
 
 stage all 40 layers

@@ -16,8 +16,8 @@
 #    SYSTEM_ROWS_FROM_MEMORY=1), the recipe with it on one replica next, $ALSO_LEVELS (default:
 #    $PER_GPU at once three times); $ROUNDS (default 1) rounds of the two in turn; $ONE_FLAGS
 #    go to each of their serve.bench runs (--num-requests 16: shorter low levels).
-# SIDE_S=0 leaves 1.'s checks out; on one GPU (or REPLICAS=0) 2. is left out. A disk under
-# 70 GiB free (the one-GPU kinds') takes the checkpoint's overflow in a tmpfs.
+# SIDE_S=0 leaves 1.'s checks out; on one GPU (or REPLICAS=0) 2. is left out. On a small disk
+# (the one-GPU kinds') the checkpoint's overflow goes to a tmpfs (env.sh's full_checkpoint).
 # OUT/done appears at the end (follow.sh OUT SECONDS done).
 set -uo pipefail
 out=$1; mkdir -p "$out"
@@ -32,9 +32,8 @@ df -h / /tmp 2>&1 | tee "$out/disks.txt"; free -g | tee -a "$out/disks.txt"
 stage program and checkpoint
 program=/tmp/hybrid_all.py full=/tmp/hf_full/qwen3_5_35b_a3b
 python3 -m mutations recipe mutations/recipes/qwen3_5_by_hand.txt -o $program > /dev/null || { touch "$out/done"; exit 1; }
-if [[ "${ALSO:-}" == *=* ]]; then  # a knob: the recipe with one more tune_constant line
-  { cat mutations/recipes/qwen3_5_by_hand.txt; echo "tune_constant {\"constant\": \"${ALSO%=*}\", \"new\": ${ALSO#*=}}"; } > /tmp/hybrid_also.txt
-  python3 -m mutations recipe /tmp/hybrid_also.txt -o /tmp/hybrid_also.py > /dev/null || exit 1
+if [[ "${ALSO:-}" == *=* ]]; then
+  knob_program mutations/recipes/qwen3_5_by_hand.txt "$ALSO" /tmp/hybrid_also.py || exit 1
 elif [[ -n "${ALSO:-}" ]]; then
   python3 -m mutations apply "allele.$ALSO" $program -o /tmp/hybrid_also.py > /dev/null || exit 1
 fi
@@ -45,13 +44,8 @@ if (( side_s > 0 && gpus > 1 )); then
     setsid bash tools/gpu/hybrid_programs.sh "$out/programs" > "$out/programs.log" 2>&1 &
   side=$!  # its own process group, ended whole at its deadline
 fi
-overflow=()
-if (( $(df --output=avail -B1G /tmp | tail -1) < 70 )); then
-  mkdir -p /mnt/ram && (mountpoint -q /mnt/ram || mount -t tmpfs -o size=40g tmpfs /mnt/ram); overflow=(--overflow /mnt/ram)
-fi
-CUDA_VISIBLE_DEVICES=${visible[0]} python3 -m target.hf_checkpoints /tmp/hf_full --device cuda --only qwen3_5_35b_a3b "${overflow[@]}" \
-  > /dev/null 2> "$out/full_write.err" || { touch "$out/done"; exit 1; }
-python3 -m target.toy_tokenizer --config "$full/config.json" --output "$full" > /dev/null 2>> "$out/full_write.err"
+CUDA_VISIBLE_DEVICES=${visible[0]} full_checkpoint /tmp/hf_full qwen3_5_35b_a3b "$out/full_write.err" \
+  || { touch "$out/done"; exit 1; }
 du -sh "$full" | tee -a "$out/disks.txt"
 if [[ -n $side ]]; then
   stage "waiting for issue 62's checks"

@@ -67,9 +67,7 @@ done
 
 [[ "${SERVE:-1}" == 1 ]] || { stage done; exit 0; }
 stage full checkpoint
-mkdir -p /mnt/ram && (mountpoint -q /mnt/ram || mount -t tmpfs -o size=40g tmpfs /mnt/ram)
-python3 -m target.hf_checkpoints /tmp/hf --device cuda --only $checkpoint --overflow /mnt/ram > /dev/null 2> "$out/full_write.err" || exit 1
-python3 -m target.toy_tokenizer --config "$full/config.json" --output "$full" > /dev/null 2>> "$out/full_write.err"
+full_checkpoint /tmp/hf $checkpoint "$out/full_write.err" || exit 1
 
 for name in tuned hand; do
   stage served $name
