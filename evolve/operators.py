@@ -106,12 +106,17 @@ def sweep_size(time_left_s: float, judge_s: float, workers: int, population: int
     return max(population, min(MAX_SWEEP, fits))
 
 
-DEMOTED = 2  # sweep_rank's last: tried only when nothing else is left, never-tried or not
+# sweep_rank's ranks, first to last.
+OWN, LEVER, OTHER, DEMOTED = 0, 1, 2, 3
 
 
 def sweep_rank(name: str, device: str, vocabulary) -> int:
     """Where an operator goes in a sweep that cannot take them all (random within a rank):
-    on a GPU the GPU-only operators first (kernels and graphs are the large levers there:
+    first the swaps of the genes the target's own family brings (`Vocabulary.own_genes`: the
+    seed's reference-like MoE or DeltaNet; a 20-minute search from the seed on 4 layers of
+    Qwen3-30B-A3B drew 7 of ~20 GPU-only operators at random, none of them the MoE's, and
+    returned the seed: docs/log/2026-11-29-moe-search-from-seed-hybrid-one-gpu-sweep.md);
+    then on a GPU the GPU-only operators (kernels and graphs are the large levers there:
     docs/log/2026-11-21-every-operator-alone-on-seed.md); last, swaps back to a seed allele
     (from the seed they have nothing to do), the operators slow to judge (their
     `slow_to_judge` says why) and, on a CPU, the GPU's levers (`gpu_lever`: CUDA graphs ran
@@ -120,7 +125,9 @@ def sweep_rank(name: str, device: str, vocabulary) -> int:
     on_gpu, lever = str(device).startswith("cuda"), vocabulary.is_gpu_lever(name)
     if name.endswith(".seed") or vocabulary.is_slow_to_judge(name) or (not on_gpu and lever):
         return DEMOTED
-    return 0 if on_gpu and (vocabulary.devices_of(name) == "cuda" or lever) else 1
+    if vocabulary.gene_of(name) in vocabulary.own_genes:
+        return OWN
+    return LEVER if on_gpu and (vocabulary.devices_of(name) == "cuda" or lever) else OTHER
 
 
 def gain_pairs(programs: list, scores, memo, seed, limit: int) -> list:
@@ -150,11 +157,12 @@ class Vocabulary:
     """The operator module's functions. A module with only `random_mutation` and
     `crossover` (the --operators stand-ins) is drawn from at random and never merges.
     `idle_genes`: genes the target never runs (contract.families.idle_genes), whose swaps
-    would make programs that compute as their parent does."""
+    would make programs that compute as their parent does; `own_genes`: those its family
+    brings (contract.families.own_genes), swept first."""
 
-    def __init__(self, module, mutate_fn, mate_fn, idle_genes=frozenset()):
+    def __init__(self, module, mutate_fn, mate_fn, idle_genes=frozenset(), own_genes=frozenset()):
         self.random_mutation, self.crossover = mutate_fn, mate_fn
-        self.idle_genes = idle_genes
+        self.idle_genes, self.own_genes = idle_genes, own_genes
         applicable = getattr(module, "applicable_operators", None)
         self.apply = getattr(module, "apply_operator", None)
         self.can_choose = callable(applicable) and callable(self.apply)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from deap import tools
 
-from contract.families import idle_genes
+from contract.families import idle_genes, own_genes
 from contract.model_config import ModelConfig
 from evolve import checkpoint, history, library
 from evolve.checkpoint import RunDir, new_run_id
@@ -80,8 +80,9 @@ class Search:
         # and the mean judgement) change between one batch and the next.
         self.evaluator = Evaluator(config, run, self.scores, self.history, self.pool.stopping,
                                    self.clock.left, judge_fn, final_reserve=self.final_reserve_s)
+        model = ModelConfig.load(config.model_config)
         self.toolbox = make_toolbox(config, self.hall_of_fame, self.evaluator, self.pool.map, self.rng,
-                                    mutate_fn, mate_fn, idle_genes(ModelConfig.load(config.model_config)))
+                                    mutate_fn, mate_fn, idle_genes(model), own_genes(model))
         self.judging = Judging(self.toolbox, self.scores, config.workers)
         make = self.toolbox.individual
         self.seed = make(Path(config.seed_engine).read_text(), (), "seed", {})

@@ -17,7 +17,7 @@ from deap import base, creator, tools
 import mutations
 from evolve.memo import Known, Memo
 from evolve.merge import MERGE_EVERY_GAIN, merge, merge_every_gain, pairs_to_merge
-from evolve.operators import DECLINED, DEMOTED, FAILED, OperatorSelector, Vocabulary, outcome, sweep_rank
+from evolve.operators import DECLINED, DEMOTED, FAILED, LEVER, OperatorSelector, Vocabulary, outcome, sweep_rank
 from evolve.program import Program, admitted, made
 
 if not hasattr(creator, "FitnessSpeed"):
@@ -73,8 +73,9 @@ def open_operators(parent: Program, vocabulary: Vocabulary, memo: Memo, device: 
 def sweep(parent: Program, limit: int, make, vocabulary: Vocabulary, selector: OperatorSelector, memo: Memo,
           rng: random.Random, device: str, levers_only: bool = False) -> list:
     """A child of `parent` by each of the first `limit` operators that apply to it and are
-    not spent on it, each then spent on it: GPU-only ones first on a GPU (with
-    `levers_only`, only those, if any), then by the bandit's score, then at random; on a
+    not spent on it, each then spent on it, in `sweep_rank`'s order (swaps of the target's
+    own genes, then GPU-only ones on a GPU; with `levers_only`, on a GPU, only those two, if
+    any), then by the bandit's score, then at random; on a
     GPU, swaps that put portable code where a kernel runs only when nothing else is left.
     An operator with `sweep_places` takes up to that many places, a fresh draw in each.
     Operators the run never tried, the demoted aside, take every other place, or a short
@@ -91,8 +92,8 @@ def sweep(parent: Program, limit: int, make, vocabulary: Vocabulary, selector: O
         children += [child] if isinstance(child, Program) else []  # taken before: its place goes on
     names = open_operators(parent, vocabulary, memo, device)
     ranks = {n: sweep_rank(n, device, vocabulary) for n in names}
-    if levers_only and 0 in ranks.values():
-        names = [n for n in names if ranks[n] == 0]
+    if levers_only and str(device).startswith("cuda"):
+        names = [n for n in names if ranks[n] <= LEVER] or names
     ranked = sorted(names, key=lambda n: (ranks[n], -selector.score(n), rng.random()))
     # Demoted operators stay last even untried: a CPU run's sweep put CUDA-graph decode
     # (0.14x there) second for being new.
@@ -173,13 +174,14 @@ def clone_of(program, individuals):
 
 
 def make_toolbox(config, hall_of_fame, evaluate, map_fn, rng: random.Random,
-                 mutate_fn=default_mutate_fn, mate_fn=default_mate_fn, idle_genes=frozenset()) -> base.Toolbox:
+                 mutate_fn=default_mutate_fn, mate_fn=default_mate_fn, idle_genes=frozenset(),
+                 own_genes=frozenset()) -> base.Toolbox:
     """The algorithm by role: each operation bound to its settings; `idle_genes`, genes the
-    target never runs, are never swapped."""
+    target never runs, are never swapped; `own_genes`, those its family brings, are swept first."""
     toolbox = base.Toolbox()
     toolbox.register("individual", individual_type(config.nsga2))
     toolbox.selector, toolbox.memo = OperatorSelector(), Memo()  # the search's learning: plain state
-    vocabulary = Vocabulary(operator_module(mutate_fn), mutate_fn, mate_fn, idle_genes)
+    vocabulary = Vocabulary(operator_module(mutate_fn), mutate_fn, mate_fn, idle_genes, own_genes)
     breeding = {"make": toolbox.individual, "vocabulary": vocabulary, "memo": toolbox.memo, "rng": rng}
     toolbox.register("mutate", mutate, **breeding, selector=toolbox.selector, device=config.device)
     toolbox.register("sweep", sweep, **breeding, selector=toolbox.selector, device=config.device)

@@ -20,8 +20,8 @@ from evolve import checkpoint, final, history
 from evolve.loop import Breeding, Budget, breed
 from evolve.memo import Known, MERGE, MERGE_DECLINED, Memo, normalized_id
 from evolve.merge import MERGE_EVERY_GAIN, merge, merge_every_gain
-from evolve.operators import (DECLINED, DEMOTED, FAILED, IMPROVED, NEUTRAL, OperatorSelector, Vocabulary, gain_pairs,
-                              outcome, sweep_rank, sweep_size)
+from evolve.operators import (DECLINED, DEMOTED, FAILED, IMPROVED, LEVER, NEUTRAL, OTHER, OperatorSelector,
+                              Vocabulary, gain_pairs, outcome, sweep_rank, sweep_size)
 from evolve.program import Program
 from evolve.scores import Scores
 from evolve.search import run
@@ -113,10 +113,10 @@ def test_sweep_size_fits_the_budget():
 def test_sweep_order_puts_each_device_levers_where_they_pay():
     vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover)
     rank = lambda name, device: sweep_rank(name, device, vocabulary)  # noqa: E731
-    assert rank("allele.Engine.cuda_graphs", "cuda") == rank("allele.rms_norm.triton", "cuda") == 0
-    assert rank("fuse_linears", "cuda") == rank("fuse_linears", "cpu") == 1
-    assert rank("allele.Engine.cuda_graphs", "cpu") == rank("allele.Engine.seed", "cuda") == 2  # last
-    assert rank("torch_compile", "cuda") == 2  # compiles on every engine: a screen is 2-3x another's
+    assert rank("allele.Engine.cuda_graphs", "cuda") == rank("allele.rms_norm.triton", "cuda") == LEVER
+    assert rank("fuse_linears", "cuda") == rank("fuse_linears", "cpu") == OTHER
+    assert rank("allele.Engine.cuda_graphs", "cpu") == rank("allele.Engine.seed", "cuda") == DEMOTED  # last
+    assert rank("torch_compile", "cuda") == DEMOTED  # compiles on every engine: a screen is 2-3x another's
     # The allele declares itself a GPU lever (GPU_LEVER), and the declaration stays out of programs.
     assert [o.name for o in mutations.all_operators() if o.gpu_lever] == ["allele.Engine.cuda_graphs"]
     assert "GPU_LEVER" not in swapped(SEED, "allele.Engine.cuda_graphs")
@@ -626,5 +626,5 @@ def test_generation_one_fills_a_population_past_the_levers_the_best_already_has(
     assert len(children) == 4 and len({c.id for c in children}) == 4
     vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover)
     ranks = [sweep_rank(c.operator, "cuda", vocabulary) for c in children]
-    assert ranks[0] == 0 < ranks[-1] and ranks == sorted(ranks)  # the levers (one here), then the rest
+    assert ranks[0] == LEVER < ranks[-1] and ranks == sorted(ranks)  # the levers (one here), then the rest
     assert all(c.parent_ids == (best.id,) for c in children)

@@ -148,7 +148,7 @@ queue() {
   done
   touch "$state/queue$gpu.done"
 }
-export -f run_job try_rounds try_target bench_rounds target_of queue
+export -f run_job hf_compare try_rounds try_target bench_rounds target_of queue
 export state gpu
 CUDA_VISIBLE_DEVICES=$gpu setsid bash -c 'queue "$@"' queue "$@" > "$state/queue$gpu.log" 2>&1 < /dev/null &
 echo "queue $gpu started: $* (log $state/queue$gpu.log)"

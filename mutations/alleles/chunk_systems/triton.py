@@ -25,7 +25,10 @@ import triton.language as tl
 REQUIRES = {}
 DEVICES = "cuda"
 
-SYSTEM_WARPS = 8  # range: 4..16; warps a chunk's program runs with ([C, D] fp32 tiles in registers)
+# 4 warps: 2.63 ms a call on 16 x 1,024 tokens of Qwen3.5's width against 4.16 with 8 (an H200,
+# tools.probes.chunk_systems_cost), and served at 64 at once 1.02x
+# (docs/log/2026-11-29-moe-search-from-seed-hybrid-one-gpu-sweep.md).
+SYSTEM_WARPS = 4  # range: 4..16; warps a chunk's program runs with ([C, D] fp32 tiles in registers)
 SYSTEM_ROWS_FROM_MEMORY = 0  # range: 0..1, step 1; 1: the substitution's rows of A loaded from a scratch
 
 
