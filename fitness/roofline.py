@@ -35,7 +35,7 @@ from contract.devices import is_cuda
 from contract.layout import weight_shapes
 from contract.model_config import ConfigError, ModelConfig
 from fitness.cases import CASE_SETS, select_cases
-from fitness.traces import count_tokens
+from fitness.traces import Event, count_tokens
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "target" / "model_config.json"
 
@@ -166,6 +166,25 @@ def case_bound(config: ModelConfig, events, gpu="h100") -> dict:
         "tokens_per_second": sum(count_tokens(events)) / total_seconds,
         "bound_by": max(seconds, key=seconds.get),
     }
+
+
+def served_events(concurrency: int, num_requests: int, input_len: int, output_len: int) -> list:
+    """A served level (serve.bench) as the engine's calls at best: its requests in waves of
+    `concurrency`, each wave one prefill of every prompt (its first token) and output_len - 1
+    decode steps of every request. A server that runs a level so keeps `concurrency` in flight."""
+    events = []
+    for start in range(0, num_requests, concurrency):
+        ids = tuple(range(start, min(start + concurrency, num_requests)))
+        events += [Event("prefill", ids, (input_len,) * len(ids))] + [Event("decode", ids)] * (output_len - 1)
+        events.append(Event("remove", ids))
+    return events
+
+
+def served_bound(config: ModelConfig, concurrency: int, num_requests: int, input_len: int, output_len: int,
+                 gpu="h100") -> float:
+    """The output tokens/s a served level cannot beat on `gpu` (`served_events`' passes)."""
+    seconds = case_bound(config, served_events(concurrency, num_requests, input_len, output_len), gpu)["seconds"]
+    return num_requests * output_len / seconds
 
 
 def roofline_table(config: ModelConfig, cases: dict, gpu="h100") -> list:

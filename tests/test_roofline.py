@@ -74,3 +74,25 @@ def test_the_weights_read_are_the_layouts_a_familys_tensors_included():
     assert roofline.case_bound(with_biases, events)["bytes"] == roofline.case_bound(TINY, events)["bytes"] + 2 * added
     tied = replace(TINY, tie_word_embeddings=True)  # the head is the embedding table, read whole all the same
     assert roofline.case_bound(tied, events) == roofline.case_bound(TINY, events)
+
+
+def test_a_served_level_is_bounded_by_its_waves_of_prefill_and_decode():
+    wave = roofline.served_events(4, 4, 16, 5)
+    assert [e.kind for e in wave] == ["prefill"] + ["decode"] * 4 + ["remove"]
+    assert wave[0].lengths == (16,) * 4
+    two = roofline.served_events(4, 6, 16, 5)  # a second wave of the two left
+    assert len(two) == 12 and two[6].request_ids == (4, 5) and two[6].lengths == (16, 16)
+    # Each output token's share of one wave: prefill (the first) and decode steps (the rest).
+    by_hand = 4 * 5 / roofline.case_bound(TINY, wave)["seconds"]
+    assert roofline.served_bound(TINY, 4, 4, 16, 5) == pytest.approx(by_hand)
+    assert roofline.served_bound(TINY, 4, 8, 16, 5) == pytest.approx(by_hand)  # two waves, twice the time
+    # More requests at once share each pass's weights.
+    assert roofline.served_bound(PUBLIC, 8, 8, 64, 16, "h200") > roofline.served_bound(PUBLIC, 4, 8, 64, 16, "h200")
+
+
+def test_the_hybrids_hackathon_levels_beside_their_bound():
+    # docs/log/2026-11-29-moe-search-from-seed-hybrid-one-gpu-sweep.md quotes these.
+    from target.hf_checkpoints import QWEN3_5_35B_A3B
+    config = ModelConfig.from_dict(dict(QWEN3_5_35B_A3B))
+    bounds = [roofline.served_bound(config, c, 64, 1024, 323, "h200") for c in (1, 64)]
+    assert bounds == pytest.approx([689, 3674], abs=1)

@@ -1,5 +1,5 @@
 # Sourced by the GPU scripts, from the repository root on the device machine: unbuffered
-# output, the carried wheels (deap, libcst: README of the device tool), the GPU's name, the
+# output, the carried wheels (deap, libcst: README of the device tool), the GPU's name ($ROOFLINE_GPU), the
 # toy weights, and $T, the target arguments every fitness command takes. The wheels and the
 # weights are put in place once: a second script on the same host (one search per GPU) must
 # not replace files under a running one.
@@ -10,6 +10,8 @@ if [ ! -f /tmp/site/.carried ]; then
 fi
 export PYTHONPATH=/tmp/site
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+# The GPU as fitness.roofline names it (serve.bench --roofline), empty on another card.
+ROOFLINE_GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oiE 'h100|h200' | tr 'A-Z' 'a-z')
 [ -f target/weights/model.pt ] || python3 -m target.toy_weights > /dev/null
 T="--model-config target/model_config.json --weight-dir target/weights --device cuda"
 
