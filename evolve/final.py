@@ -136,12 +136,11 @@ def confidence_faster(ratio: float, low: float, high: float, rounds: int) -> flo
 def unmeasured_choice(scores, seed, floor, contenders, why: str):
     """No fresh comparison (`why`): the best fitted speed of the contenders and the floor.
     A floor other than the seed is kept unless a contender was clearly faster beside it
-    already: a 5-minute H200 run whose final did not fit returned a library program fitted
-    above the floor from a screen (1.012x) though its full judgement beside it was 0.985x;
-    the evaluator had it at 0.92x on decode (docs/log/2026-11-29-floor-out-of-budget.md)."""
+    already (Scores.held_to)."""
     holds_floor = floor.id != seed.id and scores.is_ok(floor.id)
     if holds_floor:
-        contenders = [p for p in contenders if scores.clearly_faster(p.id, floor.id)]
+        held = set(scores.held_to(floor.id, [p.id for p in contenders]))
+        contenders = [p for p in contenders if p.id in held]
     candidates = [p for p in contenders + [floor] + ([] if holds_floor else [seed]) if scores.is_ok(p.id)]
     if not candidates:
         return seed, float("nan"), [], "nothing judged correct"

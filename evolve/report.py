@@ -132,7 +132,7 @@ def winner_of(frame: pd.DataFrame) -> str:
     pool = [cid for cid in correct if scores.is_confirmed(cid)] or correct
     floor = floor_of(frame)
     if floor and scores.is_ok(floor):  # kept unless a program was clearly faster beside it
-        pool = [cid for cid in pool if cid == floor or scores.clearly_faster(cid, floor)]
+        pool = scores.held_to(floor, pool)
     return max(pool, key=scores.speed) if pool else ""
 
 

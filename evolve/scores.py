@@ -161,6 +161,14 @@ class Scores:
         """Whether a paired comparison of a and b put a ahead, its whole ~95% interval above 1."""
         return any((c.log_low if c.a == a else -c.log_high) > 0 for c in self.comparisons if {c.a, c.b} == {a, b})
 
+    def held_to(self, floor: str, ids: list) -> list:
+        """Those of `ids` that may win against a floor other than the seed when no final compares
+        them: the floor and the programs clearly faster beside it. A 5-minute H200 run whose
+        final did not fit returned a library program fitted above the floor from a screen
+        (1.012x) though its full judgement beside it was 0.985x; the evaluator had it at 0.92x
+        on decode (docs/log/2026-11-29-floor-out-of-budget.md)."""
+        return [i for i in ids if i == floor or self.clearly_faster(i, floor)]
+
     @staticmethod
     def upper_log_ratio(comparison: Comparison, a: str, b: str) -> float:
         """The top of log(speed a / speed b)'s interval by `comparison`; -inf when it compares others."""
