@@ -4,8 +4,9 @@ report, checkpoint.
 Generation 0 judges the floor in full first: the first of the first population's other programs
 (--seed-from's, then the library's best match first) that passes (the next, while those fail).
 Then the seed and the rest are screened beside it, and the fastest of them confirmed.
-Generation 1 sweeps: one child of the best program by each operator that applies to it (on a
-GPU, each GPU-only one, and others up to a population's worth). Every later one merges gains
+Generation 1 sweeps: one child of the best program by each operator that applies to it (the
+swaps of the target family's own genes first; on a GPU, each GPU-only one, and others up to a
+population's worth). Every later one merges gains
 made apart (up to a third of its children), sweeps on from the best program with all but one
 of the rest (operators not tried on it, GPU-only first, then as the bandit ranks them, those
 the run never tried every other place), then breeds the last by crossover or by the operator
@@ -157,7 +158,8 @@ def breed(breeding: Breeding, parents: list, hall_of_fame: list, num_children: i
     toolbox.memo.see(parents + hall_of_fame)
     best = best_of(hall_of_fame, breeding.seed)
     if generation == 1:
-        # On a GPU the GPU-only operators first (graphs and kernels:
+        # The target family's own genes first (the seed's MoE runs an expert at a time), then
+        # on a GPU the GPU-only operators (graphs and kernels:
         # docs/log/2026-11-23-why-search-stops-short-of-recipe.md), then the others up to a
         # population's worth: library programs carry most levers (the recipe all but one),
         # and with them alone generation 1 of a 20-minute search on a real shape judged one
