@@ -10,8 +10,7 @@ time, each a prompt of random token ids (drawn now, from a seeded RNG) asking fo
 total and output tokens/s (output tokens as the server's usage counts them, and, beside
 them, by re-tokenizing the text that came back, as vLLM's benchmark_serving does), time
 to first token, time per output token (by both counts), inter-token latency (p50, p99),
-failures; with `--roofline GPU`, the output tokens/s beside the most the level's workload
-allows on that GPU (fitness.roofline.served_bound: waves of prefill then decode). The requests go out from several client processes at high concurrency
+failures. The requests go out from several client processes at high concurrency
 (--client-processes), so that reading the streams is not what is measured. Writes
 DIR/bench.json and DIR/bench.png.
 
@@ -267,7 +266,7 @@ def harness_score(levels: list) -> float:
 async def bench(args, tokenizer: Tokenizer) -> dict:
     async with client(args.base_url, args.timeout) as http, http.get("/v1/models") as models:
         model = args.model or (await models.json())["data"][0]["id"]
-    levels, bounds = args.concurrency + ([args.burst] if args.burst else []), level_bounds(args)
+    levels = args.concurrency + ([args.burst] if args.burst else [])
     with client_pool(max(num_processes(c, args.client_processes) for c in levels)) as pool:
         rng = random.Random(args.seed)
         report = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
@@ -277,13 +276,13 @@ async def bench(args, tokenizer: Tokenizer) -> dict:
                 await run_level_in(pool, args, model, random_prompts(tokenizer, args.warmup, args.input_len, rng),
                                    min(concurrency, args.warmup))
             prompts = random_prompts(tokenizer, args.num_requests, args.input_len, rng)
-            report["sweep"].append(await measure(pool, args, model, prompts, concurrency, tokenizer, bounds))
+            report["sweep"].append(await measure(pool, args, model, prompts, concurrency, tokenizer))
         report["weighted_output_tokens_per_s"] = weighted_score(report["sweep"])
         report["harness_score"] = harness_score(report["sweep"])
         report["vllm_baseline_score"] = VLLM_BASELINE_SCORE
         if args.burst:
             prompts = random_prompts(tokenizer, args.burst, args.input_len, rng)
-            report["burst"] = await measure(pool, args, model, prompts, args.burst, tokenizer, bounds)
+            report["burst"] = await measure(pool, args, model, prompts, args.burst, tokenizer)
     return report
 
 
@@ -295,13 +294,9 @@ def client_pool(size: int):
         yield pool
 
 
-async def measure(pool, args, model, prompts, concurrency, tokenizer, bounds: dict) -> dict:
+async def measure(pool, args, model, prompts, concurrency, tokenizer) -> dict:
     results, seconds = await run_level_in(pool, args, model, prompts, concurrency)
     level = summarize(results, seconds, concurrency, tokenizer)
-    bound = bounds.get((concurrency, len(prompts)))
-    if bound:
-        level["bound_output_tokens_per_s"] = round(bound, 1)
-        level["of_bound"] = float(f"{level['output_tokens_per_s'] / bound:.4g}")  # a toy model's: 1e-5
     print(json.dumps(level), flush=True)
     return level
 
@@ -332,35 +327,13 @@ def plot(report: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def model_config_of(args) -> Path:
-    if args.model_config:
-        return args.model_config
-    beside = args.tokenizer / "config.json" if args.tokenizer else None
-    return beside if beside and beside.is_file() else HERE.parent / "target" / "model_config.json"
-
-
-def level_bounds(args) -> dict:
-    """(concurrency, requests) -> the output tokens/s that level cannot beat on --roofline's GPU
-    (fitness.roofline.served_bound); {} without --roofline."""
-    if not args.roofline:
-        return {}
-    from contract.model_config import ModelConfig  # torch: kept out of the client processes
-    from fitness.roofline import served_bound
-    config = ModelConfig.load(model_config_of(args))
-    levels = [(c, args.num_requests) for c in args.concurrency] + ([(args.burst, args.burst)] if args.burst else [])
-    return {(c, n): served_bound(config, c, n, args.input_len, args.output_len, args.roofline) for c, n in levels}
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-url", required=True)
     parser.add_argument("--model", help="default: the first the server lists")
     parser.add_argument("--tokenizer", type=Path,
                         help="the model's tokenizer folder (default: the toy tokenizer of --model-config)")
-    parser.add_argument("--model-config", type=Path,
-                        help="the model's config (default: the --tokenizer folder's config.json, else the toy model's)")
-    parser.add_argument("--roofline", choices=("h100", "h200"),
-                        help="each level beside the most output tokens/s its workload allows on this GPU")
+    parser.add_argument("--model-config", type=Path, default=HERE.parent / "target" / "model_config.json")
     parser.add_argument("--concurrency", type=lambda s: [int(c) for c in s.split(",")],
                         default=list(LEVEL_WEIGHTS))
     parser.add_argument("--num-requests", type=int, default=64, help="per level")
@@ -383,7 +356,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    tokenizer = Tokenizer(args.tokenizer or toy_tokenizer.ensure(model_config_of(args)))
+    tokenizer = Tokenizer(args.tokenizer or toy_tokenizer.ensure(args.model_config))
     report = asyncio.run(bench(args, tokenizer))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bench.json").write_text(json.dumps(report, indent=2))

@@ -422,8 +422,7 @@ def test_300_concurrent_requests_are_all_answered(server):
 def test_the_load_generator_writes_its_levels_and_a_plot(server, target, tmp_path):
     bench.main(["--base-url", server, "--tokenizer", str(target[1]), "--concurrency", "1,2",
                 "--num-requests", "2", "--input-len", "8", "--output-len", "4", "--burst", "6",
-                "--client-processes", "2", "--warmup", "2", "--roofline", "h100", "--model-config", str(target[0]),
-                "--out", str(tmp_path)])
+                "--client-processes", "2", "--warmup", "2", "--out", str(tmp_path)])
     report = json.loads((tmp_path / "bench.json").read_text())
     assert [level["concurrency"] for level in report["sweep"]] == [1, 2]  # the warm-up requests not among them
     assert report["harness_score"] is None  # levels 1 and 2 alone: not the hackathon's sweep
@@ -431,9 +430,6 @@ def test_the_load_generator_writes_its_levels_and_a_plot(server, target, tmp_pat
         assert level["failed"] == 0
         assert level["output_tokens"] == 4 * level["requests"]
         assert level["output_tokens_per_s"] > 0 and level["ttft_ms"]["p50"] > 0
-        # Beside the most each level allows the model on an H100.
-        assert 0 < level["of_bound"] == pytest.approx(level["output_tokens_per_s"] / level["bound_output_tokens_per_s"],
-                                                      rel=1e-2)
     assert report["burst"]["completed"] == 6
     assert (tmp_path / "bench.png").stat().st_size > 0
 

@@ -31,7 +31,7 @@ from target import toy_tokenizer
 from tests.conftest import REPO, SEED_ENGINE
 from serve import bench
 from serve.bench import RequestResult, summarize
-from tools import served_vs_offline, serve_offline, serve_timeline
+from tools import served_vs_bound, served_vs_offline, serve_offline, serve_timeline
 
 
 @pytest.fixture(scope="module")
@@ -564,3 +564,21 @@ def test_replicas_take_each_sequence_to_the_least_loaded_and_free_it_when_it_end
     assert client.replicas[0].aborted == [0, 2] and client.in_flight == [1, 2]
     client.add([(5, [1], None), (6, [1], None)])
     assert client.replicas[0].added[-2:] == [5, 6] and client.in_flight == [3, 2]
+
+
+def test_a_reports_levels_beside_the_most_their_workload_allows(tmp_path, capsys):
+    # One H200's hybrid at the hackathon's levels 1 and 64
+    # (docs/log/2026-11-29-moe-search-from-seed-hybrid-one-gpu-sweep.md).
+    from target.hf_checkpoints import QWEN3_5_35B_A3B
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(QWEN3_5_35B_A3B))
+    report = {"settings": {"input_len": 1024, "output_len": 323},
+              "sweep": [{"concurrency": 1, "requests": 64, "output_tokens_per_s": 220.52},
+                        {"concurrency": 64, "requests": 64, "output_tokens_per_s": 2010.06}]}
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(report))
+    served_vs_bound.main([str(path), "--model-config", str(config), "--gpu", "h200"])
+    levels = json.loads(path.read_text())["sweep"]
+    assert [level["bound_output_tokens_per_s"] for level in levels] == pytest.approx([689.5, 3674], abs=1)
+    assert [level["of_bound"] for level in levels] == [0.3198, 0.5471]
+    assert "concurrency   64:    2,010.1 output tok/s, 0.547 of 3,674 (h200)" in capsys.readouterr().out

@@ -15,6 +15,7 @@ Maintained measuring tools (python -m tools.NAME), each named by what it measure
                           Face checkpoint (on a GPU, with transformers' own bf16 as the yardstick)
     serve_offline, served_vs_offline, serve_greedy_check   the server against the engine alone,
                           and its greedy tokens against the reference
+    served_vs_bound       a serve.bench report's levels beside the most their workload allows
     serve_timeline        N requests at once through the server, each step's time in its two
                           processes (the engine core's, the API's)
     bench_line, versus_recipe   `fitness bench` results as lines, and as ratios to the recipe's

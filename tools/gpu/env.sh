@@ -10,7 +10,7 @@ if [ ! -f /tmp/site/.carried ]; then
 fi
 export PYTHONPATH=/tmp/site
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-# The GPU as fitness.roofline names it (serve.bench --roofline), empty on another card.
+# The GPU as fitness.roofline names it (beside_bound), empty on another card.
 ROOFLINE_GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oiE 'h100|h200' | tr 'A-Z' 'a-z')
 [ -f target/weights/model.pt ] || python3 -m target.toy_weights > /dev/null
 T="--model-config target/model_config.json --weight-dir target/weights --device cuda"
@@ -67,4 +67,12 @@ knob_program() {
     local recipe=$1 knob=$2 program=$3
     { cat "$recipe"; echo "tune_constant {\"constant\": \"${knob%=*}\", \"new\": ${knob#*=}}"; } > "${program%.py}.txt"
     python3 -m mutations recipe "${program%.py}.txt" -o "$program" > /dev/null
+}
+
+# A serve.bench report's levels beside the most the model allows on this GPU
+# (tools.served_vs_bound; nothing on a GPU fitness.roofline does not know).
+#   beside_bound OUT_DIR MODEL_DIR     (OUT_DIR/bench.json, MODEL_DIR/config.json)
+beside_bound() {
+    [[ -n $ROOFLINE_GPU ]] || return 0
+    python3 -m tools.served_vs_bound "$1/bench.json" --model-config "$2/config.json" --gpu "$ROOFLINE_GPU"
 }

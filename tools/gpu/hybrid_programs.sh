@@ -96,8 +96,9 @@ stage all 40 layers
 
 stage served
 if start_server "$out" --engine $served --model-config "$full/config.json" --weight-dir "$full" --replicas 1; then
-  python3 -m serve.bench --base-url "$url" --tokenizer "$full" ${ROOFLINE_GPU:+--roofline $ROOFLINE_GPU} --out "$out" --workload hackathon \
+  python3 -m serve.bench --base-url "$url" --tokenizer "$full" --out "$out" --workload hackathon \
       ${LEVELS:+--concurrency $LEVELS} | tee "$out/served.txt"
+  beside_bound "$out" "$full" | tee -a "$out/served.txt"
 fi
 kill $server 2>/dev/null
 stage done

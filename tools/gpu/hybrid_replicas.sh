@@ -60,7 +60,8 @@ up() {  # REPLICAS DIR [ENGINE]: the server up ($server, $url)
 }
 load() {  # DIR BENCH_FLAGS...: one serve.bench run on the hackathon's lengths
   local dir=$1; shift; mkdir -p "$dir"
-  python3 -m serve.bench --base-url "$url" --tokenizer "$full" ${ROOFLINE_GPU:+--roofline $ROOFLINE_GPU} --out "$dir" --workload hackathon "$@" | tee "$dir/bench.txt"
+  python3 -m serve.bench --base-url "$url" --tokenizer "$full" --out "$dir" --workload hackathon "$@" | tee "$dir/bench.txt"
+  beside_bound "$dir" "$full" | tee -a "$dir/bench.txt"
 }
 
 if (( gpus > 1 )) && [[ "${REPLICAS:-1}" != 0 ]]; then

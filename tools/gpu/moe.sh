@@ -53,8 +53,9 @@ CUDA_VISIBLE_DEVICES=0 decode_steps "48 layers by hand" "$engine" "$full" "$out/
 
 stage served
 if CUDA_VISIBLE_DEVICES=0 start_server "$out" --engine "$engine" --model-config "$full/config.json" --weight-dir "$full"; then
-  python3 -m serve.bench --base-url "$url" --tokenizer "$full" ${ROOFLINE_GPU:+--roofline $ROOFLINE_GPU} --out "$out" --concurrency 64 \
+  python3 -m serve.bench --base-url "$url" --tokenizer "$full" --out "$out" --concurrency 64 \
       --num-requests 64 --input-len 1024 --output-len 323 --burst 300 | tee "$out/served.txt"
+  beside_bound "$out" "$full" | tee -a "$out/served.txt"
 fi
 kill $server 2>/dev/null
 wait $hf48; cat "$out/transformers_48_layers.txt"

@@ -73,8 +73,9 @@ for name in tuned hand; do
   stage served $name
   mkdir -p "$out/$name"
   if start_server "$out/$name" --engine $p/$name.py --model-config "$full/config.json" --weight-dir "$full" --replicas 1; then
-    python3 -m serve.bench --base-url "$url" --tokenizer "$full" ${ROOFLINE_GPU:+--roofline $ROOFLINE_GPU} --out "$out/$name" --workload hackathon \
+    python3 -m serve.bench --base-url "$url" --tokenizer "$full" --out "$out/$name" --workload hackathon \
         --concurrency ${LEVELS:-64} | tee "$out/served_$name.txt"
+    beside_bound "$out/$name" "$full" | tee -a "$out/served_$name.txt"
   fi
   kill $server 2>/dev/null; wait $server 2>/dev/null
 done
