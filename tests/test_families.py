@@ -5,7 +5,7 @@ import ast
 import pytest
 import torch
 
-from contract.families import FAMILIES, FEATURES, HF_FAMILIES, LAYOUTS, STRUCTURAL
+from contract.families import FAMILIES, FEATURES, HF_FAMILIES, LAYOUTS, STRUCTURAL, idle_genes, own_genes
 from contract.families.llama import LLAMA3_KEYS
 from contract.layout import ROTATED, weight_shapes
 from contract.model_config import ModelConfig, derived_configs
@@ -106,3 +106,13 @@ def test_a_sparse_layer_has_a_router_and_experts_in_place_of_the_dense_mlp():
     assert names["layers.0.mlp.experts.3.down_proj.weight"] == (SMALL_CONFIG["hidden_size"], 8)
     assert "layers.0.mlp.gate_proj.weight" not in names and "layers.1.mlp.gate_proj.weight" in names
     assert not any(name.startswith("layers.1.mlp.experts") for name in names)
+
+
+def test_a_config_owns_the_seed_genes_of_the_structural_families_it_has_and_idles_the_rest():
+    from target.hf_checkpoints import TINY_QWEN3_5_MOE, TINY_QWEN3_MOE
+    moe, hybrid = FAMILIES["qwen3_moe"].SEED_GENES, FAMILIES["qwen3_5_moe_text"].SEED_GENES
+    dense = ModelConfig.load(REPO / "target" / "model_config.json")
+    sparse, both = (ModelConfig.from_dict(dict(raw)) for raw in (TINY_QWEN3_MOE, TINY_QWEN3_5_MOE))
+    assert own_genes(dense) == frozenset() and idle_genes(dense) == frozenset(moe + hybrid)
+    assert own_genes(sparse) == frozenset(moe) and idle_genes(sparse) == frozenset(hybrid)
+    assert own_genes(both) == frozenset(moe + hybrid) and idle_genes(both) == frozenset()

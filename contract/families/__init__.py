@@ -62,8 +62,9 @@ def idle_genes(config) -> frozenset:
 
 def own_genes(config) -> frozenset:
     """The seed genes of every structural feature `config` has (the MoE genes on an MoE model,
-    the DeltaNet's on the hybrid): the seed writes them as the reference does, one expert or
-    one token at a time, so they are where its time goes (4 layers of Qwen3-30B-A3B: the seed's
-    batch-1 step 59x the hand-composed program's, docs/log/2026-11-28-moe-triton-alleles-first-gpu-figures.md)."""
+    the DeltaNet's on the hybrid): the seed writes them as the reference does (an expert at a
+    time; the delta rule in torch's small ops), so they are where its time goes (4 layers of
+    Qwen3-30B-A3B: the seed's batch-1 step 59x the hand-composed program's,
+    docs/log/2026-11-28-moe-triton-alleles-first-gpu-figures.md)."""
     return frozenset(gene for family in LAYOUTS if family.FEATURE.is_structural
                      and getattr(config, family.FEATURE.field) != family.FEATURE.off for gene in family.SEED_GENES)
