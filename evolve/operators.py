@@ -114,7 +114,7 @@ def sweep_rank(name: str, device: str, vocabulary) -> int:
     """Where an operator goes in a sweep that cannot take them all (random within a rank):
     first the swaps of the genes the target's own family brings (`Vocabulary.own_genes`: the
     seed's reference-like MoE or DeltaNet; a 20-minute search from the seed on 4 layers of
-    Qwen3-30B-A3B drew 7 of ~20 GPU-only operators at random, none of them the MoE's, and
+    Qwen3-30B-A3B drew 7 of the 18 GPU-only operators at random, none of them the MoE's, and
     returned the seed: docs/log/2026-11-29-moe-search-from-seed-hybrid-one-gpu-sweep.md);
     then on a GPU the GPU-only operators (kernels and graphs are the large levers there:
     docs/log/2026-11-21-every-operator-alone-on-seed.md); last, swaps back to a seed allele

@@ -174,7 +174,7 @@ def test_a_search_swaps_moe_genes_on_a_moe_target_only(small_target, checkpoints
 
 
 def test_a_sweep_on_a_moe_target_makes_the_moe_swaps_first(small_target, checkpoints):
-    """A 20-minute search from the seed on 4 layers of Qwen3-30B-A3B drew 7 of ~20 GPU-only
+    """A 20-minute search from the seed on 4 layers of Qwen3-30B-A3B drew 7 of the 18 GPU-only
     operators at random, none of them the MoE's (the seed's step 59x the hand-composed
     program's), and returned the seed. On a dense target the order is as before."""
     seed = Program(SEED)
