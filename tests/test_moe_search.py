@@ -177,9 +177,9 @@ def test_a_sweep_on_a_moe_target_makes_the_moe_swaps_first(small_target, checkpo
     """A 20-minute search from the seed on 4 layers of Qwen3-30B-A3B drew 7 of the 18 GPU-only
     operators at random, none of them the MoE's (the seed's step 59x the hand-composed
     program's), and returned the seed. On a dense target the order is as before."""
-    seed = Program(SEED)
+    seed, config, dense = Program(SEED), ModelConfig.load(checkpoints["fp32"]), ModelConfig.load(small_target[0])
+    assert not own_genes(dense)
     for device in ("cuda", "cpu"):
-        config = ModelConfig.load(checkpoints["fp32"])
         vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover,
                                 idle_genes(config), own_genes(config))
         names = open_operators(seed, vocabulary, Memo(), device)
@@ -190,8 +190,6 @@ def test_a_sweep_on_a_moe_target_makes_the_moe_swaps_first(small_target, checkpo
         assert {c.operator for c in children} == moe, device
         if device == "cuda":
             assert "allele.moe.triton_grouped" in moe
-        dense = ModelConfig.load(small_target[0])
-        assert not own_genes(dense)
         vocabulary = Vocabulary(mutations, mutations.random_mutation, mutations.crossover,
                                 idle_genes(dense), own_genes(dense))
         assert OWN not in {sweep_rank(n, device, vocabulary) for n in open_operators(seed, vocabulary, Memo(), device)}

@@ -56,8 +56,7 @@ def idle_genes(config) -> frozenset:
     """The seed genes of every structural feature `config` (a ModelConfig) lacks (the MoE genes
     on a dense model): no trace of the gate runs them on it, its derived configs included,
     which leave structural features off."""
-    return frozenset(gene for family in LAYOUTS if family.FEATURE.is_structural
-                     and getattr(config, family.FEATURE.field) == family.FEATURE.off for gene in family.SEED_GENES)
+    return structural_genes(config, present=False)
 
 
 def own_genes(config) -> frozenset:
@@ -66,5 +65,11 @@ def own_genes(config) -> frozenset:
     time; the delta rule in torch's small ops), so they are where its time goes (4 layers of
     Qwen3-30B-A3B: the seed's batch-1 step 59x the hand-composed program's,
     docs/log/2026-11-28-moe-triton-alleles-first-gpu-figures.md)."""
+    return structural_genes(config, present=True)
+
+
+def structural_genes(config, present: bool) -> frozenset:
+    """The seed genes of the structural features `config` has (`present`) or lacks."""
     return frozenset(gene for family in LAYOUTS if family.FEATURE.is_structural
-                     and getattr(config, family.FEATURE.field) != family.FEATURE.off for gene in family.SEED_GENES)
+                     and (getattr(config, family.FEATURE.field) != family.FEATURE.off) == present
+                     for gene in family.SEED_GENES)
