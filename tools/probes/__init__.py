@@ -11,8 +11,8 @@ measured again; no driver runs them. python -m tools.probes.NAME, and the log:
     moe_layer_bench          the MoE kernels alone, knob by knob     2026-11-28-moe-triton-alleles-first-gpu-figures.md,
                                                                      2026-11-29-hybrid-chunk-systems-in-triton.md
     delta_inputs_cost        the DeltaNet prefill's padded inputs    2026-11-29-delta-padded-inputs-kernel.md
-    chunk_systems_cost       the DeltaNet's chunk systems, by knob   2026-11-29-hybrid-chunk-systems-in-triton.md (4.17 ms; not yet run)
-    delta_gates_cost         the DeltaNet's gates, by knob           2026-11-29-hybrid-tf32-prefill-gates-served-conc-64.md (35 us; not yet run)
+    chunk_systems_cost       the DeltaNet's chunk systems, by knob   2026-11-29-moe-search-from-seed-hybrid-one-gpu-sweep.md
+    delta_gates_cost         the DeltaNet's gates, by knob           2026-11-29-moe-search-from-seed-hybrid-one-gpu-sweep.md
   a step, taken apart
     step_timeline            a decode step's kernels on a timeline   2026-11-27-batch-1-step-timeline-step-inputs.md
     step_without             a step with one part left out           2026-11-27-qwen3-batch-1-step-by-leaving-parts-out.md

@@ -14,9 +14,9 @@ where plain tf32 would round the inverse's entries, which can be far from 1, to 
 The substitution is the kernel's serial part: 64 rounds, each needing row i of A across the
 tile. Taken from the registers, the row is a reduction across warps (shared memory and a
 barrier a round); with SYSTEM_ROWS_FROM_MEMORY, A goes to a scratch tensor once and each
-round loads its row, laid out as the product needs it (4.17 ms a layer for 16 prompts of
-1,024 on an H200 from the registers, docs/log/2026-11-29-hybrid-chunk-systems-in-triton.md;
-from memory not yet timed).
+round loads its row, laid out as the product needs it. On an H200, 16 prompts of 1,024 a
+layer: 2.63 ms from the registers, 3.51 from memory (4 warps;
+docs/log/2026-11-29-moe-search-from-seed-hybrid-one-gpu-sweep.md), so the knob stays 0.
 """
 import torch
 import triton
