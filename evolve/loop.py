@@ -82,7 +82,7 @@ def evolve(search) -> None:
         offspring = brood.children
         # Judge each new source once, beside its parent; generation 0's beside its floor.
         num_cached = brood.num_known + sum(p.id in search.scores for p in offspring)
-        new = first_judgements(search, offspring) if gen == 0 else search.screen(gen, offspring)
+        new = first_judgements(search, offspring) if gen == 0 else search.screen_children(gen, offspring)
         # Merge the gains just screened into the best at once, not a generation later: a
         # short search's last generation has no later one (docs/log/2026-11-24-1b-peak-memory.md).
         best = best_of(search.hall_of_fame, search.seed)

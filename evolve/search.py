@@ -92,6 +92,7 @@ class Search:
         # The best program known before the search (generation 0 judges it first; the seed
         # when none passes): the final holds every contender to it.
         self.floor = self.seed
+        self.screening_children = False  # a later generation's children are being screened
         if state is None:
             self.generation, self.best_id = 0, None
             self.population, not_taken = initial_population(config, make)
@@ -150,6 +151,15 @@ class Search:
         new = screen(self.judging, generation, todo, beside)
         self.update_best(todo)
         return new
+
+    def screen_children(self, generation: int, programs: list) -> list:
+        """`screen` of a later generation's children, keeping back (final_reserve_s) the
+        time of what must follow them for a gain among them to be kept."""
+        self.screening_children = True
+        try:
+            return self.screen(generation, programs)
+        finally:
+            self.screening_children = False
 
     def budget(self) -> Budget:
         """The time left as a breeding generation sees it."""
@@ -216,7 +226,14 @@ class Search:
         return self.clock.left() >= self.estimated_final_s(contenders)
 
     def final_reserve_s(self) -> float:
-        """The final's time, kept from other batches once there is a contender to compare."""
+        """Seconds no other batch may start into: the final's, once there is a contender to
+        compare; while a generation's children are screened, also a round after them (the
+        merge of their gains, a confirmation) and a final of one. A 20-minute search from the
+        seed on 4 layers of Qwen3-30B-A3B spent all but 30 s on its sweep's screens, and so
+        confirmed nothing they found (docs/log/2026-11-29-moe-search-from-seed-hybrid-one-gpu-sweep.md)."""
+        if self.screening_children:
+            contenders = max(1, min(self.config.final_top, len(self.final_contenders())))
+            return self.estimated_round_s() + self.estimated_final_s(contenders)
         return self.estimated_final_s() if self.final_contenders() else 0.0
 
     def assign_fitness(self, programs) -> None:

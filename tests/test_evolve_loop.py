@@ -423,6 +423,24 @@ def test_no_batch_but_the_final_starts_inside_the_final_s_reserve(small_target, 
     assert list(frame.loc[frame["status"] != "declined", "operator"]) == ["seed", "seed", "final"]
 
 
+def test_a_generation_s_children_leave_time_for_a_merge_a_confirmation_and_the_final(small_target, tmp_path):
+    """A child that could be a gain is no use unless it can still be merged, confirmed and
+    compared: while children are screened, the time of those is kept back (a GPU sweep
+    beside a slow seed took all but 30 s of a 20-minute run)."""
+    config = make_config(small_target, tmp_path, budget_s=100.0)
+    search = Search(config, RunDir(config.runs_dir, "sweep", target_key(config)), **STAND_INS)
+    search.scores.add(search.seed.id, "ok", 100.0, 1.0, 40.0, level="full")  # the seed: 40 s in full
+    child = search.toolbox.individual(search.seed.source + "\n# a child\n", (search.seed.id,), "op", {})
+    assert search.final_reserve_s() == 0.0  # no contender: nothing to keep the final's time for
+    asked = []
+    search.evaluator.judge_fn = lambda *args, **options: asked.append(options) or fake_judge(*args, **options)
+    assert search.screen_children(1, [child]) == []  # 100 s left, 40 s a confirmation and as much a final
+    assert asked == [] and child.id not in search.scores
+    assert search.final_reserve_s() == 0.0  # only while children are screened
+    (fitness, verdict), = search.screen(1, [child])  # outside a generation's children, it starts
+    assert verdict["status"] == "ok" and asked[-1]["level"] == "screen"
+
+
 def test_one_worker_per_visible_gpu_pinned_by_cuda_visible_devices(small_target, tmp_path, monkeypatch):
     monkeypatch.setattr(evolve.config, "visible_gpus", lambda: ["2", "5"])  # the worker count
     monkeypatch.setattr(evolve.judging, "visible_gpus", lambda: ["2", "5"])  # the pinning
