@@ -137,6 +137,7 @@ class Evaluator:
         self.final_reserve = final_reserve
         self.judge_fn = judge_fn  # None: the worker's judge; else one path at a time (tests' stand-ins)
         self.batch_seconds = {}  # level -> wall seconds of each batch judged (the budget's estimates)
+        self.batches_started, self.start_lock = 0, threading.Lock()  # batches begun (workers' threads count them)
         # Gate traces and their reference logits are the same for every judgement of a
         # run (computed once, by each judge); timed runs draw fresh tokens every time.
         self.gate_seed = int(hashlib.sha256(run.run_id.encode()).hexdigest()[:8], 16) & 0x7FFFFFFF
@@ -155,6 +156,8 @@ class Evaluator:
         end inside the final's reserve): nothing is recorded, and a resumed run judges them."""
         if not self.may_start(batch):
             return [(None, None)] * len(batch.programs)
+        with self.start_lock:
+            self.batches_started += 1
         paths = self.write_programs(batch)
         options = self.judge_options(batch, len(paths))
         started = time.monotonic()

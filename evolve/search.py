@@ -92,7 +92,7 @@ class Search:
         # The best program known before the search (generation 0 judges it first; the seed
         # when none passes): the final holds every contender to it.
         self.floor = self.seed
-        self.screening_children = False  # a later generation's children are being screened
+        self.children_from = None  # while a later generation's children are screened: batches started before
         if state is None:
             self.generation, self.best_id = 0, None
             self.population, not_taken = initial_population(config, make)
@@ -153,13 +153,14 @@ class Search:
         return new
 
     def screen_children(self, generation: int, programs: list) -> list:
-        """`screen` of a later generation's children, keeping back (final_reserve_s) the
-        time of what must follow them for a gain among them to be kept."""
-        self.screening_children = True
+        """`screen` of a later generation's children: a batch on each worker, as
+        should_continue allowed, then more only while what must follow them for a gain among
+        them to be kept still fits (final_reserve_s)."""
+        self.children_from = self.evaluator.batches_started
         try:
             return self.screen(generation, programs)
         finally:
-            self.screening_children = False
+            self.children_from = None
 
     def budget(self) -> Budget:
         """The time left as a breeding generation sees it."""
@@ -230,8 +231,12 @@ class Search:
         compare; while a generation's children are screened, also a round after them (the
         merge of their gains, a confirmation) and a final of one. A 20-minute search from the
         seed on 4 layers of Qwen3-30B-A3B spent all but 30 s on its sweep's screens, and so
-        confirmed nothing they found (docs/log/2026-11-29-moe-search-from-seed-hybrid-one-gpu-sweep.md)."""
-        if self.screening_children:
+        confirmed nothing they found (docs/log/2026-11-29-moe-search-from-seed-hybrid-one-gpu-sweep.md).
+        Not for a generation's first batch on each worker: should_continue let the generation
+        start for them, and a CPU run that kept its last minutes back from them judged nothing
+        in three generations."""
+        started = None if self.children_from is None else self.evaluator.batches_started - self.children_from
+        if started is not None and started >= self.config.workers:
             contenders = max(1, min(self.config.final_top, len(self.final_contenders())))
             return self.estimated_round_s() + self.estimated_final_s(contenders)
         return self.estimated_final_s() if self.final_contenders() else 0.0

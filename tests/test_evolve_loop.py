@@ -425,20 +425,27 @@ def test_no_batch_but_the_final_starts_inside_the_final_s_reserve(small_target, 
 
 def test_a_generation_s_children_leave_time_for_a_merge_a_confirmation_and_the_final(small_target, tmp_path):
     """A child that could be a gain is no use unless it can still be merged, confirmed and
-    compared: while children are screened, the time of those is kept back (a GPU sweep
-    beside a slow seed took all but 30 s of a 20-minute run)."""
-    config = make_config(small_target, tmp_path, budget_s=100.0)
+    compared: past a generation's first batch on each worker (which should_continue let it
+    start for), its children's batches keep that time back (a GPU sweep beside a slow seed
+    took all but 30 s of a 20-minute run)."""
+    config = make_config(small_target, tmp_path, budget_s=80.0)  # one worker
     search = Search(config, RunDir(config.runs_dir, "sweep", target_key(config)), **STAND_INS)
-    search.scores.add(search.seed.id, "ok", 100.0, 1.0, 40.0, level="full")  # the seed: 40 s in full
-    child = search.toolbox.individual(search.seed.source + "\n# a child\n", (search.seed.id,), "op", {})
+    make = search.toolbox.individual
+    other = make(search.seed.source + "\n# another program\n", (search.seed.id,), "op", {})
+    for program in (search.seed, other):  # each 40 s in full: a confirmation and a final of one, 90 s
+        search.scores.add(program.id, "ok", 100.0, 1.0, 40.0, level="full")
+    first = make(search.seed.source + "\n# a child\n", (search.seed.id,), "op", {})
+    second = make(other.source + "\n# a child\n", (other.id,), "op", {})  # another parent: another batch
     assert search.final_reserve_s() == 0.0  # no contender: nothing to keep the final's time for
-    asked = []
-    search.evaluator.judge_fn = lambda *args, **options: asked.append(options) or fake_judge(*args, **options)
-    assert search.screen_children(1, [child]) == []  # 100 s left, 40 s a confirmation and as much a final
-    assert asked == [] and child.id not in search.scores
+    judged = []
+    search.evaluator.judge_fn = lambda path, *args, **options: judged.append(Path(path).stem) or fake_judge(
+        path, *args, **options)
+    search.screen_children(1, [first, second])
+    assert judged == [first.id]  # the first batch; then under 80 s left
+    assert second.id not in search.scores
     assert search.final_reserve_s() == 0.0  # only while children are screened
-    (fitness, verdict), = search.screen(1, [child])  # outside a generation's children, it starts
-    assert verdict["status"] == "ok" and asked[-1]["level"] == "screen"
+    search.screen(1, [second])  # outside a generation's children it starts
+    assert judged == [first.id, second.id]
 
 
 def test_one_worker_per_visible_gpu_pinned_by_cuda_visible_devices(small_target, tmp_path, monkeypatch):
