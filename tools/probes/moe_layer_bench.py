@@ -76,7 +76,7 @@ def main(argv=None) -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 64])
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--top", type=int, default=8, help="knob settings printed per row count, fastest first")
-    parser.add_argument("--quick", action="store_true", help="no grid of the experts' knobs")
+    parser.add_argument("--quick", action="store_true", help="the defaults and the parts only")
     parser.add_argument("--experts", type=int, default=EXPERTS)
     parser.add_argument("--inter", type=int, default=INTER)
     args = parser.parse_args(argv)
@@ -103,7 +103,7 @@ def main(argv=None) -> None:
                               "TB_per_s": round(layer_bytes / us / 1e6, 3), **rate, **extra}))
         line("moe defaults", per_layer(module.moe), experts_reached=statistics.mean(reached), bucket=name)
         line("route", per_layer(module.route))
-        if rows <= 64:  # the logits in router_kernel (ROUTER_ROWS' range)
+        if rows <= 64 and not args.quick:  # the logits in router_kernel (ROUTER_ROWS' range)
             defaults = router.ROUTER_ROWS, router.ROUTER_EXPERTS, router.ROUTER_BLOCK_H
             router.ROUTER_ROWS = rows
             for experts_a_program, block_h in itertools.product((4, 8, 16), (256, 512, 1024, 2048)):
