@@ -295,21 +295,6 @@ def ready_rows(x, w, c, s, width, eps, dtype, BLOCK_H: tl.constexpr, BLOCK_P: tl
 
 # SwiGLU's arithmetic, which the kernels of mlp.swiglu_triton, mlp.glu_matmul, plus_shared_expert.triton and
 # norm_mlp.folded's projection share.
-# (device, kernel) -> int32 counters at which the kernel's programs count themselves in, so
-# that the last to finish can do what needs all of them; each is 0 between calls (the kernel
-# sets it back).
-TICKETS = {}
-
-
-def tickets(device, kernel: str, count: int):
-    """`count` of `kernel`'s counters on `device`: made on first use (an eager call, before
-    any capture) and kept, so a captured graph holds their address."""
-    held = TICKETS.get((device, kernel))
-    if held is None or held.numel() < count:
-        held = TICKETS[device, kernel] = torch.zeros(max(count, 256), device=device, dtype=torch.int32)
-    return held
-
-
 EXP = tl if os.environ.get("TRITON_INTERPRET") == "1" else libdevice  # whose exp the kernels call
 
 

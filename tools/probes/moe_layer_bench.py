@@ -7,9 +7,7 @@ knob by knob: microseconds a layer and the bandwidth it reaches, in CUDA graphs.
 Qwen3-30B-A3B's sparse layer (128 experts of 768, top 8, hidden 2048), random bf16;
 `--experts 256 --inter 512` is Qwen3.5-35B-A3B's (its shared expert not included). `--layers`
 distinct layers' weights are called one after another in one graph (8 layers: 4.8 GB, far
-past the L2), and the replay's time is divided by them. Up to 64 rows, route.triton_topk's
-router kernel is timed at each setting of its knobs, and the experts with
-MOE_SUM_IN_DOWN flipped. Bytes a layer: the router and the
+past the L2), and the replay's time is divided by them. Bytes a layer: the router and the
 experts its rows reach (counted from the routing, not assumed). For each row count, every
 combination of the knobs of the bucket it falls in is timed (median of 20 replays after 3),
 after the parts alone at the allele's defaults: route (router matmul and top-k), the two
@@ -81,8 +79,7 @@ def main(argv=None) -> None:
     parser.add_argument("--inter", type=int, default=INTER)
     args = parser.parse_args(argv)
     module = load_allele("moe", "triton_grouped")
-    router = load_allele("route", "triton_topk")
-    module.route = router.route
+    module.route = load_allele("route", "triton_topk").route
     gen = torch.Generator(device="cuda").manual_seed(0)
     layers = sparse_layers(args.layers, gen, args.experts, args.inter)
     for rows in args.rows:
@@ -103,21 +100,9 @@ def main(argv=None) -> None:
                               "TB_per_s": round(layer_bytes / us / 1e6, 3), **rate, **extra}))
         line("moe defaults", per_layer(module.moe), experts_reached=statistics.mean(reached), bucket=name)
         line("route", per_layer(module.route))
-        if rows <= 64 and not args.quick:  # the logits in router_kernel (ROUTER_ROWS' range)
-            defaults = router.ROUTER_ROWS, router.ROUTER_EXPERTS, router.ROUTER_BLOCK_H
-            router.ROUTER_ROWS = rows
-            for experts_a_program, block_h in itertools.product((4, 8, 16), (256, 512, 1024, 2048)):
-                router.ROUTER_EXPERTS, router.ROUTER_BLOCK_H = experts_a_program, block_h
-                line("route, logits in the kernel", per_layer(module.route),
-                     knobs={"ROUTER_EXPERTS": experts_a_program, "ROUTER_BLOCK_H": block_h})
-            router.ROUTER_ROWS, router.ROUTER_EXPERTS, router.ROUTER_BLOCK_H = defaults
         grouped = [lambda x, layer, r=r: module.grouped_experts(x, *r, layer) for r in routes]
         line("experts (two kernels and the sum)",
              graph_us(lambda: [g(x, layer) for g, x, layer in zip(grouped, xs, layers)]) / len(layers))
-        module.MOE_SUM_IN_DOWN = 1 - module.MOE_SUM_IN_DOWN
-        line(f"experts, MOE_SUM_IN_DOWN={module.MOE_SUM_IN_DOWN}",
-             graph_us(lambda: [g(x, layer) for g, x, layer in zip(grouped, xs, layers)]) / len(layers))
-        module.MOE_SUM_IN_DOWN = 1 - module.MOE_SUM_IN_DOWN
         outs = [torch.randn(rows * TOP_K, HIDDEN, device="cuda", dtype=torch.bfloat16) for _ in layers]
         line("the sum alone", graph_us(lambda: [o.view(rows, TOP_K, HIDDEN).sum(1) for o in outs]) / len(layers))
         for name in ([] if args.quick or name not in GRIDS else [name]):

@@ -6,8 +6,7 @@ Up to MOE_HISTOGRAM_PAIRS pairs (a decode step), slot s serves the s-th expert t
 call's pairs name, in id order: the program counts the flat [N*k] ids in a histogram and
 picks its expert's pairs by their rank among its own. That is the sort by expert, aligned to
 the block, with no sort kernel, no count read back to the host and no launch per expert: the
-step's MoE is three launches (the two kernels and the sum of each token's k outputs; two with
-MOE_SUM_IN_DOWN, where the last of a column block's down programs to finish sums them). Past it
+step's MoE is three launches (the two kernels and the sum of each token's k outputs). Past it
 (a prefill) every program would read too many ids: the pairs are sorted by expert once (a
 stable argsort, counts by a scatter-add), and slot e serves expert e from its run. Either
 way the shapes depend on N alone and nothing is read back to the host, so captured decode
@@ -29,10 +28,6 @@ DEVICES = "cuda"
 
 MOE_FEW_PAIRS = 64  # range: 8..1024; calls of up to this many pairs take the FEW knobs
 MOE_HISTOGRAM_PAIRS = 1024  # range: 64..4096; past this many pairs a call sorts them first, and takes the SORTED knobs
-# 1: up to MOE_HISTOGRAM_PAIRS pairs, the last down program of each column block to finish sums
-# every token's k outputs there, not a torch.sum after it: at batch 1 on Qwen3-30B-A3B that sum
-# took 4.9 of a layer's ~60 us for 32 KB (docs/log/2026-11-30-moe-search-two-gpus-batch-1-timeline.md).
-MOE_SUM_IN_DOWN = 0  # range: 0..1, step 1
 MOE_FEW_BLOCK_M = 16  # range: 16..128; pairs of one expert a tile multiplies at once (few pairs)
 MOE_FEW_BLOCK_N = 32  # range: 16..256; output columns a program owns (few pairs)
 MOE_FEW_BLOCK_K = 128  # range: 32..512; inner-dimension elements a step of its loop reads (few pairs)
@@ -122,13 +117,12 @@ def experts_gate_up_kernel(x_ptr, ids_ptr, order_ptr, counts_ptr, starts_ptr, ga
 
 @triton.jit
 def experts_down_kernel(h_ptr, ids_ptr, order_ptr, counts_ptr, starts_ptr, down_ptr, weights_ptr, out_ptr,
-                        total_ptr, tickets_ptr, num_pairs, top_k, width, num_in, stride_h, stride_we, stride_wn,
-                        stride_out, stride_total, NUM_BINS: tl.constexpr, BLOCK_P: tl.constexpr, SORTED: tl.constexpr,
+                        num_pairs, width, num_in, stride_h, stride_we, stride_wn, stride_out,
+                        NUM_BINS: tl.constexpr, BLOCK_P: tl.constexpr, SORTED: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                        PRECISION: tl.constexpr, SUM: tl.constexpr):
+                        PRECISION: tl.constexpr):
     """out[pair, cols] = (h[pair] @ down[e, cols].T) * weights[pair] for every pair of this
-    slot's expert e: the product rounded to out's dtype, then the weighted one. SUM: then
-    total[t, cols] = the sum of token t's k rows of out, by the column block's last program."""
+    slot's expert e: the product rounded to out's dtype, then the weighted one."""
     expert, mine, rank, count = slot_expert(ids_ptr, counts_ptr, num_pairs, NUM_BINS, BLOCK_P, SORTED)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < width
@@ -148,30 +142,6 @@ def experts_down_kernel(h_ptr, ids_ptr, order_ptr, counts_ptr, starts_ptr, down_
         out = (acc.to(dtype).to(tl.float32) * weight[:, None]).to(dtype)
         tl.store(out_ptr + pair[:, None].to(tl.int64) * stride_out + cols[None, :], out,
                  mask=row_ok[:, None] & col_ok[None, :])
-    if SUM:
-        sum_pairs(out_ptr, total_ptr, tickets_ptr + tl.program_id(1), num_pairs // top_k, top_k, cols, col_ok,
-                  stride_out, stride_total, BLOCK_M, BLOCK_N)
-
-
-@triton.jit
-def sum_pairs(out_ptr, total_ptr, ticket_ptr, num_tokens, top_k, cols, col_ok, stride_out, stride_total,
-              BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Once every program of this column block has stored its rows of out (each counts
-    itself in at the ticket, releasing its stores; the last acquires them all), the last
-    sums each token's k rows in fp32, rounds once into total, and sets the ticket back to 0
-    for the next call."""
-    arrived = tl.atomic_add(ticket_ptr, 1, sem="acq_rel")
-    if arrived == tl.num_programs(0) - 1:
-        for t0 in range(0, num_tokens, BLOCK_T):
-            t = t0 + tl.arange(0, BLOCK_T)
-            ok = (t < num_tokens)[:, None] & col_ok[None, :]
-            acc = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
-            for j in range(0, top_k):  # L2, not a stale L1: the rows are other programs' stores
-                rows = out_ptr + (t * top_k + j)[:, None].to(tl.int64) * stride_out + cols[None, :]
-                acc += tl.load(rows, mask=ok, other=0.0, cache_modifier=".cg").to(tl.float32)
-            tl.store(total_ptr + t[:, None].to(tl.int64) * stride_total + cols[None, :],
-                     acc.to(total_ptr.dtype.element_ty), mask=ok)
-        tl.atomic_xchg(ticket_ptr, 0)
 
 
 def expert_knobs(pairs):
@@ -208,13 +178,10 @@ def grouped_experts(x, weights, experts, layer):
         x, ids, order, counts, starts, gate, up, product, pairs, k, width, hidden, x.stride(0), gate.stride(0),
         gate.stride(1), product.stride(0), **shape)
     outs = torch.empty(pairs, hidden, device=x.device, dtype=x.dtype)
-    summed, blocks = bool(MOE_SUM_IN_DOWN) and not sorted_, triton.cdiv(hidden, block_n)
-    total = torch.empty(n, hidden, device=x.device, dtype=x.dtype) if summed else outs  # unread unless summed
-    experts_down_kernel[(slots, blocks)](
-        product, ids, order, counts, starts, down, weights.reshape(-1), outs, total,
-        tickets(x.device, "experts_down", blocks) if summed else ids, pairs, k, hidden, width, product.stride(0), down.stride(0),
-        down.stride(1), outs.stride(0), total.stride(0), SUM=summed, **shape)
-    return total if summed else outs.view(n, k, hidden).sum(1)
+    experts_down_kernel[(slots, triton.cdiv(hidden, block_n))](
+        product, ids, order, counts, starts, down, weights.reshape(-1), outs, pairs, hidden, width,
+        product.stride(0), down.stride(0), down.stride(1), outs.stride(0), **shape)
+    return outs.view(n, k, hidden).sum(1)
 
 
 def moe(x, layer):
