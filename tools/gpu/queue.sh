@@ -14,6 +14,8 @@
 #   hf_search:MODEL[:BUDGET]  bash run.sh --model on target.hf_checkpoints' MODEL (llama_3_2_1b,
 #                             qwen3_0_6b) -> STATE/hf_MODEL
 #   hf_seed_only:MODEL[:BUDGET]  the same from the seed alone (--from-seed-only) -> STATE/hf_MODEL_seed_only
+#                             (both: screens on SCREEN_BENCH's cases, default large; HF_FLAGS, more run.sh
+#                             flags, e.g. "--seed-from /tmp/dense.py")
 #   hf_compare:NAME[:RECIPE]  STATE/NAME's winner (NAME: hf_MODEL or hf_MODEL_seed_only) against RECIPE's
 #                             program (a file of mutations/recipes/, default fastest.txt) on MODEL's checkpoint
 #                             and its large cases, 3 rounds (up to 6 while undecided), the order swapped each
@@ -73,11 +75,11 @@ run_job() {
              [ -f "$dir/config.json" ] || python3 -m target.hf_checkpoints /tmp/hf --only "$target" > /dev/null || return 1
              # Judged on the cases issue 27 measures (batch-1 and batch-64 decode, 16 x 1024 prefill).
              SEARCH_LIMIT=0 bash $search search "$state/hf_$target" public --model "$dir" --bench large \
-               --screen-bench large ${budget:+--budget "$budget"} ;;
+               --screen-bench "${SCREEN_BENCH:-large}" ${HF_FLAGS:-} ${budget:+--budget "$budget"} ;;
   hf_seed_only) local dir=/tmp/hf/$target
                 [ -f "$dir/config.json" ] || python3 -m target.hf_checkpoints /tmp/hf --only "$target" > /dev/null || return 1
                 SEARCH_LIMIT=0 bash $search search "$state/hf_${target}_seed_only" public --model "$dir" --from-seed-only \
-                  --bench large --screen-bench large ${budget:+--budget "$budget"} ;;
+                  --bench large --screen-bench "${SCREEN_BENCH:-large}" ${HF_FLAGS:-} ${budget:+--budget "$budget"} ;;
   hf_compare) hf_compare "$target" "${budget:-fastest.txt}" ;;
   hf) local mode=$target model=$budget  # hf:MODE[:MODEL]
       local winner=$state/hf_$model/winner.py
