@@ -8,6 +8,7 @@ reads and `judged_on` parses:
 
     # device: cuda
     # machine: NVIDIA H100 80GB HBM3
+    # structure: num_experts (the structural features its model had: the MoE, DeltaNet layers)
     # model: vocab_size=6000 hidden_size=768 ... (the config's shape, key=value)
     # dtype: float16
     # date: 2026-11-25
@@ -31,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import mutations
+from contract.families import STRUCTURAL
+from contract.model_config import ModelConfig
 from fitness.cases import call_bounds, select_cases
 from mutations import recipe
 from mutations.rewrites.tune_constant import fitted_to
@@ -40,7 +43,10 @@ RECIPE = SHIPPED / "fastest.txt"
 LIBRARY = "library"  # the operator named in history.csv for a program made from a recipe
 SHAPE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
               "num_key_value_heads", "head_dim", "max_position_embeddings")
-JUDGED_KEYS = ("device", "machine", "model", "dtype", "date", "tokens_per_s", "vs_seed", "run", "candidate")
+JUDGED_KEYS = ("device", "machine", "structure", "model", "dtype", "date", "tokens_per_s", "vs_seed", "run",
+               "candidate")
+# A recipe that names no structure was judged on a dense model (those written before the line was).
+DENSE = "dense"
 PAIRED_KEYS = ("model", "tokens_per_s")  # values written as key=value pairs
 NUMBER_KEYS = ("vs_seed",)  # the other keys' values are text
 JUDGED_LINE = re.compile(r"^#\s*([a-z_]+):\s*(.*?)\s*$")
@@ -69,16 +75,26 @@ class RunTarget:
     device: str  # "cpu" or "cuda"
     model: dict  # SHAPE_KEYS -> value
     dtype: str
+    structure: str = DENSE  # structure_of its config
 
     @classmethod
     def of(cls, config) -> "RunTarget":
         model = json.loads(Path(config.model_config).read_text())
-        return cls(config.device, {k: model.get(k) for k in SHAPE_KEYS}, model.get("torch_dtype", "float16"))
+        return cls(config.device, {k: model.get(k) for k in SHAPE_KEYS}, model.get("torch_dtype", "float16"),
+                   structure_of(ModelConfig.load(config.model_config)))
 
     def closeness(self, judged: dict) -> tuple:
-        """How well a recipe's judgement matches this target: device, shape, dtype."""
-        return (judged.get("device") == self.device, judged.get("model") == self.model,
-                judged.get("dtype") == self.dtype)
+        """How well a recipe's judgement matches this target: device, structure, shape, dtype.
+        Structure before shape: on 4 layers of Qwen3-30B-A3B's width the dense recipes,
+        with their higher recorded figures, were taken and qwen3_moe_by_hand.txt declined."""
+        return (judged.get("device") == self.device, judged.get("structure", DENSE) == self.structure,
+                judged.get("model") == self.model, judged.get("dtype") == self.dtype)
+
+
+def structure_of(config) -> str:
+    """The structural features `config` (a ModelConfig) has, by field name (contract.families:
+    an MoE MLP, DeltaNet layers), or DENSE."""
+    return " ".join(f.field for f in STRUCTURAL if getattr(config, f.field) != f.off) or DENSE
 
 
 # --- reading and writing what a recipe was judged on -----------------------------------------
@@ -238,6 +254,6 @@ def add_winner(folder: Path, recipe_text: str, judged: dict) -> Path | None:
 
 def judged_as(target: RunTarget, machine: str, table: list, ratio: float, run_id: str, candidate: str) -> dict:
     """What a run's winner was judged on, from the final's table [(case, tokens/s, seed's)]."""
-    return {"device": target.device, "machine": machine, "model": target.model, "dtype": target.dtype,
-            "tokens_per_s": {case: round(tps) for case, tps, _ in table}, "vs_seed": round(ratio, 3),
-            "run": run_id, "candidate": candidate}
+    return {"device": target.device, "machine": machine, "structure": target.structure, "model": target.model,
+            "dtype": target.dtype, "tokens_per_s": {case: round(tps) for case, tps, _ in table},
+            "vs_seed": round(ratio, 3), "run": run_id, "candidate": candidate}

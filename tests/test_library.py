@@ -77,6 +77,24 @@ def test_recipes_closest_to_the_target_come_first_then_the_fastest():
         ["fastest.txt", "fast.txt", "slow.txt", "other.txt"]
 
 
+@pytest.mark.parametrize("model, first", [("tiny_qwen3_moe", "qwen3_moe_by_hand.txt"),
+                                          ("tiny_qwen3_5_moe", "qwen3_5_by_hand.txt")])
+def test_a_recipe_of_the_target_s_structure_leads_those_of_dense_models(model, first, tmp_path):
+    """On a GPU a Qwen3-MoE run took four dense recipes, their recorded figures higher, and
+    declined qwen3_moe_by_hand.txt: the structure (the MoE, the DeltaNet layers) now ranks
+    before the shape. A recipe that names none was judged on a dense model."""
+    from target import hf_checkpoints
+    folder = hf_checkpoints.write(tmp_path, model)
+    config = RunConfig.build("cuda", model_config=folder / "config.json", weight_dir=folder,
+                             history=tmp_path / "history.csv")
+    target = library.RunTarget.of(config)
+    assert library.ranked(library.read_all([library.SHIPPED]), target)[0].name == first
+    assert target.closeness({"device": "cuda"})[1] is False  # no structure line: dense
+    dense = library.RunTarget.of(RunConfig.build("cuda", model_config=REPO / "target" / "model_config.json",
+                                                 weight_dir=folder, history=tmp_path / "history.csv"))
+    assert dense.structure == library.DENSE and dense.closeness({"device": "cuda"})[1] is True
+
+
 def test_a_cpu_run_takes_what_replays_there_and_declines_the_rest_with_the_reason(small_target, tmp_path):
     config = small_config(small_target, tmp_path, library_dir=tmp_path / "lib")
     target = library.RunTarget.of(config)
