@@ -80,9 +80,9 @@ def test_recipes_closest_to_the_target_come_first_then_the_fastest():
 @pytest.mark.parametrize("model, first", [("tiny_qwen3_moe", "qwen3_moe_by_hand.txt"),
                                           ("tiny_qwen3_5_moe", "qwen3_5_by_hand.txt")])
 def test_a_recipe_of_the_target_s_structure_leads_those_of_dense_models(model, first, tmp_path):
-    """On a GPU a Qwen3-MoE run took four dense recipes, their recorded figures higher, and
-    declined qwen3_moe_by_hand.txt: the structure (the MoE, the DeltaNet layers) now ranks
-    before the shape. A recipe that names none was judged on a dense model."""
+    """For a Qwen3-MoE target on a GPU the library took four dense recipes, their recorded
+    figures higher, and declined qwen3_moe_by_hand.txt: the structure (the MoE, the DeltaNet
+    layers) now ranks before the shape. A recipe that names none was judged on a dense model."""
     from target import hf_checkpoints
     folder = hf_checkpoints.write(tmp_path, model)
     config = RunConfig.build("cuda", model_config=folder / "config.json", weight_dir=folder,
