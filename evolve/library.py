@@ -85,8 +85,8 @@ class RunTarget:
 
     def closeness(self, judged: dict) -> tuple:
         """How well a recipe's judgement matches this target: device, structure, shape, dtype.
-        Structure before shape: on 4 layers of Qwen3-30B-A3B's width the dense recipes,
-        with their higher recorded figures, were taken and qwen3_moe_by_hand.txt declined."""
+        Structure before shape: for a Qwen3-MoE target on a GPU, four dense recipes (their
+        recorded figures higher) were taken and qwen3_moe_by_hand.txt declined."""
         return (judged.get("device") == self.device, judged.get("structure", DENSE) == self.structure,
                 judged.get("model") == self.model, judged.get("dtype") == self.dtype)
 
