@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import mutations
-from contract.families import STRUCTURAL
+from contract.families import structural_features
 from contract.model_config import ModelConfig
 from fitness.cases import call_bounds, select_cases
 from mutations import recipe
@@ -94,7 +94,7 @@ class RunTarget:
 def structure_of(config) -> str:
     """The structural features `config` (a ModelConfig) has, by field name (contract.families:
     an MoE MLP, DeltaNet layers), or DENSE."""
-    return " ".join(f.field for f in STRUCTURAL if getattr(config, f.field) != f.off) or DENSE
+    return " ".join(f.field for f in structural_features(config)) or DENSE
 
 
 # --- reading and writing what a recipe was judged on -----------------------------------------

@@ -70,6 +70,11 @@ def own_genes(config) -> frozenset:
 
 def structural_genes(config, present: bool) -> frozenset:
     """The seed genes of the structural features `config` has (`present`) or lacks."""
+    has = structural_features(config)
     return frozenset(gene for family in LAYOUTS if family.FEATURE.is_structural
-                     and (getattr(config, family.FEATURE.field) != family.FEATURE.off) == present
-                     for gene in family.SEED_GENES)
+                     and (family.FEATURE in has) == present for gene in family.SEED_GENES)
+
+
+def structural_features(config) -> tuple:
+    """The structural features `config` (a ModelConfig) has, in STRUCTURAL's order."""
+    return tuple(f for f in STRUCTURAL if getattr(config, f.field) != f.off)
