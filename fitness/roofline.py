@@ -191,10 +191,15 @@ def roofline_table(config: ModelConfig, cases: dict, gpu="h100") -> list:
     return [{"case_name": name, **case_bound(config, events, gpu)} for name, events in cases.items()]
 
 
-def gpu_for_device(device) -> str:
-    """The GPUS entry for the visible GPU; "h100" when it is neither (or there is none)."""
+def known_gpu(device) -> str | None:
+    """The GPUS entry for `device`'s GPU; None when it is none of them (or no GPU)."""
     name = torch.cuda.get_device_name(device).lower() if is_cuda(device) else ""
-    return next((key for key in GPUS if key in name), "h100")
+    return next((key for key in GPUS if key in name), None)
+
+
+def gpu_for_device(device) -> str:
+    """known_gpu's entry; "h100" when there is none."""
+    return known_gpu(device) or "h100"
 
 
 def format_table(rows: list) -> str:

@@ -577,6 +577,9 @@ def test_a_reports_levels_beside_the_most_their_workload_allows(tmp_path, capsys
                         {"concurrency": 64, "requests": 64, "output_tokens_per_s": 2010.06}]}
     path = tmp_path / "bench.json"
     path.write_text(json.dumps(report))
+    if not torch.cuda.is_available():  # --gpu auto, and no GPU here: the report stays as it is
+        served_vs_bound.main([str(path), "--model-config", str(config), "--gpu", "auto"])
+        assert json.loads(path.read_text()) == report and "no roofline" in capsys.readouterr().out
     served_vs_bound.main([str(path), "--model-config", str(config), "--gpu", "h200"])
     levels = json.loads(path.read_text())["sweep"]
     assert [level["bound_output_tokens_per_s"] for level in levels] == pytest.approx([689.5, 3674], abs=1)

@@ -1,5 +1,5 @@
 # Sourced by the GPU scripts, from the repository root on the device machine: unbuffered
-# output, the carried wheels (deap, libcst: README of the device tool), the GPU's name ($ROOFLINE_GPU), the
+# output, the carried wheels (deap, libcst: README of the device tool), the GPU's name, the
 # toy weights, and $T, the target arguments every fitness command takes. The wheels and the
 # weights are put in place once: a second script on the same host (one search per GPU) must
 # not replace files under a running one.
@@ -10,8 +10,6 @@ if [ ! -f /tmp/site/.carried ]; then
 fi
 export PYTHONPATH=/tmp/site
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-# The GPU as fitness.roofline names it (beside_bound), empty on another card.
-ROOFLINE_GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oiE 'h100|h200' | tr 'A-Z' 'a-z')
 [ -f target/weights/model.pt ] || python3 -m target.toy_weights > /dev/null
 T="--model-config target/model_config.json --weight-dir target/weights --device cuda"
 
@@ -73,6 +71,5 @@ knob_program() {
 # (tools.served_vs_bound; nothing on a GPU fitness.roofline does not know).
 #   beside_bound OUT_DIR MODEL_DIR     (OUT_DIR/bench.json, MODEL_DIR/config.json)
 beside_bound() {
-    [[ -n $ROOFLINE_GPU ]] || return 0
-    python3 -m tools.served_vs_bound "$1/bench.json" --model-config "$2/config.json" --gpu "$ROOFLINE_GPU"
+    python3 -m tools.served_vs_bound "$1/bench.json" --model-config "$2/config.json" --gpu auto
 }
