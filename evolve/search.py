@@ -235,8 +235,8 @@ class Search:
         Not for a generation's first batch on each worker: should_continue let the generation
         start for them, and a CPU run that kept its last minutes back from them judged nothing
         in three generations."""
-        started = None if self.children_from is None else self.evaluator.batches_started - self.children_from
-        if started is not None and started >= self.config.workers:
+        if self.children_from is not None \
+                and self.evaluator.batches_started - self.children_from >= self.config.workers:
             contenders = max(1, min(self.config.final_top, len(self.final_contenders())))
             return self.estimated_round_s() + self.estimated_final_s(contenders)
         return self.estimated_final_s() if self.final_contenders() else 0.0
