@@ -163,8 +163,10 @@ def breed(breeding: Breeding, parents: list, hall_of_fame: list, num_children: i
         # docs/log/2026-11-23-why-search-stops-short-of-recipe.md), then the others up to a
         # population's worth: library programs carry most levers (the recipe all but one),
         # and with them alone generation 1 of a 20-minute search on a real shape judged one
-        # child.
-        for result in toolbox.sweep(best, budget.sweep_limit(num_children), levers_only=True):
+        # child. On a GPU their stack first: one screen for every lever together
+        # (evolve/stack.py: a 20-minute search screened ten children of one step each).
+        brood.add_if_new(toolbox.stack(best))
+        for result in toolbox.sweep(best, budget.sweep_limit(num_children) - len(brood.children), levers_only=True):
             brood.add(result, (best.id,))
         for result in toolbox.sweep(best, max(0, num_children - len(brood.children))):
             brood.add(result, (best.id,))

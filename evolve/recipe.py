@@ -19,6 +19,7 @@ import mutations
 from contract.loader import source_hash
 from evolve import history
 from evolve.library import LIBRARY
+from evolve.stack import STACK
 from mutations import program, recipe
 
 
@@ -65,6 +66,8 @@ def first_lines(first: dict, candidate_id: str) -> list:
 
 def recipe_steps(step: dict, source: str, frame: pd.DataFrame, history_path) -> list:
     """The recipe lines of one lineage step applied to `source` (its first parent)."""
+    if step["operator"] == STACK:  # its steps, as it recorded them
+        return recipe.parse("\n".join(recorded_args(step["operator_args"]).get("steps", [])))
     if not has_two_parents(step):
         return [recipe.RecipeStep(step["operator"], recorded_args(step["operator_args"]))]
     child = judged_source(frame, step["candidate_id"], history_path)

@@ -19,6 +19,7 @@ from evolve.memo import Known, Memo
 from evolve.merge import MERGE_EVERY_GAIN, merge, merge_every_gain, pairs_to_merge
 from evolve.operators import DECLINED, DEMOTED, FAILED, LEVER, OperatorSelector, Vocabulary, outcome, sweep_rank
 from evolve.program import Program, admitted, made
+from evolve.stack import STACK, stack
 
 if not hasattr(creator, "FitnessSpeed"):
     creator.create("FitnessSpeed", base.Fitness, weights=(1.0,))
@@ -112,6 +113,16 @@ def sweep(parent: Program, limit: int, make, vocabulary: Vocabulary, selector: O
     return children
 
 
+def stack_levers(parent: Program, make, vocabulary: Vocabulary, memo: Memo, rng: random.Random, device: str):
+    """On a GPU, one child of `parent` with every operator open on it stacked (evolve/stack.py);
+    elsewhere, or for a vocabulary that cannot name its operators or their genes, None. Else
+    Declined, or Known."""
+    if not (str(device).startswith("cuda") and vocabulary.can_choose and vocabulary.intended_genes):
+        return None
+    names = open_operators(parent, vocabulary, memo, device)
+    return admitted(stack(parent.source, names, vocabulary, device, rng), (parent.id,), make, memo)
+
+
 def next_steps(parent: Program, vocabulary: Vocabulary, memo: Memo) -> list:
     """The moves that made `parent` (its own, or each gain a fold of gains carries) made once
     more on it, where they have a next step (Operator.extend)."""
@@ -152,8 +163,8 @@ def learn(offspring: list, scores, selector: OperatorSelector, memo: Memo) -> No
     memo.see(offspring)
     made = [(c.operator, c.id, c.parent_ids) for c in offspring] + memo.take_twins()
     for operator, child_id, parent_ids in made:
-        if len(parent_ids) != 1:
-            continue  # the seed, --seed-from programs, crossovers and merges: no operator drawn
+        if len(parent_ids) != 1 or operator == STACK:
+            continue  # the seed, --seed-from programs, crossovers, merges and stacks: no operator drawn
         result = outcome(scores, child_id, parent_ids[0])
         if result is None:
             continue  # not judged (the budget ran out)
@@ -185,6 +196,7 @@ def make_toolbox(config, hall_of_fame, evaluate, map_fn, rng: random.Random,
     breeding = {"make": toolbox.individual, "vocabulary": vocabulary, "memo": toolbox.memo, "rng": rng}
     toolbox.register("mutate", mutate, **breeding, selector=toolbox.selector, device=config.device)
     toolbox.register("sweep", sweep, **breeding, selector=toolbox.selector, device=config.device)
+    toolbox.register("stack", stack_levers, **breeding, device=config.device)
     toolbox.register("mate", mate, make=toolbox.individual, mate_fn=mate_fn, memo=toolbox.memo, rng=rng)
     toolbox.register("merge", merge, **breeding)
     toolbox.register("merge_every_gain", merge_every_gain, make=breeding["make"], vocabulary=breeding["vocabulary"],

@@ -126,7 +126,7 @@ def settle(origin: dict, carried: dict) -> dict | str:
     while (violation := requirements.first_violation(assignment := {g: carried[p][g] for g, p in origin.items()})) \
             is not None:
         gene, needed, allowed = violation
-        wanted = allowed_by_all(assignment, needed, allowed)
+        wanted = requirements.allowed_by_all(assignment, needed, allowed)
         parents = (origin[gene], other(origin[gene])) if origin[gene] != LIBRARY else ("a", "b")
         donor = next((p for p in parents if carried[p][needed] in wanted), None)
         if donor is None and (shared := library_allele(needed, wanted, carried)) is not None:
@@ -141,15 +141,6 @@ def settle(origin: dict, carried: dict) -> dict | str:
         pinned.add(moved)
         repairs[moved] = origin[moved]
     return repairs
-
-
-def allowed_by_all(assignment: dict, needed: str, allowed) -> tuple:
-    """The alleles of `needed` that `allowed` and every other gene's requirement admit."""
-    wanted = list(allowed)
-    for gene, allele in assignment.items():
-        if gene != needed and needed in (demands := alleles.requirements(gene, allele)):
-            wanted = [a for a in wanted if a in demands[needed]]
-    return tuple(wanted)
 
 
 def library_allele(gene: str, wanted, carried: dict) -> str | None:

@@ -21,8 +21,11 @@ def settle(assignment: dict, pinned: set, fix_needed, fix_gene) -> tuple:
     """Repair violations until the assignment is closed; (assignment, repairs) or (None, why).
 
     For a violation (gene needs `needed` in `allowed`): when `needed` is not pinned,
-    `fix_needed(needed, allowed)` names its new allele; otherwise, when `gene` is not pinned,
-    `fix_gene(gene)` does. Each repaired gene is pinned, so this ends.
+    `fix_needed` names its new allele, one every other gene admits too where it can (folded
+    q/k/v norms need fused q/k/v weights, the folded MLP norm fused gate/up: their first
+    allowed allele each sent the other gene back to the seed, where `fused_both` serves both);
+    otherwise, when `gene` is not pinned, `fix_gene(gene)` does. Each repaired gene is pinned,
+    so this ends.
     """
     assignment, pinned, repairs = dict(assignment), set(pinned), {}
     while True:
@@ -30,7 +33,10 @@ def settle(assignment: dict, pinned: set, fix_needed, fix_gene) -> tuple:
         if violation is None:
             return assignment, repairs
         gene, needed, allowed = violation
-        if needed not in pinned and (choice := fix_needed(needed, allowed)) is not None:
+        choice = None
+        if needed not in pinned:
+            choice = fix_needed(needed, allowed_by_all(assignment, needed, allowed)) or fix_needed(needed, allowed)
+        if choice is not None:
             target, allele = needed, choice
         elif gene not in pinned and (choice := fix_gene(gene)) is not None:
             target, allele = gene, choice
@@ -40,3 +46,12 @@ def settle(assignment: dict, pinned: set, fix_needed, fix_gene) -> tuple:
         assignment[target] = allele
         repairs[target] = allele
         pinned.add(target)
+
+
+def allowed_by_all(assignment: dict, needed: str, allowed) -> tuple:
+    """The alleles of `needed` that `allowed` and every other gene's requirement admit."""
+    wanted = list(allowed)
+    for gene, allele in assignment.items():
+        if gene != needed and needed in (demands := alleles.requirements(gene, allele)):
+            wanted = [a for a in wanted if a in demands[needed]]
+    return tuple(wanted)

@@ -109,10 +109,14 @@ def test_a_sparse_layer_has_a_router_and_experts_in_place_of_the_dense_mlp():
 
 
 def test_a_config_owns_the_seed_genes_of_the_structural_families_it_has_and_idles_the_rest():
-    from target.hf_checkpoints import TINY_QWEN3_5_MOE, TINY_QWEN3_MOE
+    from target.hf_checkpoints import QWEN3_30B_A3B, TINY_QWEN3_5_MOE, TINY_QWEN3_MOE
     moe, hybrid = FAMILIES["qwen3_moe"].SEED_GENES, FAMILIES["qwen3_5_moe_text"].SEED_GENES
     dense = ModelConfig.load(REPO / "target" / "model_config.json")
-    sparse, both = (ModelConfig.from_dict(dict(raw)) for raw in (TINY_QWEN3_MOE, TINY_QWEN3_5_MOE))
+    # The tiny Qwen3-MoE keeps the dense MLP in its layer 1; in Qwen3-30B-A3B and the hybrid
+    # every layer is sparse, so no timed call runs the dense MLP's gene.
+    sparse, all_sparse, both = (ModelConfig.from_dict(dict(raw))
+                                for raw in (TINY_QWEN3_MOE, QWEN3_30B_A3B, TINY_QWEN3_5_MOE))
     assert own_genes(dense) == frozenset() and idle_genes(dense) == frozenset(moe + hybrid)
     assert own_genes(sparse) == frozenset(moe) and idle_genes(sparse) == frozenset(hybrid)
-    assert own_genes(both) == frozenset(moe + hybrid) and idle_genes(both) == frozenset()
+    assert own_genes(all_sparse) == frozenset(moe) and idle_genes(all_sparse) == frozenset(hybrid + ("mlp",))
+    assert own_genes(both) == frozenset(moe + hybrid) and idle_genes(both) == frozenset({"mlp"})

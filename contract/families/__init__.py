@@ -52,11 +52,26 @@ MLP_FAMILIES = tuple(family for family in LAYOUTS if hasattr(family, "mlp_weight
 MIXER_FAMILIES = tuple(family for family in LAYOUTS if hasattr(family, "mixer_weights"))
 
 
+# The seed gene of the dense SwiGLU (seed_engine/engine.py), which an MoE layer replaces.
+DENSE_MLP_GENES = ("mlp",)
+
+
 def idle_genes(config) -> frozenset:
-    """The seed genes of every structural feature `config` (a ModelConfig) lacks (the MoE genes
-    on a dense model): no trace of the gate runs them on it, its derived configs included,
-    which leave structural features off."""
-    return structural_genes(config, present=False)
+    """The seed genes no timed call of `config`'s model (a ModelConfig) runs, whose swaps make
+    programs as fast as their parent: those of every structural feature it lacks (the MoE genes
+    on a dense model; no trace of the gate runs them either, its derived configs leaving
+    structural features off), and the dense MLP's where no layer keeps it. The gate's dense
+    derived configs still check that one, but every layer of Qwen3-30B-A3B is sparse, and a
+    sweep there would spend a screen of 1.5-3 minutes on each of its swaps
+    (docs/log/2026-11-30-moe-search-two-gpus-batch-1-timeline.md)."""
+    idle = structural_genes(config, present=False)
+    return idle if keeps_dense_mlp(config.to_dict()) else idle | frozenset(DENSE_MLP_GENES)
+
+
+def keeps_dense_mlp(config: dict) -> bool:
+    """Whether any layer of the model keeps the dense MLP (no family's replaces it there)."""
+    return any(all(family.mlp_weights(config, "", layer) is None for family in MLP_FAMILIES)
+               for layer in range(config["num_hidden_layers"]))
 
 
 def own_genes(config) -> frozenset:
