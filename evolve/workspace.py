@@ -24,6 +24,7 @@ from contract.devices import is_cuda
 from contract.loader import source_hash
 from contract.model_config import ModelConfig
 from evolve.library import LIBRARY
+from evolve.stack import STACK
 from fitness import roofline
 from fitness.cases import select_cases
 
@@ -105,10 +106,13 @@ def case_table(table: list, bounds: Roofline | None = None) -> list[str]:
 def describe_step(step: dict) -> str:
     """One lineage step: the operator and its args; a crossover by its other parent and
     the genes it took from it (its args name every gene and the parent it came from); a
-    program of the library by its recipe's file."""
+    program of the library by its recipe's file; a stack by its operators (the recipe written
+    from the history has their args)."""
     args = step["operator_args"]
     if step["operator"] == LIBRARY:  # its recipe by name: the steps are in the file
         return f"{LIBRARY}({Path(json.loads(args).get('recipe', '?')).name})"
+    if step["operator"] == STACK:
+        return f"{STACK}({', '.join(line.split(' ')[0] for line in json.loads(args).get('steps', []))})"
     if len(step["parent_ids"]) > 1:
         genes = json.loads(args).get("genes", {}) if args not in ("", "nan") else {}
         taken = [gene for gene, parent in genes.items() if parent == "b"]

@@ -15,6 +15,7 @@ from evolve.program import Program
 from evolve.recipe import lineage_recipe
 from evolve.stack import STACK, stack
 from evolve.toolbox import make_toolbox
+from evolve.workspace import format_lineage
 from mutations import program, recipe
 from target.hf_checkpoints import QWEN3_30B_A3B
 from tests.conftest import SEED_ENGINE
@@ -56,8 +57,12 @@ def test_a_stack_keeps_each_gene_s_first_taker_kernels_first_and_the_program_wid
 def test_a_stack_s_lineage_is_written_as_its_steps(stacked, tmp_path):
     built = HistoryBuilder(tmp_path)
     built.add(stacked.source, (SEED,), STACK, stacked.args, 2.0)
-    text = lineage_recipe(history.read(built.path), source_hash(stacked.source), built.path)
+    frame = history.read(built.path)
+    text = lineage_recipe(frame, source_hash(stacked.source), built.path)
     assert recipe.apply(recipe.parse(text)) == stacked.source
+    # results.log and the report name its operators; the recipe holds their args.
+    line = format_lineage(history.lineage(frame, source_hash(stacked.source)))
+    assert line.startswith("seed -> stack(allele.") and "allele.moe.triton_grouped, " in line and "repairs" not in line
 
 
 def test_a_program_that_lacks_levers_in_one_gene_is_swept_one_step_at_a_time(fastest_source):
