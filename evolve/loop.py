@@ -6,7 +6,7 @@ Generation 0 judges the floor in full first: the first of the first population's
 Then the seed and the rest are screened beside it, and the fastest of them confirmed.
 Generation 1 sweeps: one child of the best program by each operator that applies to it (the
 swaps of the target family's own genes first; on a GPU, each GPU-only one, and others up to a
-population's worth). Every later one merges gains
+population's worth), on a GPU after their stack, one child with all of them (stack.py). Every later one merges gains
 made apart (up to a third of its children), sweeps on from the best program with all but one
 of the rest (operators not tried on it, GPU-only first, then as the bandit ranks them, those
 the run never tried every other place), then breeds the last by crossover or by the operator
