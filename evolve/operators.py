@@ -178,6 +178,7 @@ class Vocabulary:
         self.is_gpu_lever = lambda name: self.declared(name, "gpu_lever", False)
         self.sweep_places = lambda name: self.declared(name, "sweep_places", 1)
         self.draws = lambda name: self.declared(name, "draws", False)
+        self.cannot_serve = lambda name: self.declared(name, "cannot_serve", ())
         self.gene_of = lambda name: getattr(self.declared(name, "allele", None), "gene", None)  # None: no swap
         self.is_deterministic = getattr(module, "is_deterministic", lambda name: False)
         self.is_program_wide = getattr(module, "is_program_wide", lambda name: False)

@@ -63,9 +63,11 @@ def open_operators(parent: Program, vocabulary: Vocabulary, memo: Memo, device: 
     they are losses (a search spent a third of its mutants of a 9x program on portable
     attentions and decode-only graphs, docs/log/2026-11-23-why-search-stops-short-of-recipe.md).
     Never a swap of a gene the target does not run (an MoE allele on a dense model: the child
-    would be judged for nothing)."""
+    would be judged for nothing), nor one that cannot serve the target's family (prefill graphs
+    on the hybrid: the child would crash)."""
     names = [n for n in vocabulary.applicable(parent.source, device)
-             if not memo.is_spent(n, (parent.id,)) and vocabulary.gene_of(n) not in vocabulary.idle_genes]
+             if not memo.is_spent(n, (parent.id,)) and vocabulary.gene_of(n) not in vocabulary.idle_genes
+             and not set(vocabulary.cannot_serve(n)) & vocabulary.own_genes]
     if str(device).startswith("cuda"):
         names = [n for n in names if not vocabulary.unports(n, parent.source)] or names
     return names

@@ -22,6 +22,7 @@ class AlleleSwapOperator(Operator):
         self.name = f"allele.{allele.gene}.{allele.name}"
         self.devices = allele.devices
         self.gpu_lever = allele.gpu_lever
+        self.cannot_serve = allele.cannot_serve
         self.description = f"{allele.gene} := {allele.name}: {allele.description}"
 
     @property

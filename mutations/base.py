@@ -39,6 +39,7 @@ class Operator:
     slow_to_judge: bool = False  # its children take far longer to judge: a sweep tries it last
     sweep_places: int = 1  # children one sweep may make of one program (each a fresh draw)
     gpu_lever: bool = False  # runs anywhere, pays off on a GPU alone: first in a GPU's sweep, last on a CPU
+    cannot_serve: tuple = ()  # seed genes of the families whose models its programs cannot run
 
     def can_run_on(self, device: str) -> bool:
         return self.devices == "any" or str(device).startswith("cuda")

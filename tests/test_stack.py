@@ -14,7 +14,8 @@ from evolve.operators import Vocabulary
 from evolve.program import Program
 from evolve.recipe import lineage_recipe
 from evolve.stack import STACK, stack
-from evolve.toolbox import make_toolbox
+from evolve.memo import Memo
+from evolve.toolbox import make_toolbox, open_operators
 from evolve.workspace import format_lineage
 from mutations import program, recipe
 from target.hf_checkpoints import QWEN3_30B_A3B
@@ -88,3 +89,19 @@ def test_generation_one_on_a_gpu_begins_with_the_stack_then_sweeps_the_rest_of_i
     assert {c.operator for c in children[1:]} <= {n for n in vocabulary().applicable(SEED, "cuda")}
     assert make_toolbox(SimpleNamespace(**{**vars(config), "device": "cpu"}), [], lambda program: None, map,
                         random.Random(0)).stack(seed) is None  # on a CPU, no stack
+
+
+def test_a_hybrid_s_sweep_and_stack_never_take_prefill_graphs_which_cannot_serve_its_delta_net():
+    # Engine.cuda_graphs_prefill raises on a model with DeltaNet layers: its child would crash,
+    # and a stack that took it first would lose every lever with it.
+    from mutations import alleles
+    from target.hf_checkpoints import QWEN3_5_35B_A3B
+    hybrid = ModelConfig.from_dict(dict(QWEN3_5_35B_A3B))
+    assert all(set(a.cannot_serve) <= set(program.GENES) for a in alleles.library().values())
+    graphs = "allele.Engine.cuda_graphs_prefill"
+    on = {name: Vocabulary(mutations, mutations.random_mutation, mutations.crossover, idle_genes(c), own_genes(c))
+          for name, c in (("moe", MOE), ("hybrid", hybrid))}
+    seed = Program(SEED)
+    assert graphs in open_operators(seed, on["moe"], Memo(), "cuda")
+    assert graphs not in open_operators(seed, on["hybrid"], Memo(), "cuda")
+    assert "allele.Engine.cuda_graphs" in open_operators(seed, on["hybrid"], Memo(), "cuda")

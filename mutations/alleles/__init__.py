@@ -8,7 +8,9 @@ that are not copied into programs:
     DEVICES = "cuda"  # "any" | "cuda": where it can run ("cuda" ones may import triton)
 
 and, optionally, `GPU_LEVER = True`: it runs anywhere but pays off on a GPU alone (a sweep
-tries it among the first there, last on a CPU).
+tries it among the first there, last on a CPU); `CANNOT_SERVE = ("delta_net_prefill",)`: seed
+genes of a family whose models it cannot run, so a search of such a model never swaps it in
+(its child would only crash).
 
 The seed engine's definition of every gene is the "seed" allele; it requires nothing.
 Module constants an allele tunes are declared with their range as a trailing comment,
@@ -25,7 +27,7 @@ import libcst as cst
 from mutations import program
 
 HERE = Path(__file__).resolve().parent
-METADATA = ("REQUIRES", "DEVICES", "GPU_LEVER")
+METADATA = ("REQUIRES", "DEVICES", "GPU_LEVER", "CANNOT_SERVE")
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class Allele:
     requires: dict = field(default_factory=dict)  # gene -> tuple of allele names
     path: Path | None = None
     gpu_lever: bool = False
+    cannot_serve: tuple = ()  # seed genes of the families whose models it cannot run
 
     @property
     def module(self) -> cst.Module:
@@ -67,7 +70,8 @@ def allele_module(path: Path) -> cst.Module:
 
 
 def read_metadata(path: Path) -> tuple:
-    """(docstring's first line, DEVICES, REQUIRES, GPU_LEVER) of an allele file, read as literals."""
+    """(docstring's first line, DEVICES, REQUIRES, GPU_LEVER, CANNOT_SERVE) of an allele file,
+    read as literals."""
     tree = ast.parse(path.read_text())
     values = {}
     for node in tree.body:
@@ -77,7 +81,8 @@ def read_metadata(path: Path) -> tuple:
     requires = {gene: tuple(names) for gene, names in values.get("REQUIRES", {}).items()}
     devices = values.get("DEVICES", "any")
     assert devices in ("any", "cuda"), f"{path}: DEVICES must be 'any' or 'cuda', got {devices!r}"
-    return (doc[0] if doc else ""), devices, requires, bool(values.get("GPU_LEVER", False))
+    return ((doc[0] if doc else ""), devices, requires, bool(values.get("GPU_LEVER", False)),
+            tuple(values.get("CANNOT_SERVE", ())))
 
 
 @lru_cache(maxsize=None)
@@ -89,8 +94,8 @@ def library() -> dict:
     for path in sorted(HERE.glob("*/*.py")):
         gene, name = path.parent.name, path.stem
         assert gene in program.GENES, f"{path}: {gene} is not a gene"
-        description, devices, requires, gpu_lever = read_metadata(path)
-        found[(gene, name)] = Allele(gene, name, description, devices, requires, path, gpu_lever)
+        description, devices, requires, gpu_lever, cannot_serve = read_metadata(path)
+        found[(gene, name)] = Allele(gene, name, description, devices, requires, path, gpu_lever, cannot_serve)
     return found
 
 

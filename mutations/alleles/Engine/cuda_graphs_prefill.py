@@ -34,6 +34,7 @@ import triton.language as tl
 REQUIRES = {"KVCache": ("paged_chunks", "paged", "slab"), "attend_decode": ("triton_split_kv", "table_sdpa"),
             "attend_prefill": ("triton_varlen",)}
 DEVICES = "cuda"
+CANNOT_SERVE = ("delta_net_prefill",)  # the hybrid's DeltaNet prefills run per request (below)
 
 # A run fits the tokens to its largest prefill (`fits:`): on an H100 the long_prompts target's
 # 8,192-token prefills ran 3.0-3.7x faster captured than eager, Llama-3.2-1B's 16 x 1,024 2-3%
