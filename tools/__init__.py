@@ -2,6 +2,7 @@
 
 Maintained measuring tools (python -m tools.NAME), each named by what it measures:
     gate_survival         a random walk from the seed: how many children pass the gate
+    stack_vs_recipe       the stack a target's search would breed first, against a hand recipe
     operators_on_gpu      every operator's child of the seed judged on a GPU
     timed_run_overhead    where a judged run's time goes against the benchmark's clock
     judge_vs_evaluator    each program's ratio to a baseline, per case, judged and benched
