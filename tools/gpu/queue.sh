@@ -3,8 +3,8 @@
 # device call that starts them: a 20-minute search and its comparison on one card, the
 # server's sweep on the other. Read them from later calls with tools/gpu/follow.sh.
 #   bash tools/gpu/queue.sh STATE GPU JOB ...
-# The repository is copied to STATE/repo once (a later call re-sends the working tree;
-# running jobs keep theirs). Each job's output goes to STATE/queueGPU.log, and
+# The repository is copied to STATE/repo when no queue of STATE runs (a later call re-sends the
+# working tree; running jobs keep theirs). Each job's output goes to STATE/queueGPU.log, and
 # STATE/queueGPU.done appears when the last has ended. Jobs:
 #   search:TARGET[:BUDGET]    bash run.sh on TARGET ("public": the toy model) -> STATE/TARGET
 #   seed_only:TARGET:BUDGET   the same from the seed alone (--from-seed-only) -> STATE/TARGET_seed_only
@@ -43,6 +43,12 @@
 set -uo pipefail
 state=$1 gpu=$2; shift 2
 mkdir -p "$state"
+# A host may keep /tmp from an earlier session: its copy of the repository, once no queue of
+# STATE still runs, is stale, and so are this queue's done files (follow.sh would return at once).
+running=0
+for pid in "$state"/queue*.pid; do [ -e "$pid" ] && kill -0 "$(cat "$pid")" 2> /dev/null && running=1; done
+[ "$running" = 0 ] && rm -rf "$state/repo"
+rm -f "$state/queue$gpu.done" "$state/queue$gpu".job*.done
 [ -d "$state/repo" ] || cp -a . "$state/repo"
 cd "$state/repo" || exit 1
 source tools/gpu/env.sh > /dev/null  # the wheels once, before two queues could race for them
@@ -153,4 +159,5 @@ queue() {
 export -f run_job hf_compare try_rounds try_target bench_rounds target_of queue
 export state gpu
 CUDA_VISIBLE_DEVICES=$gpu setsid bash -c 'queue "$@"' queue "$@" > "$state/queue$gpu.log" 2>&1 < /dev/null &
+echo $! > "$state/queue$gpu.pid"
 echo "queue $gpu started: $* (log $state/queue$gpu.log)"
