@@ -53,9 +53,9 @@ def stack(source: str, names: list, vocabulary, device: str, rng: random.Random)
         taken |= vocabulary.intended_genes(result.source, source, result.args)
         source = result.source
         steps.append(RecipeStep(result.operator, result.args).line())
-    for name in vocabulary.applicable(source, device):
-        if vocabulary.is_program_wide(name) and sweep_rank(name, device, vocabulary) < DEMOTED:
-            result = vocabulary.apply(name, source, rng)
+    for op in mutations.all_operators():  # each declines where it does not apply
+        if op.program_wide and op.can_run_on(device) and sweep_rank(op.name, device, vocabulary) < DEMOTED:
+            result = vocabulary.apply(op.name, source, rng)
             if made(result):
                 source = result.source
                 steps.append(RecipeStep(result.operator, result.args).line())

@@ -66,12 +66,14 @@ def test_a_stack_s_lineage_is_written_as_its_steps(stacked, tmp_path):
     assert line.startswith("seed -> stack(allele.") and "allele.moe.triton_grouped, " in line and "repairs" not in line
 
 
-def test_a_program_that_lacks_levers_in_one_gene_is_swept_one_step_at_a_time(fastest_source):
-    # fastest.txt's program runs a kernel in every gene these swap but the MoE's: another RoPE,
-    # SwiGLU or graphs Engine is a sideways move, the sweep's to measure.
+def test_a_program_that_lacks_levers_in_one_gene_is_swept_one_step_at_a_time():
+    # A program with RoPE, SwiGLU and graphs kernels: another of each is a sideways move, the
+    # sweep's to measure, and the MoE's kernel alone is one lever.
+    kernels = recipe.apply(recipe.parse("allele.apply_rope.triton_rows\nallele.mlp.glu_matmul\n"
+                                        "allele.Engine.cuda_graphs_prefill"), SEED)
     names = ["allele.apply_rope.triton", "allele.mlp.swiglu_triton", "allele.Engine.cuda_graphs",
              "allele.moe.triton_grouped"]
-    result = stack(fastest_source, names, vocabulary(), "cuda", random.Random(0))
+    result = stack(kernels, names, vocabulary(), "cuda", random.Random(0))
     assert isinstance(result, mutations.Declined) and "1 gene" in result.reason
 
 
