@@ -231,7 +231,7 @@ def library_folders(config) -> tuple:
 
 
 def steps_of(args: dict) -> list:
-    """The recipe steps a library program's operator args recorded."""
+    """The recipe steps a library program's (or a stack's) operator args recorded."""
     return [recipe.parse_line(line, number) for number, line in enumerate(args.get("steps", []), start=1)]
 
 

@@ -18,7 +18,7 @@ import pandas as pd
 import mutations
 from contract.loader import source_hash
 from evolve import history
-from evolve.library import LIBRARY
+from evolve.library import LIBRARY, steps_of
 from evolve.stack import STACK
 from mutations import program, recipe
 
@@ -67,7 +67,7 @@ def first_lines(first: dict, candidate_id: str) -> list:
 def recipe_steps(step: dict, source: str, frame: pd.DataFrame, history_path) -> list:
     """The recipe lines of one lineage step applied to `source` (its first parent)."""
     if step["operator"] == STACK:  # its steps, as it recorded them
-        return recipe.parse("\n".join(recorded_args(step["operator_args"]).get("steps", [])))
+        return steps_of(recorded_args(step["operator_args"]))
     if not has_two_parents(step):
         return [recipe.RecipeStep(step["operator"], recorded_args(step["operator_args"]))]
     child = judged_source(frame, step["candidate_id"], history_path)

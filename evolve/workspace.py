@@ -23,7 +23,7 @@ import torch
 from contract.devices import is_cuda
 from contract.loader import source_hash
 from contract.model_config import ModelConfig
-from evolve.library import LIBRARY
+from evolve.library import LIBRARY, steps_of
 from evolve.stack import STACK
 from fitness import roofline
 from fitness.cases import select_cases
@@ -112,7 +112,7 @@ def describe_step(step: dict) -> str:
     if step["operator"] == LIBRARY:  # its recipe by name: the steps are in the file
         return f"{LIBRARY}({Path(json.loads(args).get('recipe', '?')).name})"
     if step["operator"] == STACK:
-        return f"{STACK}({', '.join(line.split(' ')[0] for line in json.loads(args).get('steps', []))})"
+        return f"{STACK}({', '.join(s.operator for s in steps_of(json.loads(args)))})"
     if len(step["parent_ids"]) > 1:
         genes = json.loads(args).get("genes", {}) if args not in ("", "nan") else {}
         taken = [gene for gene, parent in genes.items() if parent == "b"]

@@ -14,6 +14,7 @@ import random
 import mutations
 from contract.families import idle_genes, own_genes
 from contract.model_config import ModelConfig
+from evolve.library import steps_of
 from evolve.memo import Memo
 from evolve.operators import Vocabulary
 from evolve.program import Program
@@ -45,7 +46,7 @@ def main(argv=None) -> None:
         got = program.gene_alleles(program.parse(made.source))
         differ = {g: (got.get(g), wanted.get(g)) for g in sorted(set(got) | set(wanted))
                   if got.get(g) != wanted.get(g) and g not in idle}
-        print(f"rng {rng}: {len(made.args['steps'])} steps: {', '.join(s.split(' ')[0] for s in made.args['steps'])}")
+        print(f"rng {rng}: {len(made.args['steps'])} steps: {', '.join(s.operator for s in steps_of(made.args))}")
         print(f"  genes whose allele differs (stack, recipe): {differ or 'none'}")
 
 
