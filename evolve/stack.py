@@ -28,7 +28,7 @@ import mutations
 from evolve.operators import DEMOTED, LEVER, sweep_rank
 from evolve.program import made
 from mutations import alleles, program
-from mutations.recipe import RecipeStep
+from mutations.recipe import RecipeStep, unmatched
 
 STACK = "stack"
 # A program lacking levers in fewer genes than this is swept one step at a time.
@@ -48,8 +48,9 @@ def stack(source: str, names: list, vocabulary, device: str, rng: random.Random)
     steps = []
     for name in order:
         result = vocabulary.apply(name, source, rng)
-        if not made(result) or vocabulary.unports(name, source) or swapped(source, result.source) & taken:
-            continue
+        if not made(result) or vocabulary.unports(name, source) \
+                or set(unmatched(source, program.gene_alleles(program.parse(result.source)))) & taken:
+            continue  # it would swap a gene an earlier step chose
         taken |= vocabulary.intended_genes(result.source, source, result.args)
         source = result.source
         steps.append(RecipeStep(result.operator, result.args).line())
@@ -68,9 +69,3 @@ def kernel_genes(source: str) -> set:
     """The genes whose allele in `source` runs only on a GPU."""
     carried = program.gene_alleles(program.parse(source))
     return {gene for gene, name in carried.items() if getattr(alleles.get(gene, name), "devices", "any") == "cuda"}
-
-
-def swapped(before: str, after: str) -> set:
-    """The genes whose allele differs between two programs."""
-    old, new = (program.gene_alleles(program.parse(source)) for source in (before, after))
-    return {gene for gene in new if old.get(gene) != new[gene]}
