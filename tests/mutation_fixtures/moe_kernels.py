@@ -78,6 +78,7 @@ def check_grouped(rows, dtype, experts=8, top_k=2, hidden=48, inter=40, favourit
         setattr(module, f"MOE_{bucket}_BLOCK_K", blocks)
     module.MOE_SORTED_BLOCK_M = 32
     module.MOE_FEW_PAIRS, module.MOE_HISTOGRAM_PAIRS = 8, 64  # every bucket's knobs in use below
+    module.MOE_SUM_BLOCK = 32  # narrower than the width: masked column blocks
     layer = sparse_layer(experts, top_k, hidden, inter, dtype, favourite=favourite)
     x = torch.randn(rows, hidden, generator=torch.Generator().manual_seed(2)).to(dtype)
     if favourite is not None:

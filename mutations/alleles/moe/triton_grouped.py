@@ -18,6 +18,11 @@ The rounding is the seed's: gate and up each rounded to the compute dtype, silu_
 outputs are summed in fp32 and rounded once, where the seed's index_add rounds after each.
 The tiles, blocks, warps and stages are knobs for three buckets of call size (FEW pairs,
 MANY up to MOE_HISTOGRAM_PAIRS, SORTED past it), for the search to tune per target.
+
+The sum of each token's k outputs is a Triton kernel too, so that under programmatic
+dependent launch (the programmatic_launch rewrite) it and the kernel after it start early,
+where torch's reduction broke the chain: on an H200 the batch-1 layer of Qwen3-30B-A3B's
+shape took ~6 us less (docs/log/2026-11-30-moe-batch-1-sum-under-pdl.md).
 """
 import torch
 import triton
@@ -43,6 +48,8 @@ MOE_SORTED_BLOCK_N = 64  # range: 16..256
 MOE_SORTED_BLOCK_K = 64  # range: 32..512
 MOE_SORTED_WARPS = 4  # range: 1..16
 MOE_SORTED_STAGES = 3  # range: 1..5, step 1
+MOE_SUM_BLOCK = 1024  # range: 128..4096; output columns a program of the sum over a token's k outputs owns
+MOE_SUM_WARPS = 4  # range: 1..16; warps a program of that sum runs with
 
 
 @triton.jit
@@ -144,6 +151,18 @@ def experts_down_kernel(h_ptr, ids_ptr, order_ptr, counts_ptr, starts_ptr, down_
                  mask=row_ok[:, None] & col_ok[None, :])
 
 
+@triton.jit
+def sum_pairs_kernel(outs_ptr, out_ptr, width, TOP_K: tl.constexpr, BLOCK: tl.constexpr):
+    """out[t, cols] = the sum of outs[t * TOP_K + j, cols] over j, in fp32, rounded once."""
+    t = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = cols < width
+    total = tl.zeros([BLOCK], dtype=tl.float32)
+    for j in tl.static_range(TOP_K):
+        total += tl.load(outs_ptr + (t * TOP_K + j) * width + cols, mask=ok, other=0.0).to(tl.float32)
+    tl.store(out_ptr + t * width + cols, total.to(out_ptr.dtype.element_ty), mask=ok)
+
+
 def expert_knobs(pairs):
     """(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) of the bucket a call of `pairs` pairs is in."""
     if pairs <= MOE_FEW_PAIRS:
@@ -181,7 +200,10 @@ def grouped_experts(x, weights, experts, layer):
     experts_down_kernel[(slots, triton.cdiv(hidden, block_n))](
         product, ids, order, counts, starts, down, weights.reshape(-1), outs, pairs, hidden, width,
         product.stride(0), down.stride(0), down.stride(1), outs.stride(0), **shape)
-    return outs.view(n, k, hidden).sum(1)
+    total = torch.empty(n, hidden, device=x.device, dtype=x.dtype)
+    sum_pairs_kernel[(n, triton.cdiv(hidden, MOE_SUM_BLOCK))](outs, total, hidden, TOP_K=k, BLOCK=MOE_SUM_BLOCK,
+                                                              num_warps=MOE_SUM_WARPS)
+    return total
 
 
 def moe(x, layer):
