@@ -333,10 +333,13 @@ def mlp(x, layer):
     return (F.silu(x @ layer["gate"].T) * (x @ layer["up"].T)) @ layer["down"].T
 
 
-def route(x, layer):
+def route(x, layer, logits=None):
     """(weights [N, k] in x's dtype, experts [N, k]) for x [N, hidden]: softmax over every
-    expert in fp32, the top k, renormalised to sum to 1 where the config says so."""
-    probs = torch.softmax((x @ layer["router"].T).float(), dim=-1)  # [N, E]
+    expert in fp32, the top k, renormalised to sum to 1 where the config says so. logits:
+    x @ router.T where the caller made them (a norm folded into the router's projection)."""
+    if logits is None:
+        logits = x @ layer["router"].T  # [N, E]
+    probs = torch.softmax(logits.float(), dim=-1)
     weights, experts = torch.topk(probs, layer["top_k"], dim=-1)
     if layer["renormalise"]:
         weights = weights / weights.sum(-1, keepdim=True)
@@ -386,9 +389,10 @@ def plus_shared_expert(out, x, layer):
     return out + torch.sigmoid(x @ layer["shared_expert_gate"].T) * shared
 
 
-def moe(x, layer):
-    """A sparse layer's MLP over x [N, hidden]: route, then the chosen experts (and a shared one)."""
-    weights, experts = route(x, layer)
+def moe(x, layer, logits=None):
+    """A sparse layer's MLP over x [N, hidden]: route, then the chosen experts (and a shared
+    one). logits: the router's, where the caller made them (route's)."""
+    weights, experts = route(x, layer, logits)
     return plus_shared_expert(sorted_experts(x, weights, experts, layer), x, layer)
 
 

@@ -141,6 +141,17 @@ def test_the_recipe_keeps_its_kernels_on_a_bf16_hugging_face_checkpoint(family, 
     assert result.passed, result.error
 
 
+def test_the_moe_recipe_passes_the_gate_on_a_bf16_checkpoint(scratch, tmp_path):
+    """qwen3_moe_by_hand.txt's program (at one row the norm folded into the router's
+    projection, every kernel under PDL) passes the gate on a tiny bf16 Qwen3-MoE checkpoint."""
+    from tests.test_moe import make_checkpoint as make_moe_checkpoint
+    folder = make_moe_checkpoint(tmp_path / "model", torch.bfloat16)
+    path = tmp_path / "program.py"
+    path.write_text(recipe.apply(recipe.parse((REPO / "mutations" / "recipes" / "qwen3_moe_by_hand.txt").read_text())))
+    result = check_module(load_engine_module(path), ModelConfig.load(folder), folder, "cuda", 123, scratch)
+    assert result.passed, result.error
+
+
 @pytest.mark.parametrize("one_row_share", [1024, 16384])  # shares summed by a second kernel; one share
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_the_prefetched_linear_matches_fp32_on_the_real_shapes(dtype, one_row_share):

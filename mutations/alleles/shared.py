@@ -344,16 +344,17 @@ NORM_FOLD_WARPS = 4  # range: 1..16; warps a folding program runs with (Triton's
 
 
 @triton.jit
-def norm_linear_kernel(x_ptr, r_ptr, norm_ptr, w_ptr, out_ptr, sum_ptr, num_out, num_in, stride_w, eps,
+def norm_linear_kernel(x_ptr, r_ptr, norm_ptr, w_ptr, out_ptr, sum_ptr, normed_ptr, num_out, num_in, stride_w, eps,
                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, RESIDUAL: tl.constexpr, ROWS: tl.constexpr = 1,
-                       GLU: tl.constexpr = False, PDL: tl.constexpr = False):
+                       GLU: tl.constexpr = False, NORMED: tl.constexpr = False, PDL: tl.constexpr = False):
     """Each of ROWS contiguous rows: out[row, cols] = rms_norm(x + r)[row] @ w[cols].T,
     rounded op for op as add_rms_norm.triton and then the prefetched one-row linear round;
     program 0 writes x + r to sum. Every program norms every row itself (a few KB a row, from
     L2) with its columns of w held throughout; the rows unrolled, so one row compiles as
     before rows were taken. RESIDUAL false: rms_norm(x), no sum.
     GLU: w is a fused gate/up weight (gate rows, then num_out up rows) and out[cols] is
-    silu(gate) * up, rounded as swiglu_kernel rounds it: a program holds both halves' rows."""
+    silu(gate) * up, rounded as swiglu_kernel rounds it: a program holds both halves' rows.
+    NORMED: program 0 writes rms_norm(x + r) to normed too (the router's input is the experts')."""
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     k = tl.arange(0, BLOCK_K)
     k_ok = k < num_in
@@ -379,6 +380,8 @@ def norm_linear_kernel(x_ptr, r_ptr, norm_ptr, w_ptr, out_ptr, sum_ptr, num_out,
             total = total.to(tl.float32)
         scale = tl.rsqrt(tl.sum(total * total, axis=0) / num_in + eps)
         normed = ((total * scale).to(dtype).to(tl.float32) * norm_w).to(dtype).to(tl.float32)  # cast, then the weight
+        if NORMED and tl.program_id(0) == 0:
+            tl.store(normed_ptr + at, normed.to(dtype), mask=k_ok)
         out = tl.sum(w.to(tl.float32) * normed[None, :], axis=1).to(dtype)
         if GLU:
             up = tl.sum(w_up.to(tl.float32) * normed[None, :], axis=1).to(dtype).to(tl.float32)
@@ -394,20 +397,21 @@ def folds_norm(x, residual, weight):
             and weight.stride(-1) == 1 and (residual is None or residual.is_contiguous()))
 
 
-def norm_linear(x, residual, norm_weight, weight, eps, glu=False):
+def norm_linear(x, residual, norm_weight, weight, eps, glu=False, normed=False):
     """(rms_norm(x + residual) @ weight.T, x + residual) for a few rows (folds_norm) in one
     launch; residual None: (rms_norm(x) @ weight.T, x). glu: weight is a fused gate/up and
-    the first is silu(gate) * up, [rows, intermediate]."""
+    the first is silu(gate) * up, [rows, intermediate]. normed: rms_norm(x + residual) third."""
     num_out = weight.shape[0] // 2 if glu else weight.shape[0]
     out = torch.empty(x.shape[0], num_out, device=x.device, dtype=x.dtype)
     total = x if residual is None else torch.empty_like(x)
+    h = torch.empty_like(x) if normed else out  # unwritten unless normed
     block_k = triton.next_power_of_2(x.shape[1])
     block_n = max(1, min(16, NORM_FOLD_ELEMENTS // block_k) // (2 if glu else 1))  # glu: two halves' rows
     norm_linear_kernel[(triton.cdiv(num_out, block_n),)](
-        x, x if residual is None else residual, norm_weight, weight, out, total, num_out, x.shape[1],
+        x, x if residual is None else residual, norm_weight, weight, out, total, h, num_out, x.shape[1],
         weight.stride(0), eps, BLOCK_N=block_n, BLOCK_K=block_k, ROWS=x.shape[0],
-        RESIDUAL=residual is not None, GLU=glu, num_warps=NORM_FOLD_WARPS)
-    return out, total
+        RESIDUAL=residual is not None, GLU=glu, NORMED=normed, num_warps=NORM_FOLD_WARPS)
+    return (out, total, h) if normed else (out, total)
 
 
 # mlp.swiglu_triton's kernels (its docstring says why).

@@ -488,6 +488,20 @@ def check_norm_linear():
         got, got_total = mlp.norm_mlp(x, residual, norm_weight, layer, 1e-5)
         check(f"norm_mlp folded {dtype}", got, product @ layer["down"].T, tol=1e-12)
         check(f"norm_mlp folded {dtype}: the residual stream", got_total, total, tol=1e-12)
+        # A sparse layer: the norm folds into the router's projection, whose program 0 writes
+        # the normed row too; the experts take both.
+        sparse = {"router": torch.randn(6, 48).to(dtype), "top_k": 2, "renormalise": True,
+                  "experts_gate": torch.randn(6, 20, 48).to(dtype), "experts_up": torch.randn(6, 20, 48).to(dtype),
+                  "experts_down": torch.randn(6, 48, 20).to(dtype), "shared_gate": torch.randn(20, 48).to(dtype),
+                  "shared_up": torch.randn(20, 48).to(dtype), "shared_down": torch.randn(48, 20).to(dtype),
+                  "shared_expert_gate": torch.randn(1, 48).to(dtype)}  # Qwen3.5's: a shared expert too
+        logits, got_total, got_h = mlp.norm_linear(x, residual, norm_weight, sparse["router"], 1e-5, normed=True)
+        check(f"norm_linear normed {dtype}: the logits", logits, linear.prefetched_linear(h, sparse["router"]), tol=1e-12)
+        check(f"norm_linear normed {dtype}: the normed row", got_h, h, tol=1e-12)
+        check(f"norm_linear normed {dtype}: the residual stream", got_total, total, tol=1e-12)
+        got, got_total = mlp.norm_mlp(x, residual, norm_weight, sparse, 1e-5)
+        check(f"norm_mlp folded, a sparse layer {dtype}", got, mlp.moe(h, sparse, logits), tol=1e-12)
+        check(f"norm_mlp folded, a sparse layer {dtype}: the residual stream", got_total, total, tol=1e-12)
     # Several rows, and a row wider than NORM_FOLD_WIDTH, take the genes apart: the fold's
     # kernel cannot launch.
     shared = qkv.norm_linear.__globals__

@@ -32,10 +32,11 @@ def gathered_experts(x, weights, experts, layer):
     return (outs.view(n, k, -1) * weights[:, :, None]).sum(1)  # [N, hidden]
 
 
-def moe(x, layer):
+def moe(x, layer, logits=None):
     """A sparse layer's MLP over x [N, hidden]: route, then gathered bmm for a few pairs, else
-    dispatch, each expert's SwiGLU, combine."""
-    weights, experts = route(x, layer)
+    dispatch, each expert's SwiGLU, combine. logits: the router's, where the caller made them
+    (route's)."""
+    weights, experts = route(x, layer, logits)
     if experts.numel() <= MOE_GATHER_ROWS:
         return plus_shared_expert(gathered_experts(x, weights, experts, layer), x, layer)
     return plus_shared_expert(sorted_experts(x, weights, experts, layer), x, layer)

@@ -37,10 +37,11 @@ def padded_experts(x, weights, experts, layer):
     return (outs.view(n, k, -1) * weights[:, :, None]).sum(1)
 
 
-def moe(x, layer):
+def moe(x, layer, logits=None):
     """A sparse layer's MLP over x [N, hidden]: route, then every expert over N padded rows
-    (few rows), else dispatch, each expert's SwiGLU over its own rows, combine."""
-    weights, experts = route(x, layer)
+    (few rows), else dispatch, each expert's SwiGLU over its own rows, combine. logits: the
+    router's, where the caller made them (route's)."""
+    weights, experts = route(x, layer, logits)
     if layer["router"].shape[0] * x.shape[0] <= PADDED_MOE_ROWS:
         return plus_shared_expert(padded_experts(x, weights, experts, layer), x, layer)
     return plus_shared_expert(sorted_experts(x, weights, experts, layer), x, layer)

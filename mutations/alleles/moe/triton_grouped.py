@@ -206,9 +206,10 @@ def grouped_experts(x, weights, experts, layer):
     return total
 
 
-def moe(x, layer):
-    """A sparse layer's MLP over x [N, hidden]: route, then the grouped kernels."""
-    weights, experts = route(x, layer)
+def moe(x, layer, logits=None):
+    """A sparse layer's MLP over x [N, hidden]: route, then the grouped kernels. logits: the
+    router's, where the caller made them (route's)."""
+    weights, experts = route(x, layer, logits)
     if experts.numel() and x.stride(-1) == 1:
         return plus_shared_expert(grouped_experts(x, weights.contiguous(), experts.contiguous(), layer), x, layer)
     return plus_shared_expert(sorted_experts(x, weights, experts, layer), x, layer)

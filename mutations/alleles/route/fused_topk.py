@@ -15,10 +15,11 @@ REQUIRES = {}
 DEVICES = "any"
 
 
-def route(x, layer):
+def route(x, layer, logits=None):
     """(weights [N, k] in x's dtype, experts [N, k]) for x [N, hidden]: the top k logits, and
-    their softmax (renormalised) or their share of every expert's (not)."""
-    logits = (x @ layer["router"].T).float()  # [N, E]
+    their softmax (renormalised) or their share of every expert's (not). logits: the router's,
+    where the caller made them."""
+    logits = (x @ layer["router"].T if logits is None else logits).float()  # [N, E]
     top, experts = torch.topk(logits, layer["top_k"], dim=-1)  # [N, k] each
     if layer["renormalise"]:
         weights = torch.softmax(top, dim=-1)

@@ -46,10 +46,11 @@ def route_kernel(logits_ptr, weights_ptr, experts_ptr, num_experts, stride_l, TO
     tl.store(experts_ptr + t * TOP_K + slots, chosen, mask=ok)
 
 
-def route(x, layer):
+def route(x, layer, logits=None):
     """(weights [N, k] in x's dtype, experts [N, k]) for x [N, hidden]: the router's logits by
-    a matmul, then the kernel."""
-    logits = x @ layer["router"].T  # [N, E], x's dtype as the seed rounds them
+    a matmul (or the caller's), then the kernel."""
+    if logits is None:
+        logits = x @ layer["router"].T  # [N, E], x's dtype as the seed rounds them
     n, num_experts = logits.shape
     k = layer["top_k"]
     weights = torch.empty(n, k, device=x.device, dtype=x.dtype)
