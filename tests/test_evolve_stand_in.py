@@ -3,8 +3,8 @@
 The operators provide what `mutations` will (`random_mutation`, `crossover`), so the
 search is tested apart from the real rewrites; `python -m evolve run --operators
 tests.test_evolve_stand_in` uses them from the command line. The fake judge answers
-at once, with tokens/s drawn from the source's hash, so loop logic is tested in
-milliseconds; the real judge is used by the end-to-end tests.
+at once, with tokens/s drawn from the hash of the lines the stand-ins added, so loop logic
+is tested in milliseconds; the real judge is used by the end-to-end tests.
 """
 import hashlib
 import random
@@ -26,19 +26,26 @@ def random_mutation(source: str, rng: random.Random, device: str):
     return Applied(source + f"stand_in_variant = {variant}\n", "stand_in_comment", {"variant": variant})
 
 
+def added(source: str) -> str:
+    """The lines the stand-in operators added to a source: the seed's own text is not in it,
+    so a change to the seed leaves the tests' searches as they were."""
+    return "".join(line for line in source.splitlines(True) if line.startswith("stand_in_"))
+
+
 def crossover(a: str, b: str, rng: random.Random):
-    tag = hashlib.sha256(b.encode()).hexdigest()[:8]
+    tag = hashlib.sha256(added(b).encode()).hexdigest()[:8]
     return Applied(a + f"stand_in_crossed_with = {tag!r}\n", "stand_in_crossover", {"with": tag})
 
 
 def stand_in_speed(path) -> float:
-    digest = int(hashlib.sha256(open(path).read().encode()).hexdigest()[:8], 16)
+    """1,000 to 1,996 tokens/s, drawn from the hash of what the stand-in operators added."""
+    digest = int(hashlib.sha256(added(open(path).read()).encode()).hexdigest()[:8], 16)
     return 1000.0 + digest % 997
 
 
 def fake_judge(path, config_path, weight_dir, device, timeout=None, baseline=None, level="full", **options):
     """A verdict shaped like fitness.sandbox.judge's, without running anything: tokens/s
-    drawn from the source's hash, and beside a baseline its ratio with a 2% interval."""
+    from stand_in_speed, and beside a baseline its ratio with a 2% interval."""
     source = open(path).read()
     speed = stand_in_speed(path)
     verdict = {"status": "ok", "stage": "", "error": "", "worst_ratio": 0.01, "seconds": 0.01,
