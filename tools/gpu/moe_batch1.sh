@@ -27,10 +27,10 @@ python3 -m tools.matches_transformers "$1" "$dir" --device cuda 2> "$out/matches
 
 for engine in "$@"; do
   stage timeline "$engine"
+  timeline=$out/timeline_$(basename "$engine" .py).json
   python3 -m tools.probes.step_timeline --engine "$engine" --model-config "$dir/config.json" --weight-dir "$dir" \
-      > "$out/timeline_$(basename "$engine" .py).json" 2>> "$out/timeline.err"
-  python3 -c "import json,sys; t=json.load(open(sys.argv[1])); print(sys.argv[1], t.get('span_us'))" \
-      "$out/timeline_$(basename "$engine" .py).json"
+      > "$timeline" 2>> "$out/timeline.err"
+  python3 -c "import json,sys; t=json.load(open(sys.argv[1])); print(sys.argv[1], t.get('span_us'))" "$timeline"
 done
 
 stage rounds

@@ -21,14 +21,12 @@ DEVICES = "cuda"
 def norm_mlp(x, residual, weight, layer, eps):
     """(mlp(rms_norm(x + residual)), x + residual): the MLP's output (the experts' in a sparse
     layer, which has a router) and the new residual stream."""
-    if "router" in layer:  # the experts: the norm folds into the router's projection
-        if not folds_norm(x, residual, layer["router"]):
-            h, x = add_rms_norm(x, residual, weight, eps)
-            return moe(h, layer), x
+    sparse = "router" in layer
+    if not folds_norm(x, residual, layer["router"] if sparse else layer["gate_up"]):
+        h, x = add_rms_norm(x, residual, weight, eps)
+        return (moe(h, layer) if sparse else mlp(h, layer)), x
+    if sparse:  # no gate/up to fold into: the router's projection, which writes the normed row too
         logits, x, h = norm_linear(x, residual, weight, layer["router"], eps, normed=True)
         return moe(h, layer, logits), x
-    if not folds_norm(x, residual, layer["gate_up"]):
-        h, x = add_rms_norm(x, residual, weight, eps)
-        return mlp(h, layer), x
     product, x = norm_linear(x, residual, weight, layer["gate_up"], eps, glu=True)
     return product @ layer["down"].T, x
