@@ -71,7 +71,10 @@ def check_route_ties():
     check("route ties", weights.sum(-1), torch.ones(2), tol=1e-6)
 
 
-def check_grouped(rows, dtype, experts=8, top_k=2, hidden=48, inter=40, favourite=None, blocks=16, tol=None):
+def check_grouped(rows, dtype, experts=8, top_k=2, hidden=48, inter=40, favourite=None, blocks=16, tol=None,
+                  one_by_one=2):
+    """moe.triton_grouped against the seed's experts; up to `one_by_one` pairs, the pair kernels
+    (their column blocks narrower than both widths: masked columns)."""
     module = load("moe", "triton_grouped")
     for bucket in ("FEW", "MANY", "SORTED"):  # narrower than the width: masked columns and inner tiles
         setattr(module, f"MOE_{bucket}_BLOCK_N", blocks)
@@ -79,17 +82,20 @@ def check_grouped(rows, dtype, experts=8, top_k=2, hidden=48, inter=40, favourit
     module.MOE_SORTED_BLOCK_M = 32
     module.MOE_FEW_PAIRS, module.MOE_HISTOGRAM_PAIRS = 8, 64  # every bucket's knobs in use below
     module.MOE_SUM_BLOCK = 32  # narrower than the width: masked column blocks
+    module.MOE_PAIR_PAIRS, module.MOE_PAIR_BLOCK_N, module.MOE_PAIR_DOWN_BLOCK_N = one_by_one, 16, 32
     layer = sparse_layer(experts, top_k, hidden, inter, dtype, favourite=favourite)
     x = torch.randn(rows, hidden, generator=torch.Generator().manual_seed(2)).to(dtype)
     if favourite is not None:
         x[:, 0] = x[:, 0].abs() + 0.5
     calls = []
-    kernel = module.experts_gate_up_kernel
-    module.experts_gate_up_kernel = Counted(kernel, calls)
+    for kernel in ("experts_gate_up_kernel", "pair_gate_up_kernel"):
+        setattr(module, kernel, Counted(getattr(module, kernel), calls))
     got = module.moe(x, layer)
     want = seed_moe(x, layer)
-    name = f"grouped experts E={experts} k={top_k} N={rows} {dtype}{' one expert in every row' if favourite is not None else ''}"
-    if len(calls) != 1:
+    by_pair = rows * top_k <= one_by_one
+    name = (f"grouped experts E={experts} k={top_k} N={rows} {dtype}{' one expert in every row' if favourite is not None else ''}"
+            f"{' a pair at a time' if by_pair else ''}")
+    if [c.kernel for c in calls] != [getattr(module, "pair_gate_up_kernel" if by_pair else "experts_gate_up_kernel").kernel]:
         sys.exit(f"FAIL {name}: the kernels ran {len(calls)} times")
     scale = want.abs().max().item() or 1.0
     check(name + (" sorted" if rows * top_k > module.MOE_HISTOGRAM_PAIRS else ""), got, want,
@@ -128,7 +134,7 @@ class Counted:
         self.kernel, self.calls = kernel, calls
 
     def __getitem__(self, grid):
-        self.calls.append(grid)
+        self.calls.append(self)
         return self.kernel[grid]
 
 
@@ -146,6 +152,11 @@ if __name__ == "__main__":
     check_grouped(40, torch.float32, favourite=3)  # 80 pairs, 40 of expert 3, sorted: two tiles of 32
     check_grouped(20, torch.float32, favourite=3)  # 40 pairs, 20 of expert 3, by rank: two tiles of 16
     check_grouped(2, torch.float32, experts=128, top_k=8, hidden=64, inter=32)
+    check_grouped(1, torch.float32, experts=128, top_k=8, hidden=64, inter=40, one_by_one=8)  # a batch-1 step's 8 pairs
+    check_grouped(1, torch.float16, experts=128, top_k=8, hidden=64, inter=40, one_by_one=8)
+    check_grouped(2, torch.float16, favourite=3, one_by_one=8)  # an expert with two pairs
+    check_grouped(1, torch.float32, experts=128, top_k=8, hidden=64, inter=40, one_by_one=0)  # batch 1 by the tiles
+    check_grouped(1, torch.float16, experts=128, top_k=8, hidden=64, inter=40, one_by_one=0)
     check_grouped(600, torch.float32)  # 1,200 pairs, sorted
     for rows in (1, 5, 8):
         check_shared(rows, torch.float16)

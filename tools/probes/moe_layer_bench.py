@@ -11,7 +11,8 @@ past the L2), and the replay's time is divided by them. Bytes a layer: the route
 experts its rows reach (counted from the routing, not assumed). For each row count, every
 combination of the knobs of the bucket it falls in is timed (median of 20 replays after 3),
 after the parts alone at the allele's defaults: route (router matmul and top-k), the two
-expert kernels with the sum over each token's k outputs, and the sum alone. A prefill's row
+expert kernels with the sum over each token's k outputs (at a pair-at-a-time row count, the
+tiles too), and the sum alone. A prefill's row
 count (past MOE_HISTOGRAM_PAIRS pairs) also prints the TFLOP/s of the two kernels' products.
 """
 import argparse
@@ -25,6 +26,7 @@ from mutations.alleles import load_module as load_allele
 
 EXPERTS, TOP_K, HIDDEN, INTER = 128, 8, 2048, 768
 GRIDS = {  # bucket -> knob -> values tried
+    "PAIR": {"BLOCK_N": (2, 4, 8), "WARPS": (4, 8), "DOWN_BLOCK_N": (1, 2, 4), "DOWN_WARPS": (4, 8)},
     "FEW": {"BLOCK_M": (16,), "BLOCK_N": (16, 32, 64), "BLOCK_K": (64, 128, 256), "WARPS": (2, 4),
             "STAGES": (2, 3, 4)},
     # At 64 rows an expert has 2-4 pairs: BLOCK_M 16 was fastest on both shapes. The fastest N
@@ -66,6 +68,8 @@ def graph_us(fn, replays=20) -> float:
 
 def bucket(module, rows) -> str:
     pairs = rows * TOP_K
+    if pairs <= module.MOE_PAIR_PAIRS:
+        return "PAIR"
     return "FEW" if pairs <= module.MOE_FEW_PAIRS else "MANY" if pairs <= module.MOE_HISTOGRAM_PAIRS else "SORTED"
 
 
@@ -103,6 +107,11 @@ def main(argv=None) -> None:
         grouped = [lambda x, layer, r=r: module.grouped_experts(x, *r, layer) for r in routes]
         line("experts (two kernels and the sum)",
              graph_us(lambda: [g(x, layer) for g, x, layer in zip(grouped, xs, layers)]) / len(layers))
+        if name == "PAIR":
+            module.MOE_PAIR_PAIRS, by_pair = 0, module.MOE_PAIR_PAIRS
+            line("experts, tiles (a pair at a time off)",
+                 graph_us(lambda: [g(x, layer) for g, x, layer in zip(grouped, xs, layers)]) / len(layers))
+            module.MOE_PAIR_PAIRS = by_pair
         outs = [torch.randn(rows * TOP_K, HIDDEN, device="cuda", dtype=torch.bfloat16) for _ in layers]
         line("the sum alone", graph_us(lambda: [o.view(rows, TOP_K, HIDDEN).sum(1) for o in outs]) / len(layers))
         for name in ([] if args.quick or name not in GRIDS else [name]):

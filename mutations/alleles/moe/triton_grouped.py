@@ -23,6 +23,13 @@ The sum of each token's k outputs is a Triton kernel too, so that under programm
 dependent launch (the programmatic_launch rewrite) it and the kernel after it start early,
 where torch's reduction broke the chain: on an H200 the batch-1 layer of Qwen3-30B-A3B's
 shape took ~6 us less (docs/log/2026-11-30-moe-batch-1-sum-under-pdl.md).
+
+A batch-1 decode (up to MOE_PAIR_PAIRS pairs) takes two other kernels, a pair at a time: a
+program holds a few whole rows of its pair's expert in registers, every load issued at once,
+and sums in fp32; down sums each token's k pairs itself, so the step's MoE is two launches.
+The tiles padded one pair to BLOCK_M rows and filled a pipeline per program; on an H200 the
+pair kernels took Qwen3-30B-A3B's 48-layer batch-1 step from 2.51 to 2.34 ms with the
+recipe's warps (docs/log/2026-11-30-moe-experts-a-pair-at-a-time.md). Same rounding.
 """
 import torch
 import triton
@@ -50,6 +57,13 @@ MOE_SORTED_WARPS = 4  # range: 1..16
 MOE_SORTED_STAGES = 3  # range: 1..5, step 1
 MOE_SUM_BLOCK = 1024  # range: 128..4096; output columns a program of the sum over a token's k outputs owns
 MOE_SUM_WARPS = 4  # range: 1..16; warps a program of that sum runs with
+# A pair at a time (see the docstring): on an H200, of the settings tried at batch 1 (Qwen3-30B-A3B's
+# layer alone), 2 columns and 8 warps for gate/up and 1 column for down were fastest.
+MOE_PAIR_PAIRS = 8  # range: 0..64; the most pairs multiplied a pair at a time (0: never)
+MOE_PAIR_BLOCK_N = 2  # range: 1..32; intermediate columns of gate and up a program owns (a pair at a time)
+MOE_PAIR_WARPS = 8  # range: 1..16; warps such a gate/up program runs with
+MOE_PAIR_DOWN_BLOCK_N = 1  # range: 1..32; output columns a down program owns (a pair at a time)
+MOE_PAIR_DOWN_WARPS = 4  # range: 1..16; warps such a down program runs with
 
 
 @triton.jit
@@ -163,6 +177,50 @@ def sum_pairs_kernel(outs_ptr, out_ptr, width, TOP_K: tl.constexpr, BLOCK: tl.co
     tl.store(out_ptr + t * width + cols, total.to(out_ptr.dtype.element_ty), mask=ok)
 
 
+@triton.jit
+def pair_gate_up_kernel(x_ptr, ids_ptr, gate_ptr, up_ptr, out_ptr, top_k, width, num_in, stride_x, stride_we,
+                        stride_wn, stride_out, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """out[pair, cols] as experts_gate_up_kernel's, for the pair program 0 names: its expert's
+    rows whole (BLOCK_K covers the row), multiplied and summed in fp32 registers."""
+    pair = tl.program_id(0)
+    expert = tl.load(ids_ptr + pair).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    k = tl.arange(0, BLOCK_K)
+    ok = (cols < width)[:, None] & (k < num_in)[None, :]
+    rows = expert * stride_we + cols[:, None].to(tl.int64) * stride_wn + k[None, :]
+    gate = tl.load(gate_ptr + rows, mask=ok, other=0.0)
+    up = tl.load(up_ptr + rows, mask=ok, other=0.0)
+    x = tl.load(x_ptr + (pair // top_k).to(tl.int64) * stride_x + k, mask=k < num_in, other=0.0).to(tl.float32)
+    dtype = out_ptr.dtype.element_ty
+    gate = tl.sum(gate.to(tl.float32) * x[None, :], 1).to(dtype).to(tl.float32)
+    up = tl.sum(up.to(tl.float32) * x[None, :], 1).to(dtype).to(tl.float32)
+    tl.store(out_ptr + pair.to(tl.int64) * stride_out + cols, silu_times(gate, up, dtype), mask=cols < width)
+
+
+@triton.jit
+def pair_down_kernel(h_ptr, ids_ptr, down_ptr, weights_ptr, out_ptr, width, num_in, stride_h, stride_we, stride_wn,
+                     TOP_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """out[t, cols] = the sum over token t's k pairs of (h[pair] @ down[e, cols].T, rounded)
+    times the pair's weight, rounded as experts_down_kernel's epilogue rounds, added in fp32
+    and rounded once as sum_pairs_kernel does: each pair's rows whole in registers."""
+    t = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    k = tl.arange(0, BLOCK_K)
+    ok = (cols < width)[:, None] & (k < num_in)[None, :]
+    dtype = out_ptr.dtype.element_ty
+    total = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for j in tl.static_range(TOP_K):
+        pair = t * TOP_K + j
+        expert = tl.load(ids_ptr + pair).to(tl.int64)
+        w = tl.load(down_ptr + expert * stride_we + cols[:, None].to(tl.int64) * stride_wn + k[None, :], mask=ok,
+                    other=0.0)
+        h = tl.load(h_ptr + pair * stride_h + k, mask=k < num_in, other=0.0).to(tl.float32)
+        product = tl.sum(w.to(tl.float32) * h[None, :], 1).to(dtype).to(tl.float32)
+        weight = tl.load(weights_ptr + pair).to(tl.float32)
+        total += ROUNDED.mul_rn(product, weight).to(dtype).to(tl.float32)
+    tl.store(out_ptr + t * width + cols, total.to(dtype), mask=cols < width)
+
+
 def expert_knobs(pairs):
     """(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) of the bucket a call of `pairs` pairs is in."""
     if pairs <= MOE_FEW_PAIRS:
@@ -180,6 +238,8 @@ def grouped_experts(x, weights, experts, layer):
     gate, up, down = layer["experts_gate"], layer["experts_up"], layer["experts_down"]
     num_experts, width, hidden = gate.shape
     ids = experts.reshape(-1)
+    if pairs <= MOE_PAIR_PAIRS:
+        return pair_by_pair(x, weights, ids, layer, k)
     block_m, block_n, block_k, warps, stages = expert_knobs(pairs)
     sorted_ = pairs > MOE_HISTOGRAM_PAIRS
     if sorted_:  # each expert's run of pair indices: order[starts[e] : starts[e] + counts[e]]
@@ -203,6 +263,23 @@ def grouped_experts(x, weights, experts, layer):
     total = torch.empty(n, hidden, device=x.device, dtype=x.dtype)
     sum_pairs_kernel[(n, triton.cdiv(hidden, MOE_SUM_BLOCK))](outs, total, hidden, TOP_K=k, BLOCK=MOE_SUM_BLOCK,
                                                               num_warps=MOE_SUM_WARPS)
+    return total
+
+
+def pair_by_pair(x, weights, ids, layer, k):
+    """grouped_experts for a few pairs: the pair kernels, each expert's rows read once a pair."""
+    gate, up, down = layer["experts_gate"], layer["experts_up"], layer["experts_down"]
+    width, hidden = gate.shape[1:]
+    pairs, n = ids.numel(), ids.numel() // k
+    product = torch.empty(pairs, width, device=x.device, dtype=x.dtype)
+    pair_gate_up_kernel[(pairs, triton.cdiv(width, MOE_PAIR_BLOCK_N))](
+        x, ids, gate, up, product, k, width, hidden, x.stride(0), gate.stride(0), gate.stride(1), product.stride(0),
+        BLOCK_N=MOE_PAIR_BLOCK_N, BLOCK_K=triton.next_power_of_2(hidden), num_warps=MOE_PAIR_WARPS)
+    total = torch.empty(n, hidden, device=x.device, dtype=x.dtype)
+    pair_down_kernel[(n, triton.cdiv(hidden, MOE_PAIR_DOWN_BLOCK_N))](
+        product, ids, down, weights.reshape(-1), total, hidden, width, product.stride(0), down.stride(0),
+        down.stride(1), TOP_K=k, BLOCK_N=MOE_PAIR_DOWN_BLOCK_N, BLOCK_K=triton.next_power_of_2(width),
+        num_warps=MOE_PAIR_DOWN_WARPS)
     return total
 
 
