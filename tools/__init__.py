@@ -32,6 +32,8 @@ GPU drivers (bash tools/gpu/NAME.sh OUT ...), one device call each:
                           hand-composed MoE program against the bound and transformers, served
     moe_batch1            Qwen3-30B-A3B's batch-1 step on one GPU, engine against engine: the
                           MoE GPU tests, each engine's step kernel by kernel, paired rounds
+    moe_full48            Qwen3-30B-A3B's 48 layers on one GPU (drawn into a tmpfs): each
+                          engine's steps against the bound, in the order given
     search_vs_recipe      a search on any target (one per GPU), then its winner against the
                           recipe, case by case
     hybrid                Qwen3.5-35B-A3B's shape on a 2-GPU host: the seed beside transformers eager

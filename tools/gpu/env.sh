@@ -4,7 +4,9 @@
 # weights are put in place once: a second script on the same host (one search per GPU) must
 # not replace files under a running one.
 export PYTHONUNBUFFERED=1
-if [ ! -f /tmp/site/.carried ]; then
+if ! ls .whl/*.whl > /dev/null 2>&1; then
+    echo "env.sh: no wheels in .whl/: name .whl in the run's carry (deap and libcst are needed; ../shared/tools/gpu-wheels.sh)" >&2
+elif [ ! -f /tmp/site/.carried ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
         && touch /tmp/site/.carried
 fi
