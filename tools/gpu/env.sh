@@ -49,13 +49,26 @@ start_server() {
     echo "the server did not start in 400 s"; return 1
 }
 
+# /mnt/ram, a tmpfs of at least SIZE GiB: mounted, or grown in place where a script before
+# on this host mounted a smaller one (full_checkpoint's overflow 40, moe_full48.sh's 64).
+#   ram_folder SIZE
+ram_folder() {
+    local size=$1
+    mkdir -p /mnt/ram
+    if ! mountpoint -q /mnt/ram; then
+        mount -t tmpfs -o size="${size}g" tmpfs /mnt/ram
+    elif (( $(df --output=size -BG /mnt/ram | tail -1 | tr -dc 0-9) < size )); then
+        mount -o remount,size="${size}g" /mnt/ram
+    fi
+}
+
 # target.hf_checkpoints' NAME drawn on the GPU into ROOT/NAME, with a byte-level tokenizer of
 # its vocabulary; a shard that would leave the disk under 2 GiB goes to a tmpfs (the one-GPU
 # kinds' 64 GiB of disk hold neither the 57 nor the 65 GiB shape). Errors to ERRORS.
 #   full_checkpoint ROOT NAME ERRORS
 full_checkpoint() {
     local root=$1 name=$2 errors=$3
-    mkdir -p /mnt/ram && (mountpoint -q /mnt/ram || mount -t tmpfs -o size=40g tmpfs /mnt/ram)
+    ram_folder 40
     python3 -m target.hf_checkpoints "$root" --device cuda --only "$name" --overflow /mnt/ram > /dev/null 2> "$errors" || return 1
     python3 -m target.toy_tokenizer --config "$root/$name/config.json" --output "$root/$name" > /dev/null 2>> "$errors"
 }

@@ -10,7 +10,7 @@ set -uo pipefail
 out=$1; shift
 mkdir -p "$out"
 source tools/gpu/env.sh
-mkdir -p /mnt/ram && (mountpoint -q /mnt/ram || mount -t tmpfs -o size=64g tmpfs /mnt/ram) || exit 1
+ram_folder 64 || exit 1
 started=$(date +%s)
 python3 -m target.hf_checkpoints /mnt/ram --device cuda --only qwen3_30b_a3b > /dev/null 2> "$out/checkpoint.err" \
     || { tail -5 "$out/checkpoint.err"; exit 1; }
