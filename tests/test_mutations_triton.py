@@ -49,12 +49,12 @@ def test_triton_kernels_match_torch_on_cpu():
 def test_moe_kernels_match_the_seed_on_cpu():
     """route.triton_topk (fp32, fp16, renormalised or not, equal logits), moe.triton_grouped
     (1 to 600 tokens, each bucket of knobs, by rank and sorted, one expert's pairs over two
-    tiles, 128 experts top 8, fp16; a batch-1 step a pair at a time and by tiles) and
+    tiles, 128 experts top 8, fp16; a batch-1 step a pair at a time, in bf16 too, and by tiles) and
     plus_shared_expert.triton (1 to 8 rows in fp16; past its rows and in fp32, the seed's ops)
     against the seed's route, sorted experts and shared expert."""
     done = interpreted(FIXTURES / "moe_kernels.py", timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("ok ") == 29, done.stdout
+    assert done.stdout.count("ok ") == 30, done.stdout
 
 
 def test_delta_net_kernels_match_the_seed_on_cpu():

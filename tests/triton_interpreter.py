@@ -6,9 +6,16 @@ of triton.language anew, and finds them by listing each package with inspect.get
 listings and 31% of its time. `install` lists each package's builtin names once; each patch
 still reads the member and skips one patched already, as triton's own does, so what runs is
 unchanged. Where a triton lacks the function it replaces, nothing is replaced.
+
+One thing that runs is changed: the interpreter casts fp32 to bf16 by dropping the low 16 bits
+(toward zero), where a GPU and torch round to nearest even; through a kernel's roundings that
+put the MoE pair kernels 2.7% of their output's scale from the seed's experts.
+`install` makes that cast round as torch's does.
 """
 import inspect
 
+import numpy as np
+import torch
 import triton.language as tl
 from triton.runtime import interpreter
 
@@ -35,3 +42,19 @@ def install() -> None:
         if pkg is not None:
             builtin_names(pkg)  # before any launch has patched them
     interpreter._patch_builtin = patch_builtin
+    if hasattr(interpreter.InterpreterBuilder, "cast_impl"):
+        interpreter.InterpreterBuilder.cast_impl = rounded_cast(interpreter.InterpreterBuilder.cast_impl)
+
+
+def rounded_cast(cast_impl):
+    """cast_impl, with fp32 to bf16 (bf16 held as uint16 there) rounded to nearest even."""
+    if getattr(cast_impl, "rounds_bf16", False):
+        return cast_impl
+
+    def cast(self, src, dst_type):
+        if src.dtype.scalar != tl.float32 or dst_type.scalar != tl.bfloat16:
+            return cast_impl(self, src, dst_type)
+        rounded = torch.from_numpy(np.ascontiguousarray(src.data, dtype=np.float32)).to(torch.bfloat16)
+        return interpreter.TensorHandle(rounded.view(torch.int16).numpy().view(np.uint16), tl.bfloat16)
+    cast.rounds_bf16 = True
+    return cast

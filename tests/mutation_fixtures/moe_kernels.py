@@ -1,7 +1,9 @@
 """The MoE Triton alleles (route.triton_topk, moe.triton_grouped, plus_shared_expert.triton) against the seed's genes, on
 CPU tensors through Triton's interpreter. Run in a fresh process with TRITON_INTERPRET=1 (the
 test does); exits non-zero on the first mismatch and prints "ok NAME" for each check. fp32
-and fp16 only: the interpreter's bf16 dot is garbage (tests/test_gpu.py checks bf16 compiled)."""
+and fp16, and bf16 where no dot runs (the pair kernels): the interpreter's bf16 dot is garbage
+(tests/test_gpu.py checks bf16 compiled), and its casts to bf16 round as a GPU's only once
+tests/triton_interpreter.py is installed."""
 import os
 import sys
 from pathlib import Path
@@ -154,6 +156,7 @@ if __name__ == "__main__":
     check_grouped(2, torch.float32, experts=128, top_k=8, hidden=64, inter=32)
     check_grouped(1, torch.float32, experts=128, top_k=8, hidden=64, inter=40, one_by_one=8)  # a batch-1 step's 8 pairs
     check_grouped(1, torch.float16, experts=128, top_k=8, hidden=64, inter=40, one_by_one=8)
+    check_grouped(1, torch.bfloat16, experts=128, top_k=8, hidden=64, inter=40, one_by_one=8)
     check_grouped(2, torch.float16, favourite=3, one_by_one=8)  # an expert with two pairs
     check_grouped(1, torch.float32, experts=128, top_k=8, hidden=64, inter=40, one_by_one=0)  # batch 1 by the tiles
     check_grouped(1, torch.float16, experts=128, top_k=8, hidden=64, inter=40, one_by_one=0)
