@@ -6,6 +6,9 @@
 # given (name one twice to interleave: A B A B).
 #   bash tools/gpu/moe_full48.sh OUT ENGINE [ENGINE ...]
 # CASES: the cases benched (default decode_1x128x64; add decode_64x256x64 for the 64-row step).
+# An engine takes ~2 minutes on the batch-1 case and ~6 with both (a fresh engine a run, 57 GiB
+# read each time): within one 10-minute call, four engines at batch 1 or one with both
+# (docs/log/2026-11-30-moe-committed-recipe-through-the-gate.md).
 set -uo pipefail
 out=$1; shift
 mkdir -p "$out"
