@@ -21,6 +21,7 @@ from contract.checkpoint import from_hf_layout, load_checked_weights, to_hf_layo
 from contract.layout import weight_shapes
 from contract.loader import load_engine_module
 from contract.model_config import ConfigError, ModelConfig, derived_configs
+from fitness.adversaries import planted
 from fitness.gate import check_module
 from fitness.reference import ReferenceModel
 from tests.conftest import SEED_ENGINE
@@ -175,30 +176,6 @@ def test_a_bad_hybrid_config_says_what_is_wrong(checkpoints, change, message):
 SEED = SEED_ENGINE.read_text()
 
 
-def planted(old: str, new: str) -> str:
-    assert SEED.count(old) == 1, old
-    return SEED.replace(old, new)
-
-
-PLANTED = {  # what a hybrid's engine gets wrong -> the seed with it
-    "the conv's state not carried": planted(
-        "    conv_state, matrix = states.read(index, step)\n",
-        "    conv_state, matrix = states.read(index, step)\n    conv_state = conv_state * 0\n"),
-    "the delta rule's state not carried": planted(
-        "    conv_state, matrix = states.read(index, step)\n",
-        "    conv_state, matrix = states.read(index, step)\n    matrix = matrix * 0\n"),
-    "states kept in another request's slot": planted(  # vLLM's users' bug: fine at batch 1 and 2
-        "        for rid, conv_r, matrix_r in zip(step.request_ids, conv, matrix):",
-        "        for rid, conv_r, matrix_r in zip(sorted(step.request_ids), conv, matrix):"),
-    "attention's output gate dropped": planted("    return attn if gate is None else attn * torch.sigmoid(gate)",
-                                               "    return attn"),
-    "RoPE over the whole head": planted("rope_tables(step.positions, self.rotary_dim,", "rope_tables(step.positions, self.head_dim,"),
-    "the shared expert dropped": planted('    if "shared_expert_gate" not in layer:\n', "    if True:\n"),
-    "the norms' 1 + weight missed": planted('        if model_config["zero_centred_norm"]:\n            names =',
-                                            '        if False:\n            names ='),
-}
-
-
 def gate(source, folder, scratch, tmp_path, derived=True):
     path = tmp_path / "candidate.py"
     path.write_text(source)
@@ -211,8 +188,8 @@ def test_gate_passes_the_seed_on_every_derived_config(checkpoints, scratch, tmp_
     assert {"target", "gqa", "deeper", "families"} <= set(result.stages)
 
 
-@pytest.mark.parametrize("bug", PLANTED)
+@pytest.mark.parametrize("bug", planted.HYBRID)
 def test_gate_rejects_planted_hybrid_bugs(checkpoints, scratch, tmp_path, bug):
-    result = gate(PLANTED[bug], checkpoints["bf16"], scratch, tmp_path, derived=False)
+    result = gate(planted.hybrid_fault(bug), checkpoints["bf16"], scratch, tmp_path, derived=False)
     assert not result.passed and result.stage == "target", result
     assert result.worst_ratio > 0.5  # the judge's margin (RoPE over the whole head: 0.63 here, one layer attends)

@@ -69,6 +69,40 @@ def hangs_in_decode(src):
                 "        import time\n        time.sleep(3600)\n        ids = as_id_list(request_ids)\n        start")
 
 
+# What a hybrid's engine (Qwen3.5: Gated DeltaNet and gated attention layers) gets wrong:
+# each an edit (old, new) of the seed; the last two change the delta rule's decay and write
+# strength by a tenth only.
+HYBRID = {
+    "the conv's state not carried": ("    conv_state, matrix = states.read(index, step)\n",
+                                     "    conv_state, matrix = states.read(index, step)\n    conv_state = conv_state * 0\n"),
+    "the delta rule's state not carried": ("    conv_state, matrix = states.read(index, step)\n",
+                                           "    conv_state, matrix = states.read(index, step)\n    matrix = matrix * 0\n"),
+    "states kept in another request's slot": (  # vLLM's users' bug: fine at batch 1 and 2
+        "        for rid, conv_r, matrix_r in zip(step.request_ids, conv, matrix):",
+        "        for rid, conv_r, matrix_r in zip(sorted(step.request_ids), conv, matrix):"),
+    "attention's output gate dropped": ("    return attn if gate is None else attn * torch.sigmoid(gate)", "    return attn"),
+    "RoPE over the whole head": ("rope_tables(step.positions, self.rotary_dim,", "rope_tables(step.positions, self.head_dim,"),
+    "the shared expert dropped": ('    if "shared_expert_gate" not in layer:\n', "    if True:\n"),
+    "the norms' 1 + weight missed": ('        if model_config["zero_centred_norm"]:\n            names =',
+                                     '        if False:\n            names ='),
+    "the query unscaled": ("    return q / math.sqrt(key_dim), k, v.view(", "    return q, k, v.view("),
+    "the conv without its SiLU": ("    return F.silu(out), full[:, :, full.shape[-1] - state.shape[-1]:]",
+                                  "    return out, full[:, :, full.shape[-1] - state.shape[-1]:]"),
+    "a decode step's state not decayed": ("    state = state * log_decay.exp()[..., None, None]\n    predicted",
+                                          "    predicted"),
+    "the output gate a sigmoid, not a SiLU": ("    return (normed * F.silu(z.float())).to(z.dtype).flatten(1)",
+                                              "    return (normed * torch.sigmoid(z.float())).to(z.dtype).flatten(1)"),
+    "the decay a tenth too fast": ('    return -lin["A_log"].exp() * F.softplus(', '    return -1.1 * lin["A_log"].exp() * F.softplus('),
+    "the write strength a tenth too weak": ('    beta = torch.sigmoid(x @ lin["b"].T).float()',
+                                            '    beta = 0.9 * torch.sigmoid(x @ lin["b"].T).float()'),
+}
+
+
+def hybrid_fault(name: str) -> str:
+    """The seed with HYBRID[name] planted."""
+    return edit(SEED_ENGINE.read_text(), *HYBRID[name])
+
+
 FAULTS = {  # fault -> the gate stage that must reject it
     "rotate_half_rope": "target",
     "reprefill_keeps_kv": "target",

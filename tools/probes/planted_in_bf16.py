@@ -1,0 +1,56 @@
+"""The hybrid's planted faults (fitness.adversaries.planted.HYBRID) through the whole gate on a
+Qwen3.5 checkpoint: on a CPU in fp32 (its own gate) and in bf16 as a GPU computes
+(tools.probes.gate_as_on_gpu's imitation), or on a GPU as it judges. A fault the bf16 gate
+passes is one a GPU search could keep.
+
+    python -m tools.probes.planted_in_bf16 DIR [--device cpu|cuda] [--only NAME ...]
+
+Prints one line per fault and dtype: rejected (at which stage and config) or passed (its worst
+error, of the limit).
+"""
+import argparse
+import tempfile
+from pathlib import Path
+
+import torch
+
+from contract.loader import load_engine_module
+from contract.model_config import ModelConfig
+from fitness import gate
+from fitness.adversaries import planted
+from fitness.reference_logits import References
+from tools.probes.gate_as_on_gpu import dtype_of_a_gpu
+
+
+def verdict(name: str, folder: Path, device: str, as_on_gpu: bool, references: References, scratch: Path) -> str:
+    path = scratch / f"fault_{abs(hash(name))}.py"
+    path.write_text(planted.hybrid_fault(name))
+    module, config = load_engine_module(path), ModelConfig.load(folder)
+    if not as_on_gpu:
+        result = gate.check_module(module, config, folder, device, 123, scratch, references=references)
+    else:
+        on_gpu = config.compute_dtype("cuda")
+        module.compute_dtype = lambda model_config, device: on_gpu
+        with dtype_of_a_gpu(on_gpu):
+            result = gate.check_module(module, config, folder, device, 123, scratch, references=references)
+    if result.passed:
+        return f"PASSED, worst {result.worst_ratio:.2f} of the limit ({result.worst_case})"
+    return f"rejected at {result.stage}/{result.case.split('/')[0]}"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", type=Path, help="a Qwen3.5 Hugging Face directory")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--only", nargs="+", choices=sorted(planted.HYBRID), default=list(planted.HYBRID))
+    args = parser.parse_args(argv)
+    modes = ["cuda"] if args.device.startswith("cuda") else ["fp32", "bf16 as on a GPU"]
+    for mode in modes:
+        references, scratch = References(args.device), Path(tempfile.mkdtemp())
+        for name in args.only:
+            line = verdict(name, args.model, args.device, mode.startswith("bf16"), references, scratch)
+            print(f"{mode:16s} {name:40s} {line}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
