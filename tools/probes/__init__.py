@@ -35,6 +35,7 @@ measured again; no driver runs them. python -m tools.probes.NAME, and the log:
     moe_alleles_bench        a sparse layer's MLP by each allele     2026-11-28-moe-search-cpu.md
     gate_as_on_gpu           the gate on a CPU in a GPU's dtypes     2026-11-28-moe-triton-alleles-first-gpu-figures.md
     planted_in_bf16          the hybrid's planted faults in bf16     2026-11-30-moe-committed-recipe-through-the-gate.md
+    tie_bound_by_layer       rows checked under a bound per layer    2026-11-30-moe-committed-recipe-through-the-gate.md
 
 graph_timing is the kernel probes' helper (a callable timed in CUDA graphs), not a probe.
 """
