@@ -27,15 +27,22 @@ def dtype_of_a_gpu(dtype):
         ModelConfig.compute_dtype = compute_dtype
 
 
+@contextmanager
+def engine_as_on_gpu(module, config: ModelConfig):
+    """The engine `module` and every ModelConfig compute in the dtype `config` takes on a GPU,
+    until the block ends (the module keeps it: it is loaded for this alone)."""
+    on_gpu = config.compute_dtype("cuda")
+    module.compute_dtype = lambda model_config, device: on_gpu
+    with dtype_of_a_gpu(on_gpu):
+        yield
+
+
 def verdict(engine, folder, seed: int = 1) -> dict:
     """{"tie_bound", "allowance", "passed", "worst" (of the limit) or "error"} of `engine` (a
     path) on the target traces of the checkpoint in `folder`, all in a GPU's dtype."""
-    config = ModelConfig.load(folder)
-    on_gpu = config.compute_dtype("cuda")
-    module = load_engine_module(engine)
-    module.compute_dtype = lambda model_config, device: on_gpu
+    config, module = ModelConfig.load(folder), load_engine_module(engine)
     tally, references = gate.Tally(gate.DEFAULT_MARGIN), References("cpu")
-    with dtype_of_a_gpu(on_gpu):
+    with engine_as_on_gpu(module, config):
         found = {"tie_bound": references.tie_bound(config, folder) if config.num_experts else None,
                  "allowance": references.allowance(config, folder)}
         try:

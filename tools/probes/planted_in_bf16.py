@@ -10,29 +10,23 @@ error, of the limit).
 """
 import argparse
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
-
-import torch
 
 from contract.loader import load_engine_module
 from contract.model_config import ModelConfig
 from fitness import gate
 from fitness.adversaries import planted
 from fitness.reference_logits import References
-from tools.probes.gate_as_on_gpu import dtype_of_a_gpu
+from tools.probes.gate_as_on_gpu import engine_as_on_gpu
 
 
 def verdict(name: str, folder: Path, device: str, as_on_gpu: bool, references: References, scratch: Path) -> str:
     path = scratch / f"fault_{abs(hash(name))}.py"
     path.write_text(planted.hybrid_fault(name))
     module, config = load_engine_module(path), ModelConfig.load(folder)
-    if not as_on_gpu:
+    with engine_as_on_gpu(module, config) if as_on_gpu else nullcontext():
         result = gate.check_module(module, config, folder, device, 123, scratch, references=references)
-    else:
-        on_gpu = config.compute_dtype("cuda")
-        module.compute_dtype = lambda model_config, device: on_gpu
-        with dtype_of_a_gpu(on_gpu):
-            result = gate.check_module(module, config, folder, device, 123, scratch, references=references)
     if result.passed:
         return f"PASSED, worst {result.worst_ratio:.2f} of the limit ({result.worst_case})"
     return f"rejected at {result.stage}/{result.case.split('/')[0]}"
