@@ -12,6 +12,12 @@ round by round (the order turned each round); the judged ones run one after anot
   go_copied   `go` with each call's inputs copied to the device, not seen there in place
   go_staged   `go` with each call's inputs copied to the device on a stream of their own,
               which the engine's stream waits for (the copy overlaps the call before)
+  go_stream_writes  `go` with each call's inputs written to the device by the stream itself when
+              due (tools.probes.input_delivery; a call of more than STREAM_WRITES_MOST values
+              is seen mapped as in `go`)
+  go_kernel_copied  `go` with each call's inputs copied to a device region of their own by a
+              kernel that reads them from the mapped slot (the engine's own copies then stay
+              on the device)
   go_no_wire  `go` with every header decoded and every input in the slot before the clock
   go_device_inputs  `go` with each call's inputs on the device before the clock (no view)
   go_no_copy  `go` without the copy of each output and the checksum (a synchronisation ends it)
@@ -26,6 +32,7 @@ round by round (the order turned each round); the judged ones run one after anot
   ping        one request and its answer through the pipe: one the runner refuses at once
 """
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -110,6 +117,37 @@ class StagedInputs:
         return place
 
 
+class KernelCopiedInputs:
+    """Each call's inputs copied by a kernel from the slot's mapped view into a device region
+    of their own as the call comes (go_kernel_copied)."""
+
+    def __init__(self, inputs, device):
+        self.inputs = inputs
+        self.staged = torch.empty_like(inputs.host, device=device)
+
+    def view(self, start: int, count: int) -> torch.Tensor:
+        return torch.add(self.inputs.view(start, count), 0, out=self.staged[start:start + count])
+
+
+STREAM_WRITES_MOST = 1024  # values; a larger call (a prefill's) is seen mapped
+
+
+class StreamWrittenInputs:
+    """Each call's inputs written from the slot into a device region of their own by stream
+    memory operations as the call comes (go_stream_writes)."""
+
+    def __init__(self, inputs, device):
+        from tools.probes.input_delivery import StreamWrites
+        self.inputs = inputs
+        self.host = inputs.host.numpy()
+        self.writes = StreamWrites(torch.empty_like(inputs.host, device=device))
+
+    def view(self, start: int, count: int) -> torch.Tensor:
+        if count > STREAM_WRITES_MOST:
+            return self.inputs.view(start, count)
+        return self.writes.write(start, self.host[start:start + count])
+
+
 def go_run(runner, slot, planned, device, variant, parts, staged) -> float:
     """Seconds of one run through the runner's path, less what `variant` leaves out."""
     inputs, copies = runner.inputs, runner.copies
@@ -118,7 +156,7 @@ def go_run(runner, slot, planned, device, variant, parts, staged) -> float:
         inputs.on_device = None
     elif variant == "go_device_inputs":
         runner.inputs = AheadInputs(planned, device)
-    elif variant == "go_staged":
+    elif variant in STAGINGS:  # inputs of the variant's own making
         runner.inputs = staged
     if variant == "go_no_copy":
         copies.keep = copies.outputs.append
@@ -154,31 +192,69 @@ def go_run(runner, slot, planned, device, variant, parts, staged) -> float:
     return seconds
 
 
-def in_process(slot, module, raw_config, weight_dir, device, events, rounds, variants) -> dict:
-    """variant -> seconds of its runs, the variants taking turns round by round."""
+def profiled_summary(prof) -> str:
+    """One run under torch.profiler, in a line: the device's busy time and span, the gaps
+    between its work longer than 5 us, its copies by kind, and the host's CUDA runtime calls
+    (count, total us)."""
+    host, busy, spans, copies = {}, 0.0, [], {}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            spans.append((event.time_range.start, event.time_range.end))
+            if event.name.startswith("Memcpy"):
+                count, total = copies.get(event.name, (0, 0.0))
+                copies[event.name] = (count + 1, total + event.time_range.elapsed_us())
+        elif event.name.startswith("cuda") and not event.name.startswith("cudaGetDevice"):
+            count, total = host.get(event.name, (0, 0.0))
+            host[event.name] = (count + 1, total + event.time_range.elapsed_us())
+    spans.sort()
+    gaps, reach = [], spans[0][1] if spans else 0
+    for start, end in spans:
+        if start - reach > 5:
+            gaps.append(start - reach)
+        busy += max(0, end - max(start, reach))
+        reach = max(reach, end)
+    calls = ", ".join(f"{name} {count} {total:.0f}" for name, (count, total) in
+                      sorted(host.items(), key=lambda item: -item[1][1])[:6])
+    span = reach - spans[0][0] if spans else 0
+    copied = ", ".join(f"{name} {count} {total:.0f}" for name, (count, total) in sorted(copies.items()))
+    return (f"device busy {busy:.0f} us of a {span:.0f} us span, {len(gaps)} gaps > 5 us ({sum(gaps):.0f} us); "
+            f"copies (count, us): {copied}; host (count, us): {calls}")
+
+
+def in_process(slot, module, raw_config, weight_dir, device, events, rounds, variants, profile=False) -> dict:
+    """variant -> seconds of its runs, the variants taking turns round by round; with `profile`,
+    one more round, each run under torch.profiler, summarised (profiled_summary)."""
     messages = [call_message(call) for call in materialize(events, raw_config["vocab_size"], 0, "cpu")]
     calls = materialize(events, raw_config["vocab_size"], 0, device)
     runner = Runner(slot)
     runner.module, runner.device = module, device
-    seconds, parts, staged = {variant: [] for variant in variants}, {v: Parts() for v in variants}, None
+    seconds, parts, staged = {variant: [] for variant in variants}, {v: Parts() for v in variants}, {}
     with torch.no_grad():
         warm = module.create_engine(dict(raw_config), str(weight_dir), device)
         timed_run(warm, calls, device)
-        for i in range(rounds):
+        for i in range(rounds + profile):
             for variant in variants[i % len(variants):] + variants[:i % len(variants)]:
                 engine = module.create_engine(dict(raw_config), str(weight_dir), device)
+                prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                          torch.profiler.ProfilerActivity.CUDA]) if i == rounds else None
                 if variant.startswith("bench"):
                     if variant == "bench_parts":
                         timed_engine(engine, parts[variant])
                         parts[variant].start()
-                    seconds[variant].append(timed_run(engine, calls, device))
+                    with prof or contextlib.nullcontext():
+                        seconds[variant].append(timed_run(engine, calls, device))
                 else:
                     runner.engine = engine
                     runner.ready(device)  # as the runner's `prepare` ends
-                    if variant == "go_staged" and staged is None:
-                        staged = StagedInputs(runner.inputs.host, device)
+                    if variant in STAGINGS and variant not in staged:
+                        staged[variant] = STAGINGS[variant](runner.inputs, device)
                     planned = slot.plan(messages)[:-1]  # the run's calls, less its end
-                    seconds[variant].append(go_run(runner, slot, planned, device, variant, parts[variant], staged))
+                    with prof or contextlib.nullcontext():
+                        seconds[variant].append(go_run(runner, slot, planned, device, variant, parts[variant],
+                                                       staged.get(variant)))
+                if prof is not None:
+                    seconds[variant].pop()  # a profiled run is not timed
+                    print(f"  {variant} profiled: {profiled_summary(prof)}", flush=True)
                 runner.engine = engine = None
         del warm
     for variant, kept in parts.items():
@@ -224,8 +300,11 @@ def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap, var
         process.close()
 
 
-IN_PROCESS = ("bench", "bench_parts", "go", "go_copied", "go_staged", "go_no_wire", "go_device_inputs", "go_no_copy",
-              "go_parts")
+# The variants that hand the engine inputs of their own making: variant -> its maker(inputs, device).
+STAGINGS = {"go_staged": lambda inputs, device: StagedInputs(inputs.host, device),
+            "go_stream_writes": StreamWrittenInputs, "go_kernel_copied": KernelCopiedInputs}
+IN_PROCESS = ("bench", "bench_parts", "go", "go_copied", "go_staged", "go_stream_writes", "go_kernel_copied", "go_no_wire",
+              "go_device_inputs", "go_no_copy", "go_parts")
 JUDGED = ("judge", "judge_now", "judge_home", "judge_no_burst", "ping")
 
 
@@ -245,6 +324,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--gap", type=float, default=1.0)
     parser.add_argument("--variants", nargs="*", help="the variants to run (default: all)")
+    parser.add_argument("--profile", action="store_true",
+                        help="then one run of each in-process variant under torch.profiler, summarised")
     args = parser.parse_args(argv)
     raw_config = json.loads(args.model_config.read_text())
     weight_dir = args.weight_dir.resolve()
@@ -254,7 +335,7 @@ def main(argv=None) -> int:
     for name, events in select_cases(args.cases).items():
         here = [variant for variant in IN_PROCESS if variant in chosen]
         if here:
-            ran = in_process(slot, module, raw_config, weight_dir, args.device, events, args.rounds, here)
+            ran = in_process(slot, module, raw_config, weight_dir, args.device, events, args.rounds, here, args.profile)
             for variant in here:
                 report(args.engine, name, variant, ran[variant])
         judge = functools.partial(judged, args.engine, raw_config, weight_dir, args.device, events, args.rounds)
