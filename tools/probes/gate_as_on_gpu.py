@@ -1,6 +1,7 @@
 """The gate's target traces on a CPU with the engine and the references computed as on a GPU:
 the compute dtype of every config (the engine's, the tie bound's, the allowance's) taken to be
-the one a GPU computes in (bf16 for a bf16 checkpoint). A GPU verdict, reproduced without one.
+the one a GPU computes it in (bf16 if it asks, otherwise fp16). A GPU verdict, reproduced
+without one.
 
     python -m tools.probes.gate_as_on_gpu ENGINE DIR [--seed 1]
 
@@ -17,10 +18,11 @@ from fitness.reference_logits import References
 
 
 @contextmanager
-def dtype_of_a_gpu(dtype):
-    """Every ModelConfig computes in `dtype` on any device, until the block ends."""
+def dtypes_of_a_gpu():
+    """Every ModelConfig computes in the dtype a GPU takes for it (bf16 if asked, otherwise
+    fp16) on any device, until the block ends."""
     compute_dtype = ModelConfig.compute_dtype
-    ModelConfig.compute_dtype = lambda self, device="cuda": dtype
+    ModelConfig.compute_dtype = lambda self, device="cuda": compute_dtype(self, "cuda")
     try:
         yield
     finally:
@@ -28,12 +30,12 @@ def dtype_of_a_gpu(dtype):
 
 
 @contextmanager
-def engine_as_on_gpu(module, config: ModelConfig):
-    """The engine `module` and every ModelConfig compute in the dtype `config` takes on a GPU,
-    until the block ends (the module keeps it: it is loaded for this alone)."""
-    on_gpu = config.compute_dtype("cuda")
-    module.compute_dtype = lambda model_config, device: on_gpu
-    with dtype_of_a_gpu(on_gpu):
+def engine_as_on_gpu(module):
+    """The engine `module` and every ModelConfig compute in the dtype a GPU takes for each
+    config, until the block ends (the module keeps it: it is loaded for this alone)."""
+    engine_dtype = module.compute_dtype
+    module.compute_dtype = lambda model_config, device: engine_dtype(model_config, "cuda")
+    with dtypes_of_a_gpu():
         yield
 
 
@@ -42,7 +44,7 @@ def verdict(engine, folder, seed: int = 1) -> dict:
     path) on the target traces of the checkpoint in `folder`, all in a GPU's dtype."""
     config, module = ModelConfig.load(folder), load_engine_module(engine)
     tally, references = gate.Tally(gate.DEFAULT_MARGIN), References("cpu")
-    with engine_as_on_gpu(module, config):
+    with engine_as_on_gpu(module):
         found = {"tie_bound": references.tie_bound(config, folder) if config.num_experts else None,
                  "allowance": references.allowance(config, folder)}
         try:

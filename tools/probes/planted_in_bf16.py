@@ -25,7 +25,7 @@ def verdict(name: str, folder: Path, device: str, as_on_gpu: bool, references: R
     path = scratch / f"fault_{abs(hash(name))}.py"
     path.write_text(planted.hybrid_fault(name))
     module, config = load_engine_module(path), ModelConfig.load(folder)
-    with engine_as_on_gpu(module, config) if as_on_gpu else nullcontext():
+    with engine_as_on_gpu(module) if as_on_gpu else nullcontext():
         result = gate.check_module(module, config, folder, device, 123, scratch, references=references)
     if result.passed:
         return f"PASSED, worst {result.worst_ratio:.2f} of the limit ({result.worst_case})"

@@ -16,7 +16,7 @@ import torch
 import fitness.reference_logits as rl
 from contract.model_config import ModelConfig
 from fitness import gate, traces
-from tools.probes.gate_as_on_gpu import dtype_of_a_gpu
+from tools.probes.gate_as_on_gpu import dtypes_of_a_gpu
 
 
 def noise_by_layer(exact, rounded, lives: list) -> torch.Tensor:
@@ -42,7 +42,7 @@ def checked_rows(folder: Path, by_layer: bool, seed: int) -> list:
     """(config label, its bound(s), rows left to check, rows) for each MoE config of the plan."""
     config, scratch, references = ModelConfig.load(folder), Path(tempfile.mkdtemp()), rl.References("cpu")
     found = []
-    with dtype_of_a_gpu(config.compute_dtype("cuda")):
+    with dtypes_of_a_gpu():
         for _, label, cfg, weight_dir, *_ in gate.correctness_plan(config, folder, scratch, "full"):
             if not cfg.num_experts or label == "churn":
                 continue
