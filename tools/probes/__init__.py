@@ -20,6 +20,7 @@ measured again; no driver runs them. python -m tools.probes.NAME, and the log:
   the judge and its host
     call_delivery_cost       delivering a trace call by call         2026-11-25-no-input-before-its-call.md
     launch_cost              a small Triton kernel's launch, 3 ways  2026-11-29-sealed-inputs.md
+    input_delivery           a call's inputs onto the device, 4 ways 2026-11-30-delivery-ways-fifth-5-minute-run.md
     runner_view_cost         the runner's tensor work a call         2026-11-28-runner-call-cost.md,
                                                                      2026-11-29-runner-output-copy-as-strided.md
     wire_throughput          the judge's pipe and shared memory      2026-11-26-cpu-what-changed-judge-pipe.md
@@ -34,7 +35,8 @@ measured again; no driver runs them. python -m tools.probes.NAME, and the log:
     moe_tie_rows             rows the gate checks under a tie bound  2026-11-28-moe-gate-bf16-routing.md
     moe_alleles_bench        a sparse layer's MLP by each allele     2026-11-28-moe-search-cpu.md
     gate_as_on_gpu           the gate on a CPU in a GPU's dtypes     2026-11-28-moe-triton-alleles-first-gpu-figures.md
-    planted_in_bf16          the hybrid's planted faults in bf16     2026-11-30-moe-committed-recipe-through-the-gate.md
+    planted_in_bf16          the hybrid's planted faults in bf16     2026-11-30-moe-committed-recipe-through-the-gate.md,
+                                                                     2026-11-30-delivery-ways-fifth-5-minute-run.md
     tie_bound_by_layer       rows checked under a bound per layer    2026-11-30-moe-committed-recipe-through-the-gate.md
 
 graph_timing is the kernel probes' helper (a callable timed in CUDA graphs), not a probe.
