@@ -3,13 +3,18 @@ the compute dtype of every config (the engine's, the tie bound's, the allowance'
 the one a GPU computes it in (bf16 if it asks, otherwise fp16). A GPU verdict, reproduced
 without one.
 
-    python -m tools.probes.gate_as_on_gpu ENGINE DIR [--seed 1]
+    python -m tools.probes.gate_as_on_gpu ENGINE DIR [--seed 1] [--by-config]
 
 Prints the tie bound and the allowance the references find, then the verdict on the target's
-own weights ("passed" with the worst error as a fraction of the limit, or the error).
+own weights ("passed" with the worst error as a fraction of the limit, or the error); with
+--by-config, each config of the full gate on its own.
 """
 import argparse
+import tempfile
 from contextlib import contextmanager
+from pathlib import Path
+
+import torch
 
 from contract.loader import load_engine_module
 from contract.model_config import ModelConfig
@@ -45,7 +50,8 @@ def verdict(engine, folder, seed: int = 1) -> dict:
     config, module = ModelConfig.load(folder), load_engine_module(engine)
     tally, references = gate.Tally(gate.DEFAULT_MARGIN), References("cpu")
     with engine_as_on_gpu(module):
-        found = {"tie_bound": references.tie_bound(config, folder) if config.num_experts else None,
+        bound = torch.as_tensor(references.tie_bound(config, folder)).flatten().tolist() if config.num_experts else None
+        found = {"tie_bound": bound,
                  "allowance": references.allowance(config, folder)}
         try:
             gate.check_traces(gate.InProcessDriver(module, "cpu"), references, config, folder, seed, "target",
@@ -55,13 +61,35 @@ def verdict(engine, folder, seed: int = 1) -> dict:
     return {**found, "passed": True, "worst": tally.worst}
 
 
+def by_config(engine, folder, seed: int = 1):
+    """Each config of the full gate's plan on its own, all in a GPU's dtype: a line each, its
+    verdict (ok and its worst of the limit, or the error) and its allowance; a config that fails
+    does not stop the others."""
+    config, module = ModelConfig.load(folder), load_engine_module(engine)
+    references, driver = References("cpu"), gate.InProcessDriver(module, "cpu")
+    with engine_as_on_gpu(module), tempfile.TemporaryDirectory() as scratch:
+        for _, label, cfg, weight_dir, check, stress in gate.correctness_plan(config, folder, Path(scratch), "full"):
+            tally = gate.Tally(max(gate.DEFAULT_MARGIN, gate.STRESS_MARGIN) if stress else gate.DEFAULT_MARGIN)
+            try:
+                check(driver, references, cfg, weight_dir, seed, label, tally)
+                found = f"ok, worst {tally.worst:.3f} of the limit"
+            except Exception as err:  # the verdict, whichever it is
+                found = f"{type(err).__name__}: {str(err)[:200]}"
+            yield f"{label:14s} {cfg.torch_dtype:9s} allowance {references.allowance(cfg, weight_dir):7.1f}  {found}"
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("engine")
     parser.add_argument("model", help="a Hugging Face directory")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--by-config", action="store_true", help="every config of the full gate, one line each")
     args = parser.parse_args(argv)
-    print(verdict(args.engine, args.model, args.seed))
+    if args.by_config:
+        for line in by_config(args.engine, args.model, args.seed):
+            print(line, flush=True)
+    else:
+        print(verdict(args.engine, args.model, args.seed))
 
 
 if __name__ == "__main__":
