@@ -297,6 +297,12 @@ def correctness_plan(config: ModelConfig, weight_dir, scratch, level: str = "ful
     return plan
 
 
+def stage_limit(margin: float, is_stress: bool) -> float:
+    """The fraction of the tolerance a stage must pass under: `margin` on the target's own
+    weights, at least the evaluator's own limit on the stress configs."""
+    return max(margin, STRESS_MARGIN) if is_stress else margin
+
+
 def run_gate(driver, references: References, config: ModelConfig, weight_dir, seed: int, scratch,
              margin: float = DEFAULT_MARGIN, level: str = "full") -> GateResult:
     """Stages 2 and 3 through a driver (a runner process, or this process for `check`).
@@ -304,7 +310,7 @@ def run_gate(driver, references: References, config: ModelConfig, weight_dir, se
     GateFailure saying where, for the caller to tell a crash from a timeout."""
     stages, worst, worst_case, num_calls = {}, 0.0, "", 0
     for stage, label, cfg, wdir, check, is_stress in correctness_plan(config, weight_dir, scratch, level):
-        limit = max(margin, STRESS_MARGIN) if is_stress else margin
+        limit = stage_limit(margin, is_stress)
         tally = Tally(limit)
         probe = partial(probe_fails, check, driver, references, seed, scratch, limit)
         try:

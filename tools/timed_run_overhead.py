@@ -104,9 +104,9 @@ class StagedInputs:
     """Each call's inputs copied from the slot (pinned) to a device region of their own on a
     side stream as the call comes; the engine's stream waits for the copy (go_staged)."""
 
-    def __init__(self, host, device):
-        self.host, self.device = host, device
-        self.staged = torch.empty_like(host, device=device)
+    def __init__(self, inputs, device):
+        self.host, self.device = inputs.host, device
+        self.staged = torch.empty_like(inputs.host, device=device)
         self.stream = torch.cuda.Stream(device)
 
     def view(self, start: int, count: int) -> torch.Tensor:
@@ -301,8 +301,7 @@ def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap, var
 
 
 # The variants that hand the engine inputs of their own making: variant -> its maker(inputs, device).
-STAGINGS = {"go_staged": lambda inputs, device: StagedInputs(inputs.host, device),
-            "go_stream_writes": StreamWrittenInputs, "go_kernel_copied": KernelCopiedInputs}
+STAGINGS = {"go_staged": StagedInputs, "go_stream_writes": StreamWrittenInputs, "go_kernel_copied": KernelCopiedInputs}
 IN_PROCESS = ("bench", "bench_parts", "go", "go_copied", "go_staged", "go_stream_writes", "go_kernel_copied", "go_no_wire",
               "go_device_inputs", "go_no_copy", "go_parts")
 JUDGED = ("judge", "judge_now", "judge_home", "judge_no_burst", "ping")

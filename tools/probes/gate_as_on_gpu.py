@@ -69,7 +69,7 @@ def by_config(engine, folder, seed: int = 1):
     references, driver = References("cpu"), gate.InProcessDriver(module, "cpu")
     with engine_as_on_gpu(module), tempfile.TemporaryDirectory() as scratch:
         for _, label, cfg, weight_dir, check, stress in gate.correctness_plan(config, folder, Path(scratch), "full"):
-            tally = gate.Tally(max(gate.DEFAULT_MARGIN, gate.STRESS_MARGIN) if stress else gate.DEFAULT_MARGIN)
+            tally = gate.Tally(gate.stage_limit(gate.DEFAULT_MARGIN, stress))
             try:
                 check(driver, references, cfg, weight_dir, seed, label, tally)
                 found = f"ok, worst {tally.worst:.3f} of the limit"

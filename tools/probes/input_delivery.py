@@ -105,14 +105,14 @@ def main(argv=None) -> int:
         "on_device": lambda s, n: target[s:s + n],
     }
 
-    fresh_at = [0]
-    host_values = host.numpy()
+    fresh_at, host_values = 0, host.numpy()  # --fresh: where the next batch's pages begin
 
     def batch(deliver, count, chain, into_static) -> tuple[float, float]:
+        nonlocal fresh_at
         torch.cuda.synchronize()
-        base = fresh_at[0] if args.fresh else 0
+        base = fresh_at if args.fresh else 0
         if args.fresh:
-            fresh_at[0] = (base + args.calls * count) % (size - args.calls * count)
+            fresh_at = (base + args.calls * count) % (size - args.calls * count)
         start_event, end_event = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         started = time.perf_counter()
         start_event.record()
