@@ -8,7 +8,8 @@
 # STATE/queueGPU.done appears when the last has ended. Jobs:
 #   search:TARGET[:BUDGET]    bash run.sh on TARGET ("public": the toy model) -> STATE/TARGET
 #   seed_only:TARGET:BUDGET   the same from the seed alone (--from-seed-only) -> STATE/TARGET_seed_only
-#   compare:NAME[:TARGET]     STATE/NAME's winner against the recipe, 3 rounds (up to 6 while undecided)
+#   compare:NAME[:TARGET]     STATE/NAME's winner against the recipe, COMPARE_ROUNDS (3) rounds (up to
+#                             COMPARE_MAX_ROUNDS, 6, while undecided)
 #   serve                     tools/gpu/serve.sh -> STATE/serve
 #   replicas                  tools/gpu/replicas.sh (--replicas 1 against every GPU, interleaved) -> STATE/replicas
 #   hf_search:MODEL[:BUDGET]  bash run.sh --model on target.hf_checkpoints' MODEL (llama_3_2_1b,
@@ -73,7 +74,7 @@ run_job() {
   search) SEARCH_LIMIT=0 bash $search search "$state/$target" "$target" ${budget:+--budget "$budget"} ;;
   seed_only) SEARCH_LIMIT=0 bash $search search "$state/${target}_seed_only" "$target" --from-seed-only \
                ${budget:+--budget "$budget"} ;;
-  compare) bash $search compare "$state/$target" "${budget:-$target}" 3 ;;
+  compare) bash $search compare "$state/$target" "${budget:-$target}" "${COMPARE_ROUNDS:-3}" ;;
   serve) bash tools/gpu/serve.sh "$state/serve" ;;
   replicas) local gpus; gpus=$(nvidia-smi -L | wc -l)
             COUNTS="${COUNTS:-1 $gpus 1 $gpus}" bash tools/gpu/replicas.sh "$state/replicas" ;;
