@@ -32,7 +32,8 @@ An exact engine that flips matches one alternative within its reach; a wrong rou
 row, every layer) misses them all. Excused: a row with more than MAX_TIES_A_ROW near-tie
 layers, past MAX_FLIPS_A_LIFE earlier flips, or whose reach exceeds MAX_REACH allowances (it
 would hide a wrong row); at least MIN_CHECKED_SHARE of a trace's rows must be left to check,
-or the judge says it cannot judge (a ConfigError, its own verdict, not the candidate's).
+or the gate draws that trace again at other token seeds (fitness.gate.checkable_draw), and
+failing those says it cannot judge (a ConfigError, its own verdict, not the candidate's).
 The tie bound is TIE_HEADROOM times the router's noise in the dtype an engine computes in on
 the judging device (fp32 on a CPU, where it is the rounding of fp32 itself; bf16 or fp16 on a
 GPU): twice the largest change of any router logit (a gap is a difference of two) from the

@@ -18,8 +18,8 @@ from contract.layout import weight_shapes
 from contract.loader import load_engine_module
 from contract.model_config import ConfigError, ModelConfig
 from fitness import reference_logits
-from fitness.gate import (DEFAULT_MARGIN, DERIVED_WEIGHT_SEED, CorrectnessError, InProcessDriver, Tally,
-                          check_module, check_traces, judging_weights, tied_error)
+from fitness.gate import (DEFAULT_MARGIN, DERIVED_WEIGHT_SEED, REDRAWS, CorrectnessError, InProcessDriver, Tally,
+                          check_module, check_traces, checkable_draw, judging_weights, tied_error)
 from fitness.traces import public_sequence
 from target import hf_checkpoints, toy_weights
 from target.toy_weights import PUBLIC_STD
@@ -271,6 +271,9 @@ def test_a_checkpoint_whose_routing_ties_too_often_cannot_be_judged(checkpoints,
     folder = rewritten(checkpoints["fp32", False], tmp_path / "all_tied", one_router)
     with pytest.raises(ConfigError, match="routing near-ties"):
         reference_logits.References("cpu").row_rules(ModelConfig.load(folder), folder, public_sequence(), 0)
+    # Nor does drawing the trace again at other token seeds help.
+    with pytest.raises(ConfigError, match=f"so at {REDRAWS} more token seeds"):
+        checkable_draw(reference_logits.References("cpu"), ModelConfig.load(folder), folder, "public", 0, False, 0.5)
 
 
 def test_a_target_whose_own_rows_cannot_be_checked_is_judged_on_the_gates_own_weights(checkpoints, scratch, tmp_path):

@@ -72,7 +72,7 @@ def by_config(engine, folder, seed: int = 1):
             tally = gate.Tally(gate.stage_limit(gate.DEFAULT_MARGIN, stress))
             try:
                 check(driver, references, cfg, weight_dir, seed, label, tally)
-                found = f"ok, worst {tally.worst:.3f} of the limit"
+                found = f"ok, worst {tally.worst:.3f} of the limit ({tally.worst_case})"
             except Exception as err:  # the verdict, whichever it is
                 found = f"{type(err).__name__}: {str(err)[:200]}"
             yield f"{label:14s} {cfg.torch_dtype:9s} allowance {references.allowance(cfg, weight_dir):7.1f}  {found}"
