@@ -33,7 +33,7 @@ from pathlib import Path
 
 import mutations
 from contract.families import structural_features
-from contract.model_config import ModelConfig
+from contract.model_config import ModelConfig, config_file
 from fitness.cases import call_bounds, select_cases
 from mutations import recipe
 from mutations.rewrites.tune_constant import fitted_to
@@ -79,9 +79,11 @@ class RunTarget:
 
     @classmethod
     def of(cls, config) -> "RunTarget":
-        model = json.loads(Path(config.model_config).read_text())
-        return cls(config.device, {k: model.get(k) for k in SHAPE_KEYS}, model.get("torch_dtype", "float16"),
-                   structure_of(ModelConfig.load(config.model_config)))
+        """The shape as its file spells it (None where it is silent, as recipes record it); the
+        dtype as the loader reads it (a config transformers 5 writes says `dtype`)."""
+        raw = json.loads(config_file(config.model_config).read_text())
+        model = ModelConfig.from_dict(raw)
+        return cls(config.device, {k: raw.get(k) for k in SHAPE_KEYS}, model.torch_dtype, structure_of(model))
 
     def closeness(self, judged: dict) -> tuple:
         """How well a recipe's judgement matches this target: device, structure, shape, dtype.

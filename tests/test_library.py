@@ -95,6 +95,19 @@ def test_a_recipe_of_the_target_s_structure_leads_those_of_dense_models(model, f
     assert dense.structure == library.DENSE and dense.closeness({"device": "cuda"})[1] is True
 
 
+def test_a_config_written_by_transformers_5_is_matched_by_its_dtype(tmp_path):
+    """transformers 5 writes `dtype`, not `torch_dtype`: the run's dtype is what the loader reads
+    (it was taken to be float16, and the bf16 recipes of the target's shape ranked below)."""
+    from target import hf_checkpoints
+    folder = hf_checkpoints.write(tmp_path, "tiny_qwen3_moe")
+    raw = json.loads((folder / "config.json").read_text())
+    raw["dtype"] = raw.pop("torch_dtype")
+    (folder / "config.json").write_text(json.dumps(raw))
+    config = RunConfig.build("cuda", model_config=folder / "config.json", weight_dir=folder,
+                             history=tmp_path / "history.csv")
+    assert library.RunTarget.of(config).dtype == "bfloat16"
+
+
 def test_a_cpu_run_takes_what_replays_there_and_declines_the_rest_with_the_reason(small_target, tmp_path):
     config = small_config(small_target, tmp_path, library_dir=tmp_path / "lib")
     target = library.RunTarget.of(config)
