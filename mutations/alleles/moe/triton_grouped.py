@@ -239,7 +239,7 @@ def grouped_experts(x, weights, experts, layer):
     num_experts, width, hidden = gate.shape
     ids = experts.reshape(-1)
     if pairs <= MOE_PAIR_PAIRS:
-        return pair_by_pair(x, weights, ids, layer, k)
+        return pair_by_pair(x, weights, ids, k, gate, up, down)
     block_m, block_n, block_k, warps, stages = expert_knobs(pairs)
     sorted_ = pairs > MOE_HISTOGRAM_PAIRS
     if sorted_:  # each expert's run of pair indices: order[starts[e] : starts[e] + counts[e]]
@@ -266,9 +266,8 @@ def grouped_experts(x, weights, experts, layer):
     return total
 
 
-def pair_by_pair(x, weights, ids, layer, k):
+def pair_by_pair(x, weights, ids, k, gate, up, down):
     """grouped_experts for a few pairs: the pair kernels, each expert's rows read once a pair."""
-    gate, up, down = layer["experts_gate"], layer["experts_up"], layer["experts_down"]
     width, hidden = gate.shape[1:]
     pairs, n = ids.numel(), ids.numel() // k
     product = torch.empty(pairs, width, device=x.device, dtype=x.dtype)
