@@ -19,7 +19,7 @@ from evolve.toolbox import make_toolbox, open_operators
 from evolve.workspace import format_lineage
 from mutations import program, recipe
 from target.hf_checkpoints import QWEN3_30B_A3B
-from tests.conftest import SEED_ENGINE
+from tests.conftest import REPO, SEED_ENGINE
 from tests.test_recipes import HistoryBuilder
 
 SEED = SEED_ENGINE.read_text()
@@ -107,3 +107,22 @@ def test_a_hybrid_s_sweep_and_stack_never_take_prefill_graphs_which_cannot_serve
     assert graphs in open_operators(seed, on["moe"], Memo(), "cuda")
     assert graphs not in open_operators(seed, on["hybrid"], Memo(), "cuda")
     assert "allele.Engine.cuda_graphs" in open_operators(seed, on["hybrid"], Memo(), "cuda")
+
+
+def test_stack_vs_recipe_names_the_genes_where_the_stack_and_a_recipe_part(stacked, tmp_path, capsys, monkeypatch):
+    """tools.stack_vs_recipe with the fixture's stack (opening every operator and stacking them
+    costs ~30 s): the stack's steps, the genes where its program and the recipe's differ, the program."""
+    from tools import stack_vs_recipe
+    monkeypatch.setattr(stack_vs_recipe, "open_operators", lambda *args: NAMES)
+    monkeypatch.setattr(stack_vs_recipe, "stack", lambda *args: stacked)
+    own = tmp_path / "own.txt"
+    own.write_text("\n".join(stacked.args["steps"]))
+    for name, path in (("hand", REPO / "mutations" / "recipes" / "qwen3_moe_by_hand.txt"), ("own", own)):
+        stack_vs_recipe.main(["--shape", "qwen3_30b_a3b", "--recipe", str(path), "--out", str(tmp_path / name)])
+        assert (tmp_path / name / "stack_rng0.py").read_text() == stacked.source
+    hand, mine = capsys.readouterr().out.split("rng 0: ")[1:]
+    steps = [step.operator for step in recipe.parse("\n".join(stacked.args["steps"]))]
+    assert hand.startswith(f"{len(steps)} steps: {', '.join(steps)}\n")
+    # The hand recipe's kernels that no opened operator makes; none where the recipe is the stack's own.
+    assert "'attention': ('seed', 'split_kv')" in hand and "'moe'" not in hand and "'route'" not in hand
+    assert mine.endswith("(stack, recipe): none\n")
