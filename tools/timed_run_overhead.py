@@ -1,6 +1,7 @@
 """Where a timed run's seconds go between the benchmark's clock and the judge's, per case.
 
     python -m tools.timed_run_overhead --engine E [--rounds 5] [--gap 1.0] [--cases public] [--variants V ...]
+        [--profile] [--timeline]
 
 Each variant times the same case on a fresh engine (a warm-up engine alive), `--rounds`
 times, and prints the median and range in ms. The variants in this process take turns
@@ -30,6 +31,8 @@ round by round (the order turned each round); the judged ones run one after anot
   judge_home  `judge` timed on the runner's own core (it is not moved to the timing core)
   judge_no_burst  `judge` without the GPU burst the judge makes before each timed run
   ping        one request and its answer through the pipe: one the runner refuses at once
+--profile adds an untimed run of each in-process variant under torch.profiler; --timeline one
+with CUDA events around each engine call (the device's time inside the calls and between them).
 """
 import argparse
 import contextlib
@@ -78,6 +81,42 @@ class Parts:
         parts = sorted({part for run in self.runs for part in run})
         return ", ".join(f"{part} {statistics.median(run.get(part, 0.0) for run in self.runs) * 1e3:.3f}"
                          for part in parts) + " ms a run (host, median)"
+
+
+class Timeline:
+    """CUDA events on the current stream around each of an engine's calls in one run
+    (--timeline): where the device's time goes, inside the engine's calls or between them (the
+    runner's wire, views and output copies), beside the host's. A stream reaches an event
+    when the work before it is done, or when the host records it if the device is idle."""
+
+    def __init__(self, engine):
+        self.marks = []  # per call: host start, host end, start event, end event
+        for name in ("prefill", "decode", "remove"):
+            setattr(engine, name, self.marked(getattr(engine, name)))
+
+    def marked(self, fn):
+        def call(*args, **kwargs):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            host = time.perf_counter()
+            start.record()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                end.record()
+                self.marks.append((host, time.perf_counter(), start, end))
+        return call
+
+    def summary(self) -> str:
+        """In a line: us inside the calls and between them, device and host, summed over the
+        run and the median call."""
+        torch.cuda.synchronize()
+        pairs = list(zip(self.marks, self.marks[1:]))
+        spans = {"device inside": [start.elapsed_time(end) * 1e3 for _, _, start, end in self.marks],
+                 "device between": [a[3].elapsed_time(b[2]) * 1e3 for a, b in pairs],
+                 "host inside": [(end - start) * 1e6 for start, end, _, _ in self.marks],
+                 "host between": [(b[0] - a[1]) * 1e6 for a, b in pairs]}
+        return f"{len(self.marks)} calls; " + ", ".join(
+            f"{name} {sum(us):.0f} us (a call {statistics.median(us) if us else 0:.1f})" for name, us in spans.items())
 
 
 def timed_engine(engine, parts: Parts):
@@ -221,9 +260,11 @@ def profiled_summary(prof) -> str:
             f"copies (count, us): {copied}; host (count, us): {calls}")
 
 
-def in_process(slot, module, raw_config, weight_dir, device, events, rounds, variants, profile=False) -> dict:
+def in_process(slot, module, raw_config, weight_dir, device, events, rounds, variants, profile=False,
+               timeline=False) -> dict:
     """variant -> seconds of its runs, the variants taking turns round by round; with `profile`,
-    one more round, each run under torch.profiler, summarised (profiled_summary)."""
+    one more round, each run under torch.profiler, summarised (profiled_summary); with
+    `timeline`, one more, each run's calls between CUDA events (Timeline)."""
     messages = [call_message(call) for call in materialize(events, raw_config["vocab_size"], 0, "cpu")]
     calls = materialize(events, raw_config["vocab_size"], 0, device)
     runner = Runner(slot)
@@ -232,11 +273,13 @@ def in_process(slot, module, raw_config, weight_dir, device, events, rounds, var
     with torch.no_grad():
         warm = module.create_engine(dict(raw_config), str(weight_dir), device)
         timed_run(warm, calls, device)
-        for i in range(rounds + profile):
+        for i in range(rounds + profile + timeline):
             for variant in variants[i % len(variants):] + variants[:i % len(variants)]:
                 engine = module.create_engine(dict(raw_config), str(weight_dir), device)
                 prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                                          torch.profiler.ProfilerActivity.CUDA]) if i == rounds else None
+                                                          torch.profiler.ProfilerActivity.CUDA]) \
+                    if profile and i == rounds else None
+                marks = Timeline(engine) if timeline and i == rounds + profile else None
                 if variant.startswith("bench"):
                     if variant == "bench_parts":
                         timed_engine(engine, parts[variant])
@@ -252,9 +295,10 @@ def in_process(slot, module, raw_config, weight_dir, device, events, rounds, var
                     with prof or contextlib.nullcontext():
                         seconds[variant].append(go_run(runner, slot, planned, device, variant, parts[variant],
                                                        staged.get(variant)))
-                if prof is not None:
-                    seconds[variant].pop()  # a profiled run is not timed
-                    print(f"  {variant} profiled: {profiled_summary(prof)}", flush=True)
+                if prof is not None or marks is not None:
+                    seconds[variant].pop()  # a profiled or marked run is not timed
+                    summary = profiled_summary(prof) if prof is not None else marks.summary()
+                    print(f"  {variant} {'profiled' if prof is not None else 'timeline'}: {summary}", flush=True)
                 runner.engine = engine = None
         del warm
     for variant, kept in parts.items():
@@ -325,6 +369,8 @@ def main(argv=None) -> int:
     parser.add_argument("--variants", nargs="*", help="the variants to run (default: all)")
     parser.add_argument("--profile", action="store_true",
                         help="then one run of each in-process variant under torch.profiler, summarised")
+    parser.add_argument("--timeline", action="store_true",
+                        help="then one run of each in-process variant with CUDA events around each engine call")
     args = parser.parse_args(argv)
     raw_config = json.loads(args.model_config.read_text())
     weight_dir = args.weight_dir.resolve()
@@ -334,7 +380,8 @@ def main(argv=None) -> int:
     for name, events in select_cases(args.cases).items():
         here = [variant for variant in IN_PROCESS if variant in chosen]
         if here:
-            ran = in_process(slot, module, raw_config, weight_dir, args.device, events, args.rounds, here, args.profile)
+            ran = in_process(slot, module, raw_config, weight_dir, args.device, events, args.rounds, here, args.profile,
+                             args.timeline)
             for variant in here:
                 report(args.engine, name, variant, ran[variant])
         judge = functools.partial(judged, args.engine, raw_config, weight_dir, args.device, events, args.rounds)

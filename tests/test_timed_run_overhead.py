@@ -1,0 +1,49 @@
+"""tools.timed_run_overhead's timeline (the rest of the tool needs a GPU: tests/test_gpu.py)."""
+import re
+import time
+
+import torch
+
+from tools import timed_run_overhead
+
+
+class ClockEvent:
+    """A CUDA event on a device that is never busy: reached when recorded."""
+
+    def __init__(self, enable_timing=False):
+        self.at = None
+
+    def record(self):
+        self.at = time.perf_counter()
+
+    def elapsed_time(self, end) -> float:
+        return (end.at - self.at) * 1e3  # ms, as CUDA's
+
+
+class SleepyEngine:
+    def prefill(self, ids, tokens):
+        return tokens
+
+    def decode(self, ids):
+        time.sleep(0.002)
+        return ids
+
+    def remove(self, ids):
+        return None
+
+
+def test_the_timeline_splits_each_call_s_time_inside_the_engine_from_the_time_between(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "Event", ClockEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    engine = SleepyEngine()
+    timeline = timed_run_overhead.Timeline(engine)
+    for _ in range(3):
+        engine.decode([1])
+        time.sleep(0.004)  # the runner's work between calls
+    engine.remove([1])
+    figures = dict(re.findall(r"(\w+ \w+) (\d+) us", timeline.summary()))
+    assert timeline.summary().startswith("4 calls; ")
+    # Three 2 ms calls inside, three 4 ms gaps between (the last call, remove, has no gap after it).
+    assert int(figures["device inside"]) >= 6000 and int(figures["device between"]) >= 12000
+    for where in ("inside", "between"):  # the device's events pair as the host's clock does
+        assert abs(int(figures[f"device {where}"]) - int(figures[f"host {where}"])) < 500, figures
