@@ -40,7 +40,7 @@ from contract.families import FEATURES
 from contract.model_config import ConfigError, ModelConfig, derived_configs
 from fitness import traces, weight_files
 from fitness.candidate import RunnerFailure
-from fitness.reference_logits import MIN_CHECKED_SHARE, References
+from fitness.reference_logits import MIN_CHECKED_SHARE, References, TooFewRows
 from fitness.runner import retained_bytes
 from fitness.tolerance import error_ratio
 from target.toy_weights import PUBLIC_STD, generate as generate_weights, save_atomically
@@ -229,9 +229,9 @@ def checkable_draw(references: References, config: ModelConfig, weight_dir, name
         events = traces.gate_traces(drawn, config.max_position_embeddings, full)[name]
         try:
             return events, drawn, references.row_rules(config, weight_dir, events, drawn, min_share)
-        except ConfigError as err:
+        except TooFewRows as err:  # another ConfigError (weights, overflow) holds at every seed
             if k == REDRAWS:
-                raise ConfigError(f"{err}; so at {REDRAWS} more token seeds") from err
+                raise TooFewRows(f"{err}; so at {REDRAWS} more token seeds") from err
 
 
 def check_churn(driver, references: References, config: ModelConfig, weight_dir, seed: int,

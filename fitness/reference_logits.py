@@ -13,7 +13,8 @@ an engine computes in bf16 (or fp16) on a GPU, and how far that rounding alone t
 logits from fp32 depends on the checkpoint (real weights give logits of order 10, not the
 toy models' 0.5). So one tolerance of error is worth `allowance` tolerances there:
 LOW_PRECISION_HEADROOM times the error of the reference itself, run in the engine's dtype,
-against fp32 on the public sequence (at least 1). The contract's format keeps the
+against fp32 on the public sequence (at least 1); where it overflows (inf or NaN logits), no
+engine in that dtype can be judged (a ConfigError). The contract's format keeps the
 contract's rule: the reference in the compute dtype, an allowance of 1.
 
 A mixture of experts routes each token to its top k experts, a discrete choice: where the
@@ -77,6 +78,11 @@ MAX_TIES_A_ROW = 3  # sparse layers at a near-tie in one row: 2^3 - 1 alternativ
 MAX_FLIPS_A_LIFE = 32  # earlier near-ties whose reach is measured: one forward of the life each
 MAX_REACH = 1.0  # allowances: past it a row's reach would let through twice the error it bounds
 MIN_CHECKED_SHARE = 0.5
+
+
+class TooFewRows(ConfigError):
+    """A trace whose rows sit too near routing ties for MIN_CHECKED_SHARE of them to be checked
+    (fitness.gate.checkable_draw draws it again at another token seed)."""
 
 
 @dataclass
@@ -174,8 +180,8 @@ class References:
     def row_rules(self, config: ModelConfig, weight_dir, events, seed: int,
                   min_share: float = MIN_CHECKED_SHARE) -> list:
         """Per call (None for a remove), each row's TieRule (the module's docstring), a reach
-        past MAX_REACH allowances excused; a ConfigError where fewer than `min_share` of the
-        rows are left to check."""
+        past MAX_REACH allowances excused; TooFewRows where fewer than `min_share` of the rows
+        are left to check."""
         with self.lock:
             expected, rules = self.trace(config, weight_dir, events, seed), self.trace_rules(config, weight_dir, events, seed)
             limit = MAX_REACH * self.allowance(config, weight_dir)
@@ -184,7 +190,7 @@ class References:
         rows = [rule for call in rules if call is not None for rule in call]
         checked = sum(not rule.excused for rule in rows)
         if checked < min_share * len(rows):
-            raise ConfigError(f"{weight_dir}: only {checked} of {len(rows)} rows can be checked beside their "
+            raise TooFewRows(f"{weight_dir}: only {checked} of {len(rows)} rows can be checked beside their "
                               f"routing near-ties (router gap under {self.tie_bound(config, weight_dir):.3g}): "
                               f"too few to judge on (at least {min_share:.0%})")
         return rules
@@ -220,6 +226,10 @@ class References:
         events, low = public_sequence(), config.compute_dtype("cuda")
         exact = self.trace(config, weight_dir, events, CALIBRATION_SEED, torch.float32)
         rounded = self.trace(config, weight_dir, events, CALIBRATION_SEED, low)
+        if not all(torch.isfinite(r).all() for r in rounded if r is not None):
+            # An allowance of inf would pass any finite logits; an honest engine overflows as this does.
+            raise ConfigError(f"{weight_dir}: in {str(low).removeprefix('torch.')} the reference's logits overflow "
+                              "(inf or NaN): no engine computing in it can be judged on these weights")
         same = self.same_route_rows(config, weight_dir, events, CALIBRATION_SEED, low)
         noise = max(error_ratio(r[kept], e[kept]) for r, e, kept in zip(rounded, exact, same) if e is not None)
         return max(1.0, LOW_PRECISION_HEADROOM * noise)

@@ -277,6 +277,24 @@ def test_a_bf16_checkpoint_is_judged_against_fp32_with_a_calibrated_allowance(ch
     assert references.allowance(ModelConfig.load(config_path), weight_dir) == 1.0
 
 
+def test_a_checkpoint_whose_reference_overflows_in_fp16_cannot_be_judged(scratch, tmp_path):
+    """The reference in fp16 overflows on these weights (the MLPs 300x): its error against fp32,
+    and so the allowance, was inf, and a wrong engine (every logit halved) passed the target's
+    own weights. The judge says it cannot judge, and does not draw the traces again for it."""
+    folder = hf_checkpoints.write(tmp_path, "tiny_qwen3")
+    raw = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**raw, "torch_dtype": "float16"}))
+    tensors = load_file(folder / "model.safetensors")
+    save_file({name: (t.float() * (300 if ".mlp." in name else 1)).half() for name, t in tensors.items()},
+              folder / "model.safetensors")
+    config = ModelConfig.load(folder)
+    with pytest.raises(ConfigError, match="in float16 the reference's logits overflow"):
+        References("cpu").allowance(config, folder)
+    with pytest.raises(ConfigError, match="overflow") as refused:
+        check_module(load_engine_module(SEED_ENGINE), config, folder, "cpu", 1, scratch)
+    assert "more token seeds" not in str(refused.value)
+
+
 @pytest.mark.parametrize("program", ["seed", "recipe"])
 def test_the_bf16_gate_passes_an_honest_bf16_engine(checkpoints, scratch, tmp_path, program):
     source = SEED if program == "seed" else cpu_recipe_program()
