@@ -223,7 +223,7 @@ def checkable_draw(references: References, config: ModelConfig, weight_dir, name
     """(events, token seed, row rules) of gate trace `name`: drawn at `seed`, or where under
     `min_share` of its rows could be checked beside routing near-ties, at the first of REDRAWS
     other seeds that leaves enough. The references alone choose, so every candidate gets the
-    same draw; a ConfigError (the judge cannot judge) when none does."""
+    same draw; TooFewRows (a ConfigError: the judge cannot judge) when none does."""
     for k in range(REDRAWS + 1):
         drawn = seed + k * REDRAW_STRIDE
         events = traces.gate_traces(drawn, config.max_position_embeddings, full)[name]

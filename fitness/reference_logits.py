@@ -191,8 +191,8 @@ class References:
         checked = sum(not rule.excused for rule in rows)
         if checked < min_share * len(rows):
             raise TooFewRows(f"{weight_dir}: only {checked} of {len(rows)} rows can be checked beside their "
-                              f"routing near-ties (router gap under {self.tie_bound(config, weight_dir):.3g}): "
-                              f"too few to judge on (at least {min_share:.0%})")
+                             f"routing near-ties (router gap under {self.tie_bound(config, weight_dir):.3g}): "
+                             f"too few to judge on (at least {min_share:.0%})")
         return rules
 
     def trace_rules(self, config: ModelConfig, weight_dir, events, seed: int) -> list:
