@@ -6,8 +6,8 @@ under a bound per layer (each layer's own router noise), config by config.
 
 A bound per layer is not what the gate does: this measures what it would change
 (docs/log/2026-11-30-moe-committed-recipe-through-the-gate.md). Tried, it failed the seed engine
-itself on the tests' Qwen3-MoE checkpoint, on an H200 and imitated: a quiet layer's bound is
-under an honest engine's noise there (docs/log/2026-11-30-twenty-minute-run-ten-minute-qwen3-gate-seeds.md).
+itself on the tests' Qwen3-MoE checkpoint (imitated): a quiet layer's bound is under an honest
+engine's noise there (docs/log/2026-11-30-twenty-minute-run-ten-minute-qwen3-gate-seeds.md).
 """
 import argparse
 import tempfile
