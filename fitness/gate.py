@@ -210,23 +210,25 @@ def check_traces(driver, references: References, config: ModelConfig, weight_dir
     every request removed); `full=False` keeps the cheap traces. `min_share`: of each
     trace's rows, those that must be left to check beside routing near-ties (a trace that
     leaves fewer is drawn again: `checkable_draw`)."""
-    for i, name in enumerate(traces.gate_traces(seed, config.max_position_embeddings, full)):
-        events, drawn, rules = checkable_draw(references, config, weight_dir, name, seed, full, min_share)
+    for i, (name, events) in enumerate(traces.gate_traces(seed, config.max_position_embeddings, full).items()):
+        events, drawn, rules = checkable_draw(references, config, weight_dir, name, events, seed, full, min_share)
         outputs = driver.run_trace(config, weight_dir, events, drawn, new_engine=fresh or i == 0)
         check_outputs(outputs, references.trace(config, weight_dir, events, drawn), events,
                       f"{label}/{name}" + (f"@{drawn}" if drawn != seed else ""), tally, config.vocab_size,
                       references.allowance(config, weight_dir), rules)
 
 
-def checkable_draw(references: References, config: ModelConfig, weight_dir, name: str, seed: int,
+def checkable_draw(references: References, config: ModelConfig, weight_dir, name: str, events, seed: int,
                    full: bool, min_share: float) -> tuple:
-    """(events, token seed, row rules) of gate trace `name`: drawn at `seed`, or where under
-    `min_share` of its rows could be checked beside routing near-ties, at the first of REDRAWS
-    other seeds that leaves enough. The references alone choose, so every candidate gets the
-    same draw; TooFewRows (a ConfigError: the judge cannot judge) when none does."""
+    """(events, token seed, row rules) of gate trace `name`: `events`, its draw at `seed`, or where
+    under `min_share` of their rows could be checked beside routing near-ties, its draw at the
+    first of REDRAWS other seeds that leaves enough. The references alone choose, so every
+    candidate gets the same draw; TooFewRows (a ConfigError: the judge cannot judge) when none does."""
+    drawn = seed
     for k in range(REDRAWS + 1):
-        drawn = seed + k * REDRAW_STRIDE
-        events = traces.gate_traces(drawn, config.max_position_embeddings, full)[name]
+        if k:
+            drawn = seed + k * REDRAW_STRIDE
+            events = traces.gate_traces(drawn, config.max_position_embeddings, full)[name]
         try:
             return events, drawn, references.row_rules(config, weight_dir, events, drawn, min_share)
         except TooFewRows as err:  # another ConfigError (weights, overflow) holds at every seed

@@ -220,7 +220,7 @@ def test_a_trace_too_near_routing_ties_is_drawn_again_as_on_a_gpu(tiny_hybrid, s
         events = gate_traces(seed, cfg.max_position_embeddings, False)[refused[1]]
         with pytest.raises(ConfigError, match="routing near-ties"):
             references.row_rules(cfg, weight_dir, events, seed)
-        _, drawn, rules = fitness_gate.checkable_draw(references, cfg, weight_dir, refused[1], seed, False, 0.5)
+        _, drawn, rules = fitness_gate.checkable_draw(references, cfg, weight_dir, refused[1], events, seed, False, 0.5)
     assert drawn == seed + fitness_gate.REDRAW_STRIDE
     rows = [rule for call in rules if call for rule in call]
     assert sum(not rule.excused for rule in rows) >= 0.5 * len(rows)

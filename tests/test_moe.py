@@ -273,7 +273,8 @@ def test_a_checkpoint_whose_routing_ties_too_often_cannot_be_judged(checkpoints,
         reference_logits.References("cpu").row_rules(ModelConfig.load(folder), folder, public_sequence(), 0)
     # Nor does drawing the trace again at other token seeds help.
     with pytest.raises(ConfigError, match=f"so at {REDRAWS} more token seeds"):
-        checkable_draw(reference_logits.References("cpu"), ModelConfig.load(folder), folder, "public", 0, False, 0.5)
+        checkable_draw(reference_logits.References("cpu"), ModelConfig.load(folder), folder, "public",
+                       public_sequence(), 0, False, 0.5)
 
 
 def test_a_target_whose_own_rows_cannot_be_checked_is_judged_on_the_gates_own_weights(checkpoints, scratch, tmp_path):
