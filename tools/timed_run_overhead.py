@@ -91,8 +91,7 @@ class Timeline:
 
     def __init__(self, engine):
         self.marks = []  # per call: host start, host end, start event, end event
-        for name in ("prefill", "decode", "remove"):
-            setattr(engine, name, self.marked(getattr(engine, name)))
+        wrap_calls(engine, self.marked)
 
     def marked(self, fn):
         def call(*args, **kwargs):
@@ -119,11 +118,16 @@ class Timeline:
             f"{name} {sum(us):.0f} us (a call {statistics.median(us) if us else 0:.1f})" for name, us in spans.items())
 
 
-def timed_engine(engine, parts: Parts):
-    """The engine with its calls' host seconds added to `parts` (an attribute on the instance
-    shadows the class's method)."""
+def wrap_calls(engine, wrap) -> None:
+    """Each of the engine's calls through `wrap(method)` (an attribute on the instance shadows
+    the class's method)."""
     for name in ("prefill", "decode", "remove"):
-        setattr(engine, name, parts.timed("engine", getattr(engine, name)))
+        setattr(engine, name, wrap(getattr(engine, name)))
+
+
+def timed_engine(engine, parts: Parts):
+    """The engine with its calls' host seconds added to `parts`."""
+    wrap_calls(engine, functools.partial(parts.timed, "engine"))
     return engine
 
 
