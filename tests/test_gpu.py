@@ -468,16 +468,19 @@ def test_the_servers_steps_launched_ahead_give_the_engines_own_greedy_tokens(eng
     assert [s.output_token_ids for s in seqs] == expected
 
 
-def test_the_timed_run_overhead_timeline_counts_every_call_of_a_case(capsys):
+def test_the_timed_run_overhead_timeline_counts_every_call_of_a_case(capsys, tmp_path):
     """tools.timed_run_overhead --timeline on the seed: each in-process variant's marked run
-    counts every call of the public decode case (its arithmetic: tests/test_timed_run_overhead.py)."""
+    counts every call of the public decode case, and --timeline-json holds each one (its
+    arithmetic: tests/test_timed_run_overhead.py)."""
     from fitness.cases import select_cases
     from tools import timed_run_overhead
     ensure(PUBLIC_CONFIG, PUBLIC_WEIGHTS)
     calls = len(select_cases("public")["decode"])
     timed_run_overhead.main(["--engine", str(SEED_ENGINE), "--model-config", str(PUBLIC_CONFIG), "--weight-dir",
                              str(PUBLIC_WEIGHTS), "--cases", "public", "--rounds", "1", "--variants", "bench", "go",
-                             "--timeline"])
+                             "--timeline", "--timeline-json", str(tmp_path / "calls.json")])
     lines = [line for line in capsys.readouterr().out.splitlines() if " timeline: " in line]
     assert len(lines) == 2 * len(select_cases("public")), lines
     assert sum(f"timeline: {calls} calls; device inside " in line for line in lines) == 2, lines
+    decode = json.loads((tmp_path / "calls.json").read_text())["decode"]
+    assert sorted(decode) == ["bench", "go"] and all(len(rows) == calls for rows in decode.values())

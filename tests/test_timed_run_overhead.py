@@ -47,3 +47,17 @@ def test_the_timeline_splits_each_call_s_time_inside_the_engine_from_the_time_be
     assert int(figures["device inside"]) >= 6000 and int(figures["device between"]) >= 12000
     for where in ("inside", "between"):  # the device's events pair as the host's clock does
         assert abs(int(figures[f"device {where}"]) - int(figures[f"host {where}"])) < 500, figures
+
+
+def test_the_timeline_names_each_call_and_the_time_before_it(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "Event", ClockEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    engine = SleepyEngine()
+    timeline = timed_run_overhead.Timeline(engine)
+    engine.decode([1])
+    time.sleep(0.004)
+    engine.remove([1])
+    first, second = timeline.calls()
+    assert (first["kind"], second["kind"]) == ("decode", "remove")
+    assert "device_before" not in first and first["device_inside"] >= 2000
+    assert second["device_before"] >= 4000 and abs(second["device_before"] - second["host_before"]) < 500

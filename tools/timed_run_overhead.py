@@ -1,7 +1,7 @@
 """Where a timed run's seconds go between the benchmark's clock and the judge's, per case.
 
     python -m tools.timed_run_overhead --engine E [--rounds 5] [--gap 1.0] [--cases public] [--variants V ...]
-        [--profile] [--timeline]
+        [--profile] [--timeline] [--timeline-json FILE]
 
 Each variant times the same case on a fresh engine (a warm-up engine alive), `--rounds`
 times, and prints the median and range in ms. The variants in this process take turns
@@ -32,7 +32,8 @@ round by round (the order turned each round); the judged ones run one after anot
   judge_no_burst  `judge` without the GPU burst the judge makes before each timed run
   ping        one request and its answer through the pipe: one the runner refuses at once
 --profile adds an untimed run of each in-process variant under torch.profiler; --timeline one
-with CUDA events around each engine call (the device's time inside the calls and between them).
+with CUDA events around each engine call (the device's time inside the calls and between them;
+--timeline-json writes each call's figures, per case and variant).
 """
 import argparse
 import contextlib
@@ -91,6 +92,7 @@ class Timeline:
 
     def __init__(self, engine):
         self.marks = []  # per call: host start, host end, start event, end event
+        self.kinds = []  # per call: prefill, decode or remove
         wrap_calls(engine, self.marked)
 
     def marked(self, fn):
@@ -103,7 +105,20 @@ class Timeline:
             finally:
                 end.record()
                 self.marks.append((host, time.perf_counter(), start, end))
+                self.kinds.append(fn.__name__)
         return call
+
+    def calls(self) -> list:
+        """Each call's kind and us: inside it (device, host) and before it since the last ended."""
+        torch.cuda.synchronize()
+        rows = []
+        for i, ((host, host_end, start, end), kind) in enumerate(zip(self.marks, self.kinds)):
+            row = {"kind": kind, "device_inside": start.elapsed_time(end) * 1e3, "host_inside": (host_end - host) * 1e6}
+            if i:
+                before = self.marks[i - 1]
+                row.update(device_before=before[3].elapsed_time(start) * 1e3, host_before=(host - before[1]) * 1e6)
+            rows.append(row)
+        return rows
 
     def summary(self) -> str:
         """In a line: us inside the calls and between them, device and host, summed over the
@@ -265,10 +280,11 @@ def profiled_summary(prof) -> str:
 
 
 def in_process(slot, module, raw_config, weight_dir, device, events, rounds, variants, profile=False,
-               timeline=False) -> dict:
+               timeline=False, timelines=None) -> dict:
     """variant -> seconds of its runs, the variants taking turns round by round; with `profile`,
     one more round, each run under torch.profiler, summarised (profiled_summary); with
-    `timeline`, one more, each run's calls between CUDA events (Timeline)."""
+    `timeline`, one more, each run's calls between CUDA events (Timeline), each variant's
+    calls (Timeline.calls) put in `timelines` when given."""
     messages = [call_message(call) for call in materialize(events, raw_config["vocab_size"], 0, "cpu")]
     calls = materialize(events, raw_config["vocab_size"], 0, device)
     runner = Runner(slot)
@@ -302,6 +318,8 @@ def in_process(slot, module, raw_config, weight_dir, device, events, rounds, var
                 if prof is not None or marks is not None:
                     seconds[variant].pop()  # a profiled or marked run is not timed
                     summary = profiled_summary(prof) if prof is not None else marks.summary()
+                    if marks is not None and timelines is not None:
+                        timelines[variant] = marks.calls()
                     print(f"  {variant} {'profiled' if prof is not None else 'timeline'}: {summary}", flush=True)
                 runner.engine = engine = None
         del warm
@@ -375,23 +393,27 @@ def main(argv=None) -> int:
                         help="then one run of each in-process variant under torch.profiler, summarised")
     parser.add_argument("--timeline", action="store_true",
                         help="then one run of each in-process variant with CUDA events around each engine call")
+    parser.add_argument("--timeline-json", type=Path, help="with --timeline: each call's figures to FILE, per case and variant")
     args = parser.parse_args(argv)
     raw_config = json.loads(args.model_config.read_text())
     weight_dir = args.weight_dir.resolve()
     module = load_engine_module(args.engine)
     slot = Slot()  # one for the process: its inputs are mapped into the device's space once
     chosen = args.variants or IN_PROCESS + JUDGED
+    timelines = {}  # case -> variant -> calls
     for name, events in select_cases(args.cases).items():
         here = [variant for variant in IN_PROCESS if variant in chosen]
         if here:
             ran = in_process(slot, module, raw_config, weight_dir, args.device, events, args.rounds, here, args.profile,
-                             args.timeline)
+                             args.timeline, timelines.setdefault(name, {}))
             for variant in here:
                 report(args.engine, name, variant, ran[variant])
         judge = functools.partial(judged, args.engine, raw_config, weight_dir, args.device, events, args.rounds)
         for variant in (v for v in JUDGED if v in chosen):
             gap = 0.0 if variant == "judge_now" else args.gap
             report(args.engine, name, variant, judge(gap, "judge" if variant == "judge_now" else variant))
+    if args.timeline_json:
+        args.timeline_json.write_text(json.dumps(timelines))
     return 0
 
 

@@ -38,6 +38,10 @@
 #                             leave the allocator's caches) -> STATE/fresh_runs_TARGET.jsonl
 #   create:TARGET             what making the seed's and the recipe's engines costs on TARGET
 #                             against running a case (tools.engine_creation_cost) -> STATE/create_TARGET.json
+#   overhead:RECIPE           where a timed run's time goes for RECIPE's program on the toy model
+#                             (tools.timed_run_overhead, OVERHEAD_VARIANTS, default bench go go_no_wire
+#                             go_device_inputs, OVERHEAD_ROUNDS 7, --timeline) -> STATE/overhead_RECIPE.txt,
+#                             each call's timeline in STATE/timeline_RECIPE.json
 #   wait:FILE                 until STATE/FILE exists, so that comparisons run once the searches beside
 #                             them have ended: queue1.done (queue 1's end) or queue1.job1.done (its first
 #                             job's end, failed or not)
@@ -117,6 +121,11 @@ run_job() {
           python3 -m tools.engine_creation_cost --engines seed_engine/engine.py /tmp/fastest.py \
             --model-config "$target_dir/model_config.json" --weight-dir "$target_dir/weights" \
             | tee "$state/create_$target.json" ;;
+  overhead) python3 -m mutations recipe "mutations/recipes/$target.txt" -o "$state/$target.py" > /dev/null || return 1
+            python3 -m tools.timed_run_overhead --engine "$state/$target.py" --model-config target/model_config.json \
+              --weight-dir target/weights --device cuda --rounds "${OVERHEAD_ROUNDS:-7}" --timeline \
+              --variants ${OVERHEAD_VARIANTS:-bench go go_no_wire go_device_inputs} \
+              --timeline-json "$state/timeline_$target.json" 2>&1 | tee "$state/overhead_$target.txt" ;;
   wait) until [ -e "$state/$target" ]; do sleep 10; done ;;
   *) echo "unknown job $1"; return 2 ;;
   esac
