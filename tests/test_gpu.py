@@ -68,10 +68,13 @@ def test_the_outputs_checksum_on_the_device_is_the_hosts():
 
 def test_the_runners_copies_on_the_device_sum_as_the_judge_does():
     """OutputCopies on a GPU: each output kept as it was when its call returned, one sum over
-    the buffer equal to the judge's over the copies it fetched, run after run."""
+    the buffer equal to the judge's over the copies it fetched, run after run: the driver's
+    copies (contiguous outputs, one at an odd address) and torch's (a transposed one, an
+    element wider than a word)."""
     copies, shared = OutputCopies(), torch.empty(300, 200, device="cuda")
-    runs = [[torch.randn(300, 200), torch.randn(4, 7).to(torch.float16), None],
-            [torch.randn(700, 1000), torch.arange(23, dtype=torch.uint8)[3:], torch.randn(5, 3).to(torch.bfloat16)]]
+    runs = [[torch.randn(300, 200), torch.randn(4, 7).to(torch.float16), None, torch.randn(40, 30).T],
+            [torch.randn(700, 1000), torch.arange(23, dtype=torch.uint8)[3:], torch.randn(5, 3).to(torch.bfloat16),
+             torch.randn(3, dtype=torch.complex128)]]
     for outputs in runs + runs[::-1]:
         copies.start("cuda")
         for out in outputs:
@@ -80,6 +83,9 @@ def test_the_runners_copies_on_the_device_sum_as_the_judge_does():
         shared.fill_(7.0)
         assert copies.checksum() == output_checksum(outputs) == output_checksum([o.cpu() if torch.is_tensor(o) else o
                                                                                  for o in copies.outputs])
+        assert all(torch.equal(kept.cpu(), out) if torch.is_tensor(out) else kept == out
+                   for kept, out in zip(copies.outputs, outputs, strict=True))
+    assert copies.memcpy, "the driver's copy was not found"
 
 
 def test_out_of_memory_is_a_crash_verdict(small_target, scratch, tmp_path):
