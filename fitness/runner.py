@@ -148,10 +148,14 @@ class OutputCopies:
             self.kept.append(kept)
             self.others.append(kept)
             return
-        size = out.numel() * out.element_size()
+        itemsize = out.element_size()
+        size = out.numel() * itemsize
+        if itemsize > WORD_BYTES:  # an element wider than a word starts on its own boundary
+            self.used = -(-self.used // itemsize) * itemsize
         if not self.buffers or self.buffers[-1].device != out.device or self.used + size > self.buffers[-1].numel():
-            self.most += max(size, 1 << 20)  # what this run has needed past the buffers it has
-            self.buffers.append(torch.zeros(max(size, 1 << 20), dtype=torch.uint8, device=out.device))
+            grown = max(-(-size // 16) * 16, 1 << 20)  # whole 16-byte elements: viewed as any dtype
+            self.most += grown  # what this run has needed past the buffers it has
+            self.buffers.append(torch.zeros(grown, dtype=torch.uint8, device=out.device))
             self.used, self.typed = 0, {}
             self.last_buffer()
         if self.memcpy and self.address is not None and out.is_contiguous():
@@ -177,18 +181,12 @@ class OutputCopies:
         as_strided over the buffer viewed as that dtype: on the 2-core CPU a kept output
         took 18.5-20.8 us a call with a slice and two views, 11.6-17.0 so (a copy alone 3.3-4.8),
         host time inside every timed run (docs/log/2026-11-29-runner-output-copy-as-strided.md)."""
-        itemsize = dtype.itemsize
-        size = itemsize
-        for n in shape:
-            size *= n
-        if used % itemsize:  # an element wider than a word: the slice and views
-            return buffer[used:used + size].view(dtype).view(shape)
         typed = self.typed.get(dtype) if cache else None
         if typed is None:
             typed = buffer.view(dtype)
             if cache:
                 self.typed[dtype] = typed
-        return typed.as_strided(shape, contiguous_strides(shape), used // itemsize)
+        return typed.as_strided(shape, contiguous_strides(shape), used // dtype.itemsize)
 
     def checksum(self) -> int:
         """output_checksum of the outputs: the buffers' used parts (the earlier buffers' tails

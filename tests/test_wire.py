@@ -88,7 +88,8 @@ def test_the_runners_copies_keep_each_output_and_sum_as_the_judge_does():
     runs = [[torch.randn(300, 200), None, torch.randn(4, 7).to(torch.float16), "text"],
             [torch.randn(700, 1000), torch.randn(3000, 100).T, torch.arange(23, dtype=torch.uint8)[3:]],
             [torch.randn(5, 3).to(torch.bfloat16), torch.empty(0), torch.randn(1, 333), torch.tensor(3.5),
-             torch.randn(3, dtype=torch.complex128), torch.tensor([True, False])]]  # a scalar; wider than a word
+             torch.arange(5, dtype=torch.uint8), torch.randn(3, dtype=torch.complex128),  # wider than a word, after 8 bytes
+             torch.tensor([True, False])]]  # a scalar above
     for outputs in runs + runs[::-1]:
         copies.start("cpu")
         for out in outputs:

@@ -1,0 +1,142 @@
+"""Where the runner's host time goes between an engine's calls, step by step, in a timed run
+(issue 58): a clock read after each step of a call's path as `fitness.runner.Runner.call`
+takes it (the judge's send, the take, the header, the view of the inputs, the request ids
+and tokens, the engine, the kept copy), each figure the median over calls and runs. Then
+the same view and copy alone in a tight loop, and each one right after an engine call, to
+tell what a step costs from what a step costs where it falls in a run.
+
+    python -m tools.probes.runner_stamps --engine E [--model-config C --weight-dir W] [--case decode] [--runs 7]
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from contract.loader import load_engine_module
+from fitness.bench import synchronize, timed_run
+from fitness.cases import select_cases
+from fitness.runner import Runner
+from fitness.traces import call_message, materialize
+from fitness.wire import Slot, decode_call
+
+STEPS = ("send", "take", "header", "view", "split", "engine", "keep")
+
+
+def stamped_run(runner, slot, planned, stamps: dict) -> float:
+    """One run through the runner's path, each step's ns appended to `stamps[step]`; its seconds."""
+    ns = time.perf_counter_ns
+    synchronize("cuda")
+    started = time.perf_counter()
+    for payload, start, values in planned:
+        t0 = ns()
+        slot.send(payload, start, values)
+        t1 = ns()
+        raw = slot.calls.take()
+        t2 = ns()
+        header = decode_call(raw)
+        t3 = ns()
+        values = runner.inputs.view(header.start, header.count)
+        t4 = ns()
+        num_ids = len(header.request_ids) if header.ids_as_tensor else 0
+        ids = values[:num_ids] if num_ids else header.request_ids
+        tokens = values[num_ids:] if num_ids else values
+        if header.kind == "prefill":
+            tokens = list(tokens.split(header.lengths))
+        t5 = ns()
+        if header.kind == "prefill":
+            out = runner.engine.prefill(ids, tokens)
+        elif header.kind == "decode":
+            out = runner.engine.decode(ids, tokens)
+        else:
+            out = runner.engine.remove(ids)
+        t6 = ns()
+        runner.copies.keep(out)
+        t7 = ns()
+        for step, (a, b) in zip(STEPS, ((t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5), (t5, t6), (t6, t7))):
+            stamps[step].append(b - a)
+    runner.copies.checksum()
+    return time.perf_counter() - started
+
+
+def after_engine(runner, planned, engine, calls) -> dict:
+    """A view and a copy timed right after each engine call of a benchmark run (ns each), then
+    the same ten times more after it (the step warm)."""
+    first, warm = {"view": [], "keep": []}, {"view": [], "keep": []}
+    ns = time.perf_counter_ns
+    runner.copies.start("cuda")
+    synchronize("cuda")
+    for call, (_, start, values) in zip(calls, planned):
+        if call.kind == "prefill":
+            out = engine.prefill(call.request_ids, call.input_ids)
+        elif call.kind == "decode":
+            out = engine.decode(call.request_ids, call.token_ids)
+        else:
+            out = engine.remove(call.request_ids)
+        if not torch.is_tensor(out):
+            continue
+        for i in range(11):
+            t0 = ns()
+            runner.inputs.view(start, len(values))
+            t1 = ns()
+            runner.copies.keep(out)
+            t2 = ns()
+            (first if i == 0 else warm)["view"].append(t1 - t0)
+            (first if i == 0 else warm)["keep"].append(t2 - t1)
+    synchronize("cuda")
+    return {"first": first, "warm": warm}
+
+
+def us(values) -> str:
+    return f"{statistics.median(values) / 1e3:7.2f}" if values else "      -"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.probes.runner_stamps", description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", type=Path, required=True)
+    parser.add_argument("--model-config", type=Path, default=Path("target/model_config.json"))
+    parser.add_argument("--weight-dir", type=Path, default=Path("target/weights"))
+    parser.add_argument("--case", default="decode")
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args(argv)
+    config = json.loads(args.model_config.read_text())
+    module = load_engine_module(args.engine)
+    events = select_cases("public")[args.case]
+    messages = [call_message(call) for call in materialize(events, config["vocab_size"], 0, "cpu")]
+    calls = materialize(events, config["vocab_size"], 0, "cuda")
+    slot = Slot()
+    runner = Runner(slot)
+    runner.module, runner.device = module, "cuda"
+    stamps, seconds, bench = {step: [] for step in STEPS}, [], []
+    with torch.no_grad():
+        warm = module.create_engine(dict(config), str(args.weight_dir), "cuda")
+        timed_run(warm, calls, "cuda")
+        for _ in range(args.runs):
+            engine = module.create_engine(dict(config), str(args.weight_dir), "cuda")
+            bench.append(timed_run(engine, calls, "cuda"))
+            runner.engine = engine = module.create_engine(dict(config), str(args.weight_dir), "cuda")
+            runner.ready("cuda")
+            planned = slot.plan(messages)[:-1]
+            seconds.append(stamped_run(runner, slot, planned, stamps))
+            runner.engine = engine = None
+        engine = module.create_engine(dict(config), str(args.weight_dir), "cuda")
+        runner.ready("cuda")
+        placed = after_engine(runner, slot.plan(messages)[:-1], engine, calls)
+    print(f"{args.engine.name} {args.case}: {len(events)} calls; a run {statistics.median(seconds) * 1e3:.3f} ms "
+          f"stamped, {statistics.median(bench) * 1e3:.3f} ms as the benchmark runs it (median of {args.runs})")
+    print("us a call, median over calls and runs:")
+    print("  " + " ".join(f"{step:>7s}" for step in STEPS))
+    print("  " + " ".join(us(stamps[step]) for step in STEPS))
+    between = [sum(stamps[s][i] for s in STEPS if s != "engine") for i in range(len(stamps["engine"]))]
+    print(f"  the runner's own path: {us(between)} us a call (everything but the engine)")
+    for where in ("first", "warm"):
+        print(f"  right after an engine call, {where:5s}: view {us(placed[where]['view'])}, keep {us(placed[where]['keep'])} us")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
