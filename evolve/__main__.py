@@ -5,7 +5,7 @@
         [--from-seed-only] [--library DIR] [--library-top N] [--resume RUN_DIR] [--nsga2]
         [--runs-dir runs] [--workspace workspace]
         [--history history.csv] [--bench B] [--screen-bench B] [--rounds N] [--max-rounds N] [--no-derived]
-        [--margin X] [--timeout 10m] [--final-top N] [--final-rounds N] [--rng-seed N]
+        [--margin X] [--timeout 10m] [--final-top N] [--final-rounds N] [--no-staged-final] [--rng-seed N]
     python -m evolve report [history.csv] [--out DIR] [--recipe OUT.txt]
 
 Defaults live in evolve/config.py (some depend on the device); a flag left out takes
@@ -29,6 +29,7 @@ from target.toy_weights import HERE as TARGET_DIR, ensure
 # flag's dest -> (RunConfig field, conversion)
 RENAMED = {"budget": ("budget_s", parse_duration), "timeout": ("timeout_s", parse_duration),
            "no_derived": ("derived", lambda given: not given),
+           "no_staged_final": ("staged_final", lambda given: not given),
            "from_seed_only": ("library", lambda given: not given)}
 NOT_SETTINGS = ("command", "resume", "operators", "run")
 
@@ -67,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", help="per judgement: 300s, 10m")
     run.add_argument("--final-top", type=int, help="how many of the best to re-measure at the end")
     run.add_argument("--final-rounds", type=int, help="rounds at most of the final comparison with the seed")
+    run.add_argument("--no-staged-final", action="store_true",
+                     help="the final times each case only as the judge does, not also with its inputs staged "
+                          "before the clock as the evaluator's protocol has them (a contender then replaces the "
+                          "floor on the judge's ratio alone)")
     run.add_argument("--rng-seed", type=int)
     run.add_argument("--operators", default="mutations",
                      help="module providing random_mutation and crossover (default: mutations)")

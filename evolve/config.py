@@ -75,6 +75,9 @@ class RunConfig:
     library_top: int = 4
     nsga2: bool = False  # peak memory as a second objective
     derived: bool = True  # judge on the derived configs too
+    # The final times each case staged too (the evaluator's protocol: every input on the device
+    # before the clock), and a contender replaces the floor only if not slower so (evolve.final).
+    staged_final: bool = True
     # The gate's limit on the target weights, in the contract's tolerances (fitness.gate): a
     # deep fp16 model can round past 0.5 even in the seed
     # (docs/log/2026-11-23-rope-rows-swiglu-gate-at-1b-depth.md: 1.1-1.2 at 22 layers).
@@ -143,7 +146,8 @@ class RunConfig:
                 "bench": self.bench if level == "full" else self.screen_bench,
                 "margin": self.margin, "min_rounds": self.rounds,
                 "max_rounds": self.final_rounds if final else self.max_rounds,
-                "resolution": SCREEN_RESOLUTION if level == "screen" else FULL_RESOLUTION}
+                "resolution": SCREEN_RESOLUTION if level == "screen" else FULL_RESOLUTION,
+                "staged": final and self.staged_final}
 
 
 def default_workers(device: str) -> int:

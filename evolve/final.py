@@ -3,11 +3,18 @@ gate traces the search never saw, and timed beside the floor (the best program k
 the search, generation 0's first judgement; the seed when none passed), interleaved, for as
 many rounds as the ratio needs (fitness.timing). The floor is kept unless a contender is
 clearly faster than it: its ~95% interval above 1 (beside the seed, a ratio above 1: the
-seed is no known good program, and the search exists to beat it). Of those, the best fitted
-speed (evolve.scores: every paired comparison, this one included) wins. A contender that
-fails this fresh judgement is out. A 5-minute H100 search's screens ranked three library
-programs above fastest.txt's, which the evaluator has 0.91-0.95x it, and returned one of
-them; held to the floor head to head, a run returns no less than what it started from.
+seed is no known good program, and the search exists to beat it), and, where the final
+timed each case staged too (RunConfig.staged_final: every input on the device before the
+clock, as the evaluator's protocol has them), not slower so: its staged ratio at least 1.
+The judge delivers each call's inputs when due, so that no engine can read ahead; that costs
+a host-bound program 25-60 us a call on an H200 and a device-bound one little, and so its
+ratios part from the evaluator's by up to ~10% a case (docs/log/2026-11-30-runner-path-staged-final.md).
+The staged ratio is the evaluator's, but an engine could read ahead there; so it only ever
+keeps the floor, and never makes a winner. Of those left, the best fitted speed
+(evolve.scores: every paired comparison, this one included) wins. A contender that fails
+this fresh judgement is out. A 5-minute H100 search's screens ranked three library programs
+above fastest.txt's, which the evaluator has 0.91-0.95x it, and returned one of them; held
+to the floor head to head, a run returns no less than what it started from.
 
 Beside them, when the time allows, the closing merge: the best with every gain it lacks
 (`merge_every_gain`), a child no generation had time to confirm. Its judgement here is in
@@ -69,8 +76,10 @@ def choose_winner(judging: Judging, seed, floor, contenders: list, final_top: in
 
 
 def beats(verdict: dict, beside_seed: bool) -> bool:
-    """Faster than the floor: clearly (its ~95% interval above 1), or beside the seed at all."""
-    return verdict["ratio"] > 1.0 if beside_seed else verdict["ratio_low"] > 1.0
+    """Faster than the floor: clearly (its ~95% interval above 1), or beside the seed at all;
+    and, timed staged too, not slower so."""
+    judged = verdict["ratio"] > 1.0 if beside_seed else verdict["ratio_low"] > 1.0
+    return judged and verdict.get("staged_ratio", math.inf) >= 1.0
 
 
 def ratio_to_seed(scores, program, seed, final_ratio: float | None) -> float:
@@ -117,10 +126,14 @@ def describe(verdict: dict, baseline, seed) -> str:
     cv = verdict.get("fitness_cv")
     cv_text = f"{cv:.1%}" if cv is not None else "n/a (one round)"
     beside = "the seed" if baseline.id == seed.id else "the floor"
+    staged = ""
+    if "staged_ratio" in verdict:
+        staged = (f"; with its inputs staged (the evaluator's protocol) {verdict['staged_ratio']:.3f}x "
+                  f"({verdict['staged_ratio_low']:.3f}-{verdict['staged_ratio_high']:.3f}x)")
     return (f"{ratio:.3f}x {beside} over {verdict.get('rounds')} interleaved rounds, ~95% interval "
             f"{low:.3f}-{high:.3f}x, {confidence_faster(ratio, low, high, verdict.get('rounds') or 1):.1%} "
             "confident it is faster; "
-            f"CV of its fitness over the rounds {cv_text}")
+            f"CV of its fitness over the rounds {cv_text}{staged}")
 
 
 def confidence_faster(ratio: float, low: float, high: float, rounds: int) -> float:

@@ -45,6 +45,9 @@ SHARE_PER_EXTRA_CONTENDER = 1 / 4
 # The rounds a close final may run beyond a confirmation's max_rounds count for a quarter:
 # most comparisons clear their interval well before the limit.
 SHARE_PER_EXTRA_ROUND = 1 / 4
+# A final that times each case staged too (RunConfig.staged_final) runs every timed run twice:
+# its timing, reckoned at half a full judgement (gates and warm-ups the rest), twice as long.
+STAGED_SHARE = 1 / 2
 # Generations in a row that judged nothing new before the search stops: on a tiny model the
 # operators run dry (every child already judged), and a 9-minute CPU run on a tiny Qwen3
 # checkpoint spun through 32 empty generations in its last minute.
@@ -220,7 +223,8 @@ class Search:
         extra_rounds = self.config.final_rounds / self.config.max_rounds - 1
         longer = 1 + extra_rounds * SHARE_PER_EXTRA_ROUND if close else 1.0
         wider = 1 + (together - 1) * SHARE_PER_EXTRA_CONTENDER
-        return wider * longer * self.scores.mean_judge_seconds(ok_only=True, level="full")
+        staged = 1 + STAGED_SHARE if self.config.staged_final else 1.0
+        return staged * wider * longer * self.scores.mean_judge_seconds(ok_only=True, level="full")
 
     def final_fits(self, contenders: int) -> bool:
         """Whether a final of `contenders` fits the time left."""

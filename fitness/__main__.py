@@ -39,7 +39,8 @@ def cmd_judge(args) -> int:
     verdict = judge(args.candidate, args.model_config, args.weight_dir, resolve_device(args.device),
                     timeout=args.timeout, seed=args.seed, scratch=args.scratch, margin=args.margin,
                     level="screen" if args.no_derived else "full", bench=args.bench,
-                    baseline=args.baseline, min_rounds=args.rounds, max_rounds=max(args.rounds, args.max_rounds))
+                    baseline=args.baseline, min_rounds=args.rounds, max_rounds=max(args.rounds, args.max_rounds),
+                    staged=args.staged)
     print(json.dumps(verdict, indent=2))
     return 0 if verdict["status"] == "ok" else 1
 
@@ -100,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
     judge_parser.add_argument("--rounds", type=int, default=3, help="timed rounds at least (default 3)")
     judge_parser.add_argument("--max-rounds", type=int, default=8,
                               help="beside a baseline: rounds at most, until the ratio is clear (default 8)")
+    judge_parser.add_argument("--staged", action="store_true",
+                              help="beside a baseline: time each case a second time with its inputs staged on "
+                                   "the device before the clock, as the evaluator's protocol has them "
+                                   "(staged_ratio; an engine could read ahead there, so a run only uses it to "
+                                   "keep the floor)")
     judge_parser.set_defaults(run=cmd_judge, margin=gate.DEFAULT_MARGIN)
 
     check = sub.add_parser("check", help="the evaluator's correctness check, in this process",

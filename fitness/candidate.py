@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from contract.devices import is_cuda
-from fitness.wire import DONE, NAP_S, WAKE, Channel, Slot, WireError, WireTimeout, parse
+from fitness.wire import DONE, NAP_S, RUN_STAGED, WAKE, Channel, Slot, WireError, WireTimeout, parse, staged
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STDERR_TAIL = 1500
@@ -166,6 +166,28 @@ class CandidateProcess:
         if not header.get("ok") or "checksum" not in header:
             raise CandidateError(str(header.get("error", "no error text")))
         return seconds, int(header["checksum"])
+
+    def staged_run(self, planned: list, timeout: float, awake: bool = False) -> tuple[float, int]:
+        """timed_run of a run whose calls were all staged first (off the clock, each call's
+        values and header sent and answered in turn), then made by one `run_staged`: the
+        evaluator's protocol, every input there before its clock."""
+        deadline = time.monotonic() + max(timeout, 0.0)
+        alive = lambda: self.proc.poll() is None  # noqa: E731
+        started = time.perf_counter()
+        try:
+            for payload, start, values in planned[:-1]:
+                self.slot.send(staged(payload), start, values)
+                answer = self.slot.answers.take(deadline, alive, 0.0 if awake else NAP_S)
+                if answer != DONE:
+                    header, _ = parse(answer)
+                    raise CandidateError(str(header.get("error", "no error text")))
+        except WireTimeout:
+            raise RunnerFailure("timeout", f"staging: no answer within {timeout:.0f} s{self.tail()}") from None
+        except WireError as err:
+            raise RunnerFailure("crash", f"staging: {err}; {self.exit_status()}{self.tail()}") from None
+        finally:
+            self.spent["stage"] += time.perf_counter() - started
+        return self.timed_run([(RUN_STAGED, 0, None), planned[-1]], deadline - time.monotonic(), awake)
 
     def exit_status(self) -> str:
         try:

@@ -73,13 +73,16 @@ class RunnerDriver:
         return self.process.send("prepare", self.left(), config=raw, weight_dir=str(weight_dir),
                                  device=self.device, new_engine=new_engine)
 
-    def go(self, events, seed: int) -> float:
+    def go(self, events, seed: int, staged: bool = False) -> float:
         """Run a trace on the prepared engine: its tokens drawn here, each call sent once the
-        one before has returned, on the stage (`Stage.alone`); the seconds of the run."""
+        one before has returned, on the stage (`Stage.alone`); the seconds of the run.
+        `staged`: every call handed over first, off the clock, then made in one go, as the
+        evaluator's protocol does (CandidateProcess.staged_run)."""
         calls = map(call_message, materialize(events, self.vocab_size, seed, "cpu"))
         planned = self.process.slot.plan(list(calls))
+        run = self.process.staged_run if staged else self.process.timed_run
         with self.stage.alone(self) as awake:
-            self.last_seconds, self.last_checksum = self.process.timed_run(planned, self.left(), awake)
+            self.last_seconds, self.last_checksum = run(planned, self.left(), awake)
         return self.last_seconds
 
     def fetch(self, events) -> list:
@@ -220,13 +223,15 @@ class Judge:
     def judge_group(self, paths, config_path, weight_dir, seed: int, margin: float = gate.DEFAULT_MARGIN,
                     level: str = "full", bench: str = "public", baseline=None, min_rounds: int = 3,
                     max_rounds: int = 8, timeout: float = 600.0, resolution: float = RESOLUTION,
-                    rounds_within: float | None = None, weights_fingerprint=None) -> list:
+                    rounds_within: float | None = None, weights_fingerprint=None, staged: bool = False) -> list:
         """A verdict on each of `paths` (at most MAX_GROUP), each timed beside `baseline` (a
         program judged before) in the same interleaved rounds: the baseline's runs serve
         every candidate's comparison. What is not timed (imports, gates, warm-ups) runs for
         all at once; each timed run is alone. `weights_fingerprint`: weight_dir's weight files
         as the caller found them before any candidate ran (fitness.weight_files); every
-        verdict is `invalid` at stage `weights` if a trusted weight file changed."""
+        verdict is `invalid` at stage `weights` if a trusted weight file changed. `staged`:
+        beside a baseline, every case is also timed with its inputs staged before the clock,
+        as the evaluator's protocol has them (the verdict's `staged_ratio`)."""
         assert level in LEVELS and bench in BENCH_CHOICES and 0 < len(paths) <= MAX_GROUP, (level, bench, paths)
         group = Group.begin(paths, self.device, seed, level, timeout, rounds_within)
         # Absolute paths: the runner works in a directory of its own.
@@ -241,7 +246,7 @@ class Judge:
             group.mark("gate")
             self.for_each(group.live(), self.untimed, group.setting)
             if bench != "none" and group.live():
-                self.time_group(group, min_rounds, max_rounds, resolution)
+                self.time_group(group, min_rounds, max_rounds, resolution, staged and baseline_path is not None)
         except Exception as err:  # the config, the baseline, or our reading of a runner's answer
             group.fail_live(err)
         finally:
@@ -280,7 +285,8 @@ class Judge:
             group.warming = self.helpers.submit(warm_up, group.base.driver, setting.cases, setting.raw_config,
                                                 setting.weight_dir)
 
-    def time_group(self, group: "Group", min_rounds: int, max_rounds: int, resolution: float) -> None:
+    def time_group(self, group: "Group", min_rounds: int, max_rounds: int, resolution: float,
+                   staged: bool = False) -> None:
         """The live candidates' timed rounds, beside the baseline when there is one."""
         live, setting = group.live(), group.setting
         group.mark("timing")
@@ -293,7 +299,7 @@ class Judge:
                 outcome = measure([e.contender for e in live], group.base.contender() if group.base else None,
                                   setting.cases, setting.raw_config, setting.weight_dir, self.device, setting.check,
                                   min_rounds, max_rounds, lambda: group.rounds_end - time.monotonic(), resolution,
-                                  next_round)
+                                  next_round, staged)
         for entry in live:
             entry.record_timing(outcome, setting.cases)
 
@@ -506,6 +512,11 @@ class Entry:
             self.verdict.update(baseline_tokens_per_second=baseline.tokens_per_second(cases),
                                 baseline_timings={name: baseline.seconds[name] for name in cases},
                                 ratio=ratio, ratio_low=low, ratio_high=high)
+            staged = outcome.staged_ratio(contender)
+            if staged is not None:
+                self.verdict.update(zip(("staged_ratio", "staged_ratio_low", "staged_ratio_high"), staged))
+                self.verdict.update(staged_timings=dict(contender.staged_seconds),
+                                    baseline_staged_timings=dict(baseline.staged_seconds))
 
 
 @dataclass

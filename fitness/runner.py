@@ -15,7 +15,10 @@ cannot tell a checked run from a timed one:
     prepare  make a fresh engine (untimed); it knows nothing of the run to come. Then
              the run: its calls taken from the shared slot (fitness.wire.Slot), one at a
              time, each call's inputs arriving when it is due; each run, a copy of its
-             output kept, answered; at `end`, the checksum of the run's outputs
+             output kept, answered; at `end`, the checksum of the run's outputs. A staged
+             run (a final's second timing, the evaluator's protocol) hands over every call
+             first, once the engine is made, then makes them all at one `run_staged`: its
+             engine can read ahead, so its figure only ever keeps the floor (evolve.final)
     fetch    send the outputs (the judge checks them against the checksum) and the
              peak memory since prepare
 
@@ -282,6 +285,7 @@ class Runner:
         self.slot = slot
         self.module = self.engine = self.first = None
         self.device, self.copies, self.inputs = "cpu", OutputCopies(), None
+        self.staged = []  # (header, request ids, tokens) of a staged run's calls
 
     def load(self, path: str, threads: int | None = None) -> dict:
         if threads:
@@ -308,6 +312,7 @@ class Runner:
         """Before a run: the outputs' buffer ready, the device idle, the slot's inputs seen
         from it, the collector done."""
         self.copies.start(device)
+        self.staged = []
         settle(device)
         if self.inputs is None or self.inputs.device != device:
             self.inputs = Inputs(self.slot.inputs, device)
@@ -316,13 +321,31 @@ class Runner:
     def call(self, header: CallHeader) -> None:
         """One call, its inputs just written to the slot by the judge; a copy of its output
         is kept. Request ids as a tensor and the prompts are views of the call's values."""
-        values = self.inputs.view(header.start, header.count)
+        self.invoke(header, *self.arguments(header, self.inputs.view(header.start, header.count)))
+
+    def stage(self, header: CallHeader) -> None:
+        """Keep a call for the run's `run_staged`, its values copied out of the slot into
+        tensors of their own on the device, as the evaluator's protocol has every input
+        before its clock (untimed: the judge stages a run only after its engine was made)."""
+        self.staged.append((header, *self.arguments(header, self.inputs.view(header.start, header.count).clone())))
+
+    def run_staged(self) -> None:
+        """Every staged call, one after another, a copy of each output kept."""
+        for header, ids, tokens in self.staged:
+            self.invoke(header, ids, tokens)
+
+    @staticmethod
+    def arguments(header: CallHeader, values) -> tuple:
+        """(request ids, tokens) of a call from its values: a prefill's tokens one tensor a prompt."""
         num_ids = len(header.request_ids) if header.ids_as_tensor else 0
         ids = values[:num_ids] if num_ids else header.request_ids
         tokens = values[num_ids:] if num_ids else values
+        return ids, list(tokens.split(header.lengths)) if header.kind == "prefill" else tokens
+
+    def invoke(self, header: CallHeader, ids, tokens) -> None:
         try:
             if header.kind == "prefill":
-                out = self.engine.prefill(ids, list(tokens.split(header.lengths)))
+                out = self.engine.prefill(ids, tokens)
             elif header.kind == "decode":
                 out = self.engine.decode(ids, tokens)
             else:
@@ -336,7 +359,8 @@ class Runner:
         """The calls of the run that follows each `prepare`, taken from the slot as the
         judge sends them (waiting busy for `busy_s`, then napping), each answered there;
         the run ends at `end` (the answer: the outputs' checksum) or at the first call that
-        fails (the answer: its error)."""
+        fails (the answer: its error). A staged run's calls come first, each kept
+        (`stage`), then `run_staged` makes them all."""
         with torch.no_grad():
             while True:
                 try:
@@ -344,7 +368,11 @@ class Runner:
                     if header.kind == "end":
                         self.slot.answers.put(encode({"ok": True, "checksum": self.copies.checksum()}))
                         return
-                    if header.kind != "wake":
+                    if header.staged:
+                        self.stage(header)
+                    elif header.kind == "run_staged":
+                        self.run_staged()
+                    elif header.kind != "wake":
                         self.call(header)
                 except Exception as err:  # the candidate's failure (or a message we cannot read)
                     self.slot.answers.put(encode({"ok": False, "error": error_text(err)}))

@@ -73,6 +73,7 @@ class Contender:
     name: str
     driver: object  # fitness.judge.RunnerDriver
     seconds: dict = field(default_factory=dict)  # case -> seconds of each timed run
+    staged_seconds: dict = field(default_factory=dict)  # case -> seconds of each staged run (`measure`)
     peak_bytes: int = 0
     failure: Exception | None = None  # what ended its timing early (it is out of the comparison)
 
@@ -130,6 +131,15 @@ class Outcome:
     def ratio(self, candidate: Contender) -> tuple:
         """(its speed over the baseline's, low, high) with a ~95% interval."""
         return ratio_interval(self.log_ratios(candidate))
+
+    def staged_ratio(self, candidate: Contender) -> tuple | None:
+        """`ratio` over the staged runs (the evaluator's protocol), or None without them."""
+        rounds = min((len(candidate.staged_seconds.get(c, ())) for c in self.cases), default=0)
+        if self.baseline is None or not rounds:
+            return None
+        theirs, ours = ({c: held(who.staged_seconds[c]) for c in self.cases} for who in (self.baseline, candidate))
+        return ratio_interval([statistics.fmean(math.log(theirs[c][i] / ours[c][i]) for c in self.cases)
+                               for i in range(rounds)])
 
     def is_far_behind(self, candidate: Contender) -> bool:
         """Below CLEAR_LOSS of the baseline in every round so far: no more rounds are needed
@@ -208,7 +218,7 @@ def check_warm_up(check: TimedOutputCheck, label: str, runs: list) -> None:
 
 def measure(candidates: list, baseline, cases: dict, raw_config: dict, weight_dir, device: str,
             check: TimedOutputCheck, min_rounds: int, max_rounds: int, time_left,
-            resolution: float = RESOLUTION, next_round=None) -> Outcome:
+            resolution: float = RESOLUTION, next_round=None, staged: bool = False) -> Outcome:
     """Interleaved rounds of warmed-up candidates and their baseline. A candidate leaves
     once its comparison with the baseline is clear (after `min_rounds`), or when it fails
     (its `failure`); the rounds end when none is left. Alone (no baseline), a candidate's
@@ -217,9 +227,11 @@ def measure(candidates: list, baseline, cases: dict, raw_config: dict, weight_di
     ALONE_MAX_SPAN_S. In each case of a round every runner makes its engine at once
     (untimed), then each runs in turn, alone on the judge's stage, as every run is
     (fitness.judge.Stage). A failure of the baseline ends them all. `next_round()`, when
-    given, is called before each round (the judge moves its timing core)."""
+    given, is called before each round (the judge moves its timing core). `staged`: each
+    case of a round is run a second time by every contender, on fresh engines and tokens,
+    staged (fitness.judge.RunnerDriver.go): Outcome.staged_ratio."""
     outcome = Outcome(baseline, cases)
-    runs = TimedRuns(baseline, raw_config, weight_dir, check)
+    runs = TimedRuns(baseline, raw_config, weight_dir, check, staged)
     ending = RoundsEnd(min_rounds, resolution, ALONE_MIN_SPAN_S["cuda" if is_cuda(device) else "cpu"])
     round_limit = max(max_rounds, ALONE_MAX_ROUNDS) if baseline is None else max_rounds
     active = list(candidates)
@@ -249,22 +261,25 @@ class TimedRuns:
     raw_config: dict
     weight_dir: object
     check: TimedOutputCheck
+    staged: bool = False  # each case run staged too (`measure`)
 
     def round(self, order: list, cases: dict) -> None:
         """Every case once for each contender in `order`; one that fails is out."""
         for name, events in cases.items():
             self.case(order, name, events)
+            if self.staged:
+                self.case(order, name, events, staged=True)
             order = [c for c in order if c.failure is None]
 
-    def case(self, order: list, name: str, events) -> None:
+    def case(self, order: list, name: str, events, staged: bool = False) -> None:
         seed = fresh_seed()  # the same tokens for every contender in this round
         self.prepare(order)
         for contender in [c for c in order if c.failure is None]:
-            seconds = attempt(contender, self.baseline, contender.driver.go, events, seed)
+            seconds = attempt(contender, self.baseline, contender.driver.go, events, seed, staged)
             if contender.failure is None:
-                contender.seconds.setdefault(name, []).append(seconds)
+                (contender.staged_seconds if staged else contender.seconds).setdefault(name, []).append(seconds)
         for contender in [c for c in order if c.failure is None]:
-            self.fetch_and_check(contender, name, events, seed)
+            self.fetch_and_check(contender, name, events, seed, "staged" if staged else "timed")
 
     def prepare(self, order: list) -> None:
         """Every contender's fresh engine, made at once (untimed)."""
@@ -273,11 +288,11 @@ class TimedRuns:
             if waits[contender.name] is not None:
                 attempt(contender, self.baseline, waits[contender.name])
 
-    def fetch_and_check(self, contender: Contender, name: str, events, seed: int) -> None:
+    def fetch_and_check(self, contender: Contender, name: str, events, seed: int, kind: str = "timed") -> None:
         outputs = attempt(contender, self.baseline, contender.driver.fetch, events)
         if contender.failure is None:
             contender.peak_bytes = max(contender.peak_bytes, contender.driver.last_peak_bytes)
-            attempt(contender, self.baseline, self.check, outputs, events, seed, f"{contender.name}/timed/{name}")
+            attempt(contender, self.baseline, self.check, outputs, events, seed, f"{contender.name}/{kind}/{name}")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import os
 import select
 import struct
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -274,11 +274,12 @@ class Mailbox:
         return bytes(self.memory[self.data:self.data + length])
 
 
-# A call as the judge sends it: what it is, whether its request ids go as a tensor, how
+# A call as the judge sends it: what it is, its flags (request ids as a tensor; staged), how
 # many requests, how many int64 values it has in the slot's inputs and where they start;
 # then the request ids and (prefill) the prompt lengths. Binary: no parsing on the clock.
 CALL = struct.Struct("<BBIIQ")
-CALL_KINDS = ("prefill", "decode", "remove", "end", "wake")
+CALL_KINDS = ("prefill", "decode", "remove", "end", "wake", "run_staged")
+AS_TENSOR, STAGED = 1, 2  # flag bits
 
 
 @dataclass(frozen=True)
@@ -289,25 +290,34 @@ class CallHeader:
     ids_as_tensor: bool
     start: int  # of the call's values in the slot's inputs
     count: int
+    staged: bool = False  # kept by the runner for `run_staged`, not made now
 
 
 def encode_call(header: CallHeader) -> bytes:
     numbers = list(header.request_ids) + list(header.lengths)
-    return (CALL.pack(CALL_KINDS.index(header.kind), header.ids_as_tensor, len(header.request_ids),
-                      header.count, header.start) + struct.pack(f"<{len(numbers)}q", *numbers))
+    flags = AS_TENSOR * bool(header.ids_as_tensor) | STAGED * bool(header.staged)
+    return (CALL.pack(CALL_KINDS.index(header.kind), flags, len(header.request_ids), header.count, header.start)
+            + struct.pack(f"<{len(numbers)}q", *numbers))
 
 
 def decode_call(payload: bytes) -> CallHeader:
-    code, as_tensor, num_ids, count, start = CALL.unpack_from(payload)
+    code, flags, num_ids, count, start = CALL.unpack_from(payload)
     numbers = struct.unpack_from(f"<{(len(payload) - CALL.size) // 8}q", payload, CALL.size)
-    return CallHeader(CALL_KINDS[code], list(numbers[:num_ids]), list(numbers[num_ids:]), bool(as_tensor),
-                      start, count)
+    return CallHeader(CALL_KINDS[code], list(numbers[:num_ids]), list(numbers[num_ids:]), bool(flags & AS_TENSOR),
+                      start, count, bool(flags & STAGED))
+
+
+def staged(payload: bytes) -> bytes:
+    """A planned call (`Slot.plan`) as one to keep for a staged run."""
+    return encode_call(replace(decode_call(payload), staged=True))
 
 
 END = encode_call(CallHeader("end", [], [], False, 0, 0))
 # Answered before the clock starts: the runner's wait turns busy (it naps after a long idle),
 # so no run's first call pays a wake-up that depends on how long the runner sat idle.
 WAKE = encode_call(CallHeader("wake", [], [], False, 0, 0))
+# Every staged call of the run, one after another, as the evaluator's loop makes them.
+RUN_STAGED = encode_call(CallHeader("run_staged", [], [], False, 0, 0))
 DONE = encode({"ok": True})  # a call's answer, made once: the judge knows it by its bytes
 
 

@@ -1,6 +1,7 @@
 """The search's logic with a fake judge and stand-in operators: fast, no child processes."""
 import pickle
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -281,6 +282,36 @@ def test_the_final_keeps_the_floor_unless_a_contender_is_clearly_faster(monkeypa
         final_ratio["now"] = ratio
         winner = final.choose_winner(Judging(merging, scores, 1), seed, floor, [], 2, 4, lambda n: True)[0]
         assert judged[-1] == closing.id and winner is (closing if wins else floor)
+
+
+def test_a_contender_slower_with_its_inputs_staged_does_not_replace_the_floor(monkeypatch):
+    """The final times each case staged too (the evaluator's protocol): a contender clearly
+    faster in the judge's runs but slower staged leaves the floor in place, and results.log
+    says so; one not slower staged wins. Only the final is staged."""
+    seed, floor, contender = Program("seed = 0\n"), Program("floor = 1\n", (), "library"), Program("c = 2\n")
+    scores = Scores()
+    for program, fitness in ((seed, 7_000.0), (floor, 100_000.0), (contender, 104_000.0)):
+        scores.add(program.id, "ok", fitness, 1.0, 1.0, tps={"decode": fitness}, level="full")
+    scores.compare(floor.id, seed.id, 14.3, 13.0, 15.6, 3)
+    staged = {}
+
+    def final_judgements(toolbox, generation, jobs, workers, scores):
+        verdict = {"status": "ok", "ratio": 1.05, "ratio_low": 1.01, "ratio_high": 1.09, "rounds": 6,
+                   "fitness_cv": 0.02, "tokens_per_second": {"decode": 105_000.0},
+                   "baseline_tokens_per_second": {"decode": 100_000.0},
+                   **dict(zip(("staged_ratio", "staged_ratio_low", "staged_ratio_high"), staged["now"]))}
+        return [(program, 105_000.0, verdict) for program, *_ in jobs]
+
+    monkeypatch.setattr(evolve.judging, "run_jobs", final_judgements)
+    judging = Judging(SimpleNamespace(merge_every_gain=lambda best, scores: None), scores, 1)
+    staged["now"] = (0.97, 0.95, 0.99)
+    winner, _, _, how = final.choose_winner(judging, seed, floor, [contender], 2, 4, lambda n: True)
+    assert winner is floor and "kept" in how and "inputs staged (the evaluator's protocol) 0.970x" in how
+    staged["now"] = (1.00, 0.98, 1.02)
+    assert final.choose_winner(judging, seed, floor, [contender], 2, 4, lambda n: True)[0] is contender
+    config = RunConfig.build("cpu", model_config="c.json", weight_dir="w")
+    assert config.judge_options("full", final=True)["staged"] and not config.judge_options("full")["staged"]
+    assert not replace(config, staged_final=False).judge_options("full", final=True)["staged"]
 
 
 def test_a_final_out_of_budget_keeps_the_floor_unless_a_contender_was_clearly_faster_beside_it():
@@ -622,14 +653,14 @@ def test_the_final_is_reckoned_longer_only_for_a_close_call():
     """As long as a confirmation, a quarter more for each further contender; up to
     final_rounds' worth more only when the best is within CLEAR_GAIN of the seed (an
     8-minute H100 search skipped a generation that fitted: its final, reckoned at 77 s,
-    took 36)."""
+    took 36); half more when it is staged too."""
     seed, best = SimpleNamespace(id="seed"), SimpleNamespace(id="best")
     gains = {"best": 15.0}
     fake = SimpleNamespace(
         seed=seed, floor=seed, hall_of_fame=[best, seed],
         scores=SimpleNamespace(gain=lambda a, b: gains[a], mean_judge_seconds=lambda **_: 40.0,
                                is_ok=lambda _: True, speed=lambda a: {"seed": 1.0, "best": gains["best"]}[a]),
-        config=SimpleNamespace(final_top=2, workers=1, final_rounds=12, max_rounds=5))
+        config=SimpleNamespace(final_top=2, workers=1, final_rounds=12, max_rounds=5, staged_final=False))
     fake.final_contenders = lambda: Search.final_contenders(fake)
     assert Search.estimated_final_s(fake, 1) == 40.0
     assert Search.estimated_final_s(fake, 2) == 50.0
@@ -639,3 +670,5 @@ def test_the_final_is_reckoned_longer_only_for_a_close_call():
     assert Search.estimated_final_s(fake) == 40.0  # the reserve: the hall of fame's one contender
     gains["best"] = 1.05  # a close call: 12 rounds allowed where a confirmation has 5
     assert Search.estimated_final_s(fake, 1) == pytest.approx(40.0 * (1 + (12 / 5 - 1) / 4))
+    fake.config.staged_final = True  # every timed run twice: the timing, half the judgement, twice as long
+    assert Search.estimated_final_s(fake, 1) == pytest.approx(1.5 * 40.0 * (1 + (12 / 5 - 1) / 4))

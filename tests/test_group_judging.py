@@ -278,3 +278,37 @@ def test_a_batch_is_as_large_as_the_cards_memory_allows():
     assert group_size(1_200.0, 80_000) == MAX_GROUP
     assert group_size(5_000.0, 80_000) == 4
     assert group_size(14_500.0, 80_000) == 1  # two 7 GB K/V slabs a runner: alone
+
+
+def differs_when_staged(src: str, code: str) -> str:
+    """The seed, running `code` at each decode whose tokens are a tensor of their own, as a
+    staged run's are (the judge's runs hand an engine views of the slot's inputs)."""
+    decode = "        ids = as_id_list(request_ids)\n        start = [self.cache.length(rid) for rid in ids]\n"
+    return planted.edit(src, decode, "        if token_ids._base is None:\n" + code + decode)
+
+
+def test_staged_runs_time_each_case_as_the_evaluator_does_and_check_their_outputs(small_target, scratch, tmp_path):
+    """Beside a baseline, `staged` times each case again with every input handed over before
+    the clock (fitness.runner.Runner.stage): an engine slower only so is timed at its speed
+    there (staged_ratio) and not in the judge's own runs (ratio); one wrong only so fails."""
+    config_path, weight_dir = small_target
+    slow, wrong = tmp_path / "slow_staged.py", tmp_path / "wrong_staged.py"
+    slow.write_text(differs_when_staged(SEED_ENGINE.read_text(), "            import time\n            time.sleep(0.01)\n"))
+    wrong.write_text(differs_when_staged(SEED_ENGINE.read_text(), "            token_ids = torch.zeros_like(token_ids)\n"))
+    judge = Judge("cpu", scratch=scratch, threads=1)
+    try:
+        verdicts = judge.judge_group([slow, wrong, SEED_ENGINE], config_path, weight_dir, seed=3, level="none",
+                                     bench="small", baseline=SEED_ENGINE, min_rounds=2, max_rounds=2, timeout=240,
+                                     staged=True)
+        plain = judge.judge(slow, config_path, weight_dir, seed=3, level="none", bench="small", baseline=SEED_ENGINE,
+                            min_rounds=2, max_rounds=2, timeout=240)
+    finally:
+        judge.close()
+    slowed, wronged, honest = verdicts
+    assert slowed["status"] == "ok", slowed["error"]
+    # 10 ms more a decode staged: several times a small case's whole run.
+    assert slowed["staged_ratio"] < 0.5 < slowed["ratio"], slowed
+    assert set(slowed["staged_timings"]) == set(slowed["timings"]) and len(slowed["staged_timings"]["decode_8x8x8"]) == 2
+    assert (wronged["status"], wronged["stage"]) == ("incorrect", "timed") and "/staged/" in wronged["error"], wronged
+    assert honest["status"] == "ok" and 0.5 < honest["staged_ratio"] < 2.0
+    assert plain["status"] == "ok" and "staged_ratio" not in plain  # only when asked

@@ -9,6 +9,7 @@ import torch
 
 from fitness import wire
 from fitness.runner import OutputCopies, output_checksum
+from fitness.wire import END, RUN_STAGED, CallHeader, decode_call, encode_call, staged
 
 
 def pipe_pair():
@@ -101,3 +102,12 @@ def test_the_runners_copies_keep_each_output_and_sum_as_the_judge_does():
                    for kept, out in zip(copies.outputs, outputs, strict=True))
         assert copies.checksum() == output_checksum(outputs) == output_checksum(copies.outputs)
     assert len(copies.buffers) == 1
+
+
+def test_a_call_header_carries_its_flags_both_ways():
+    """A staged call (Runner.stage) and request ids as a tensor travel as flags of one byte."""
+    header = CallHeader("prefill", [3, 1], [5, 7], True, 64, 14)
+    assert decode_call(encode_call(header)) == header and not header.staged
+    kept = decode_call(staged(encode_call(header)))
+    assert kept.staged and kept.ids_as_tensor and (kept.kind, kept.request_ids, kept.lengths) == ("prefill", [3, 1], [5, 7])
+    assert decode_call(RUN_STAGED).kind == "run_staged" and not decode_call(END).staged

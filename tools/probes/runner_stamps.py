@@ -5,7 +5,7 @@ and tokens, the engine, the kept copy), each figure the median over calls and ru
 the same view and copy alone in a tight loop, and each one right after an engine call, to
 tell what a step costs from what a step costs where it falls in a run.
 
-    python -m tools.probes.runner_stamps --engine E [--model-config C --weight-dir W] [--case decode] [--runs 7]
+    python -m tools.probes.runner_stamps --engine E [--model-config C --weight-dir W] [--case decode] [--runs 7] [--device cuda]
 """
 import argparse
 import json
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from contract.loader import load_engine_module
-from fitness.bench import synchronize, timed_run
+from fitness.bench import replay, synchronize, timed_run
 from fitness.cases import select_cases
 from fitness.runner import Runner
 from fitness.traces import call_message, materialize
@@ -27,10 +27,10 @@ from fitness.wire import Slot, decode_call
 STEPS = ("send", "take", "header", "view", "split", "engine", "keep")
 
 
-def stamped_run(runner, slot, planned, stamps: dict) -> float:
+def stamped_run(runner, slot, planned, stamps: dict, device) -> float:
     """One run through the runner's path, each step's ns appended to `stamps[step]`; its seconds."""
     ns = time.perf_counter_ns
-    synchronize("cuda")
+    synchronize(device)
     started = time.perf_counter()
     for payload, start, values in planned:
         t0 = ns()
@@ -63,20 +63,15 @@ def stamped_run(runner, slot, planned, stamps: dict) -> float:
     return time.perf_counter() - started
 
 
-def after_engine(runner, planned, engine, calls) -> dict:
+def after_engine(runner, planned, engine, calls, device) -> dict:
     """A view and a copy timed right after each engine call of a benchmark run (ns each), then
     the same ten times more after it (the step warm)."""
     first, warm = {"view": [], "keep": []}, {"view": [], "keep": []}
     ns = time.perf_counter_ns
-    runner.copies.start("cuda")
-    synchronize("cuda")
+    runner.copies.start(device)
+    synchronize(device)
     for call, (_, start, values) in zip(calls, planned):
-        if call.kind == "prefill":
-            out = engine.prefill(call.request_ids, call.input_ids)
-        elif call.kind == "decode":
-            out = engine.decode(call.request_ids, call.token_ids)
-        else:
-            out = engine.remove(call.request_ids)
+        out = replay(engine, call)
         if not torch.is_tensor(out):
             continue
         for i in range(11):
@@ -87,7 +82,7 @@ def after_engine(runner, planned, engine, calls) -> dict:
             t2 = ns()
             (first if i == 0 else warm)["view"].append(t1 - t0)
             (first if i == 0 else warm)["keep"].append(t2 - t1)
-    synchronize("cuda")
+    synchronize(device)
     return {"first": first, "warm": warm}
 
 
@@ -102,30 +97,32 @@ def main(argv=None) -> int:
     parser.add_argument("--weight-dir", type=Path, default=Path("target/weights"))
     parser.add_argument("--case", default="decode")
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--device", default="cuda")
     args = parser.parse_args(argv)
     config = json.loads(args.model_config.read_text())
     module = load_engine_module(args.engine)
     events = select_cases("public")[args.case]
     messages = [call_message(call) for call in materialize(events, config["vocab_size"], 0, "cpu")]
-    calls = materialize(events, config["vocab_size"], 0, "cuda")
+    device = args.device
+    calls = materialize(events, config["vocab_size"], 0, device)
     slot = Slot()
     runner = Runner(slot)
-    runner.module, runner.device = module, "cuda"
+    runner.module, runner.device = module, device
     stamps, seconds, bench = {step: [] for step in STEPS}, [], []
     with torch.no_grad():
-        warm = module.create_engine(dict(config), str(args.weight_dir), "cuda")
-        timed_run(warm, calls, "cuda")
+        warm = module.create_engine(dict(config), str(args.weight_dir), device)
+        timed_run(warm, calls, device)
         for _ in range(args.runs):
-            engine = module.create_engine(dict(config), str(args.weight_dir), "cuda")
-            bench.append(timed_run(engine, calls, "cuda"))
-            runner.engine = engine = module.create_engine(dict(config), str(args.weight_dir), "cuda")
-            runner.ready("cuda")
+            engine = module.create_engine(dict(config), str(args.weight_dir), device)
+            bench.append(timed_run(engine, calls, device))
+            runner.engine = engine = module.create_engine(dict(config), str(args.weight_dir), device)
+            runner.ready(device)
             planned = slot.plan(messages)[:-1]
-            seconds.append(stamped_run(runner, slot, planned, stamps))
+            seconds.append(stamped_run(runner, slot, planned, stamps, device))
             runner.engine = engine = None
-        engine = module.create_engine(dict(config), str(args.weight_dir), "cuda")
-        runner.ready("cuda")
-        placed = after_engine(runner, slot.plan(messages)[:-1], engine, calls)
+        engine = module.create_engine(dict(config), str(args.weight_dir), device)
+        runner.ready(device)
+        placed = after_engine(runner, slot.plan(messages)[:-1], engine, calls, device)
     print(f"{args.engine.name} {args.case}: {len(events)} calls; a run {statistics.median(seconds) * 1e3:.3f} ms "
           f"stamped, {statistics.median(bench) * 1e3:.3f} ms as the benchmark runs it (median of {args.runs})")
     print("us a call, median over calls and runs:")
