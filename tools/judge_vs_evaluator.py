@@ -2,7 +2,7 @@
 baseline's, per case, under both, side by side.
 
     python -m tools.judge_vs_evaluator --baseline B.py P1.py P2.py ... [--rounds 4]
-        [--judge-rounds 6] [--judge-orders 2] [--json OUT] [--model-config C --weight-dir W]
+        [--judge-rounds 6] [--judge-orders 2] [--staged] [--json OUT] [--model-config C --weight-dir W]
 
 - evaluator: `python -m fitness bench` (the contract's protocol: a warm-up engine, fresh
   engines, median of three) in a fresh process per program, every program once a round,
@@ -12,9 +12,12 @@ baseline's, per case, under both, side by side.
   (`Judge.judge_group` at the screen's level, as a search's generation 0 judges its library
   programs), exactly `--judge-rounds` rounds; a program's ratio is the median over rounds of
   the baseline's seconds over its own, per case. `--judge-orders 2` judges the group again in
-  the reverse order (where a program stands in its group).
+  the reverse order (where a program stands in its group). `--staged`: the group judged with
+  staged runs too (each case again with every input handed over before the clock, as a
+  final is: fitness/README.md), their ratios in the `staged` columns.
 
-The last column is judge / evaluator: 1.0 where the judge ranks as the evaluator does.
+The last columns are judge / evaluator (and staged / evaluator): 1.0 where it ranks as the
+evaluator does.
 """
 import argparse
 import json
@@ -53,26 +56,33 @@ def evaluator_ratios(programs: list, baseline: Path, rounds: int, config, weight
     return ratios
 
 
-def judge_ratios(programs: list, baseline: Path, rounds: int, config, weight_dir, device, scratch) -> dict:
-    """program name -> case -> [baseline's seconds over its own, a round each], one group judgement."""
+def judge_ratios(programs: list, baseline: Path, rounds: int, config, weight_dir, device, scratch,
+                 staged: bool = False) -> tuple:
+    """(program name -> case -> [baseline's seconds over its own, a round each], the same of
+    the staged runs, empty unless `staged`), one group judgement."""
     cores = sorted(os.sched_getaffinity(0))  # as a search's one worker has them (evolve.judging)
     judge = JudgeProcess(device, {"OMP_NUM_THREADS": str(len(cores))}, ",".join(map(str, cores)), scratch)
     try:
         verdicts = judge.judge_group(programs, config, weight_dir, level="screen", bench="public",
-                                     baseline=baseline, min_rounds=rounds, max_rounds=rounds, timeout=900)
+                                     baseline=baseline, min_rounds=rounds, max_rounds=rounds, timeout=900,
+                                     staged=staged)
     finally:
         judge.stop()
-    ratios = {}
+    ratios, staged_ratios = {}, {}
     for program, verdict in zip(programs, verdicts):
         if verdict["status"] != "ok":
             print(f"judge: {program.name} {verdict['status']} at {verdict['stage']}: {verdict['error'][-300:]}")
             continue
         ratios[program.name] = {case: [b / s for b, s in zip(verdict["baseline_timings"][case], seconds)]
                                 for case, seconds in verdict["timings"].items()}
+        if staged:
+            staged_ratios[program.name] = {
+                case: [b / s for b, s in zip(verdict["baseline_staged_timings"][case], seconds)]
+                for case, seconds in verdict["staged_timings"].items()}
         print(f"judge: {program.name} " + " / ".join(f"{tps / 1e3:.1f}k" for tps in verdict["tokens_per_second"].values())
               + " beside the baseline's " + " / ".join(
                   f"{tps / 1e3:.1f}k" for tps in verdict["baseline_tokens_per_second"].values()), flush=True)
-    return ratios
+    return ratios, staged_ratios
 
 
 def spread(values: list) -> str:
@@ -89,6 +99,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=4, help="evaluator rounds (default 4)")
     parser.add_argument("--judge-rounds", type=int, default=6, help="timed rounds of the group judgement")
     parser.add_argument("--judge-orders", type=int, default=1, choices=(1, 2))
+    parser.add_argument("--staged", action="store_true", help="the group judged with staged runs too")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
@@ -97,16 +108,22 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="judge_vs_evaluator_") as scratch:
         for order in range(args.judge_orders):
             programs = args.programs if order == 0 else args.programs[::-1]
-            judged[f"judge{order + 1}"] = judge_ratios(programs, args.baseline, args.judge_rounds, *target, scratch)
+            ratios, staged = judge_ratios(programs, args.baseline, args.judge_rounds, *target, scratch, args.staged)
+            judged[f"judge{order + 1}"] = ratios
+            if args.staged:
+                judged[f"staged{order + 1}"] = staged
     evaluated = evaluator_ratios(args.programs, args.baseline, args.rounds, *target)
+    agreeing = [name for name in ("judge1", "staged1") if name in judged]
     print(f"\nover {args.baseline.name}, median (range) per case: evaluator | " + " | ".join(judged)
-          + " | judge1 / evaluator")
+          + " | " + " | ".join(f"{name} / evaluator" for name in agreeing))
     for program in args.programs:
         for case, values in evaluated[program.name].items():
             cells = [spread(j[program.name][case]) if program.name in j else "failed" for j in judged.values()]
-            first = judged["judge1"].get(program.name, {}).get(case)
-            agreement = f"{statistics.median(first) / statistics.median(values):.3f}" if first else "-"
-            print(f"{program.name:28s} {case:8s} {spread(values)} | {' | '.join(cells)} | {agreement}")
+            agreement = []
+            for name in agreeing:
+                measured = judged[name].get(program.name, {}).get(case)
+                agreement.append(f"{statistics.median(measured) / statistics.median(values):.3f}" if measured else "-")
+            print(f"{program.name:28s} {case:8s} {spread(values)} | {' | '.join(cells)} | {' | '.join(agreement)}")
     if args.json:
         args.json.write_text(json.dumps({"baseline": args.baseline.name, "evaluator": evaluated, **judged}, indent=1))
     return 0
