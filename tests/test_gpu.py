@@ -86,6 +86,10 @@ def test_the_runners_copies_on_the_device_sum_as_the_judge_does():
         assert all(torch.equal(kept.cpu(), out) if torch.is_tensor(out) else kept == out
                    for kept, out in zip(copies.outputs, outputs, strict=True))
     assert copies.memcpy, "the driver's copy was not found"
+    held = [torch.randn(8, 6000, device="cuda").half(), None, torch.randn(4, 7, device="cuda")]  # a staged run's
+    copies.start("cuda")
+    copies.hold(held)
+    assert copies.checksum() == output_checksum([o.cpu() if torch.is_tensor(o) else o for o in held])
 
 
 def test_out_of_memory_is_a_crash_verdict(small_target, scratch, tmp_path):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fitness import wire
-from fitness.runner import OutputCopies, output_checksum
+from fitness.runner import OutputCopies, joined_checksum, output_checksum
 from fitness.wire import END, RUN_STAGED, CallHeader, decode_call, encode_call, staged
 
 
@@ -111,3 +111,18 @@ def test_a_call_header_carries_its_flags_both_ways():
     kept = decode_call(staged(encode_call(header)))
     assert kept.staged and kept.ids_as_tensor and (kept.kind, kept.request_ids, kept.lengths) == ("prefill", [3, 1], [5, 7])
     assert decode_call(RUN_STAGED).kind == "run_staged" and not decode_call(END).staged
+
+
+def test_a_staged_runs_held_outputs_sum_as_the_judge_does():
+    """A staged run's outputs are held as they are (OutputCopies.hold) and summed joined,
+    into the buffer of earlier runs when large enough (joined_checksum); an output that is not
+    a whole number of words is summed alone, as output_checksum does."""
+    copies = OutputCopies()
+    copies.start("cpu")
+    copies.keep(torch.randn(700, 1000))  # an earlier run: the buffer
+    for outputs in ([torch.randn(8, 6000).to(torch.float16), None, torch.randint(-2**62, 2**62, (100,))],
+                    [torch.randn(5, 3).to(torch.bfloat16), torch.arange(5, dtype=torch.uint8), None]):
+        copies.start("cpu")
+        copies.hold(outputs)
+        assert copies.checksum() == output_checksum(outputs) == joined_checksum(outputs)
+        assert copies.outputs == outputs
