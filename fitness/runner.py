@@ -24,7 +24,6 @@ cannot tell a checked run from a timed one:
 
 `memory` reports the bytes the engine retains, `drop` lets the engines go, `exit` ends it.
 """
-import ctypes
 import gc
 import os
 import sys
@@ -108,37 +107,21 @@ def joined_checksum(outputs, scratch=None) -> int:
     return int(joined.view(torch.int64).sum().item()) % 2**64
 
 
-def driver_memcpy():
-    """The driver's cuMemcpyAsync(dst, src, bytes, stream), or None where there is no driver:
-    one call through ctypes, where a torch `copy_` into a kept view is a dispatch, a tensor
-    iterator and then the same copy."""
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return None
-    fn = cuda.cuMemcpyAsync
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
-    return fn
-
-
 class OutputCopies:
     """A run's outputs, each copied as its call returns (an engine may hand back a buffer
     its next call overwrites) into one buffer kept from run to run, one after another on
     word boundaries, so that the run's checksum at `end` is one sum, not a kernel an output:
     on an H100 the judge's run took 0.3-1.3 ms more than the evaluator's on the public cases
     (docs/log/2026-11-28-judge-vs-evaluator.md). The bytes between outputs are zeros (the
-    used part is cleared before each run), so the sum is output_checksum's.
-
-    A contiguous device output is copied by the driver on the current stream, and its kept
-    tensor made only when `outputs` is read (after the run): between a host-bound program's
-    calls, the runner's host time is the device's idle time."""
+    used part is cleared before each run), so the sum is output_checksum's. (The driver's
+    cuMemcpyAsync through ctypes in place of `copy_` cost as much: 10.1 us a call against
+    9.2 on an H200, docs/log/2026-11-30-runner-path-staged-final.md.)"""
 
     def __init__(self):
         self.buffers, self.used, self.kept, self.others = [], 0, [], []
         self.most = 0  # bytes the largest run so far needed
         self.typed = {}  # dtype: the last buffer viewed as it, made once a buffer, not a call
-        self.memcpy = self.address = self.index = None  # the driver's copy; the last buffer's address, device
+        self.held = False  # a staged run's outputs, not copied (`hold`)
 
     def start(self, device) -> None:
         """Before a run (untimed): one buffer for the largest run so far, its used part zeroed.
@@ -151,15 +134,6 @@ class OutputCopies:
         elif self.most:
             self.buffers = [torch.zeros(self.most, dtype=torch.uint8, device=device)]
         self.used, self.kept, self.others, self.typed, self.held = 0, [], [], {}, False
-        self.last_buffer()
-        if self.memcpy is None and is_cuda(device):
-            self.memcpy = driver_memcpy() or False
-
-    def last_buffer(self) -> None:
-        last = self.buffers[-1] if self.buffers else None
-        on_cuda = last is not None and last.is_cuda
-        self.address = last.data_ptr() if on_cuda else None
-        self.index = last.device.index if on_cuda else None
 
     def keep(self, out) -> None:
         if not (torch.is_tensor(out) and out.numel()):
@@ -176,17 +150,9 @@ class OutputCopies:
             self.most += grown  # what this run has needed past the buffers it has
             self.buffers.append(torch.zeros(grown, dtype=torch.uint8, device=out.device))
             self.used, self.typed = 0, {}
-            self.last_buffer()
-        if self.memcpy and self.address is not None and out.is_contiguous():
-            err = self.memcpy(self.address + self.used, out.data_ptr(), size,
-                              torch._C._cuda_getCurrentRawStream(self.index))
-            if err:
-                raise RuntimeError(f"cuMemcpyAsync of an output failed: CUresult {err}")
-            self.kept.append((len(self.buffers) - 1, self.used, out.dtype, tuple(out.shape)))
-        else:
-            copy = self.place(self.buffers[-1], self.used, out.dtype, out.shape)
-            copy.copy_(out)
-            self.kept.append(copy)
+        copy = self.place(out, size)
+        copy.copy_(out)
+        self.kept.append(copy)
         self.used += -(-size // WORD_BYTES) * WORD_BYTES
 
     def hold(self, outputs: list) -> None:
@@ -199,22 +165,17 @@ class OutputCopies:
     @property
     def outputs(self) -> list:
         """The run's outputs as kept, in call order."""
-        if self.held:
-            return list(self.kept)
-        return [self.place(self.buffers[k[0]], k[1], k[2], k[3], cache=False) if isinstance(k, tuple) else k
-                for k in self.kept]
+        return list(self.kept)
 
-    def place(self, buffer, used: int, dtype, shape, cache: bool = True) -> torch.Tensor:
-        """`buffer`'s bytes from `used` as a contiguous tensor of `shape` and `dtype`: one
-        as_strided over the buffer viewed as that dtype: on the 2-core CPU a kept output
+    def place(self, out, size: int) -> torch.Tensor:
+        """The last buffer's next `size` bytes as a contiguous tensor of out's shape and dtype:
+        one as_strided over the buffer viewed as that dtype: on the 2-core CPU a kept output
         took 18.5-20.8 us a call with a slice and two views, 11.6-17.0 so (a copy alone 3.3-4.8),
         host time inside every timed run (docs/log/2026-11-29-runner-output-copy-as-strided.md)."""
-        typed = self.typed.get(dtype) if cache else None
+        typed = self.typed.get(out.dtype)
         if typed is None:
-            typed = buffer.view(dtype)
-            if cache:
-                self.typed[dtype] = typed
-        return typed.as_strided(shape, contiguous_strides(shape), used // dtype.itemsize)
+            typed = self.typed[out.dtype] = self.buffers[-1].view(out.dtype)
+        return typed.as_strided(out.shape, contiguous_strides(out.shape), self.used // out.element_size())
 
     def checksum(self) -> int:
         """output_checksum of the outputs: the buffers' used parts (the earlier buffers' tails

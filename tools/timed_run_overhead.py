@@ -11,7 +11,6 @@ round by round (the order turned each round); the judged ones run one after anot
               takes it (its inputs written to the slot and seen from the device, a copy of
               its output), the checksum: the judge's run without the other process
   go_copied   `go` with each call's inputs copied to the device, not seen there in place
-  go_torch_copy  `go` with each output kept by torch's copy_, not the driver's (as before 2026-11-30)
   go_staged   `go` with each call's inputs copied to the device on a stream of their own,
               which the engine's stream waits for (the copy overlaps the call before)
   go_stream_writes  `go` with each call's inputs written to the device by the stream itself when
@@ -219,9 +218,6 @@ def go_run(runner, slot, planned, device, variant, parts, staged) -> float:
         runner.inputs = staged
     if variant == "go_no_copy":
         copies.keep = copies.kept.append
-    driver_copy = copies.memcpy
-    if variant == "go_torch_copy":
-        copies.memcpy = False
     if variant == "go_parts":
         runner.inputs.view = parts.timed("views", runner.inputs.view)
         copies.keep = parts.timed("copy", copies.keep)
@@ -248,7 +244,7 @@ def go_run(runner, slot, planned, device, variant, parts, staged) -> float:
     else:
         copies.checksum()  # its .item(): the device is idle after it
     seconds = time.perf_counter() - started
-    runner.inputs, inputs.on_device, copies.memcpy = inputs, mapped, driver_copy
+    runner.inputs, inputs.on_device = inputs, mapped
     copies.__dict__.pop("keep", None)
     inputs.__dict__.pop("view", None)
     return seconds
@@ -372,7 +368,7 @@ def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap, var
 
 # The variants that hand the engine inputs of their own making: variant -> its maker(inputs, device).
 STAGINGS = {"go_staged": StagedInputs, "go_stream_writes": StreamWrittenInputs, "go_kernel_copied": KernelCopiedInputs}
-IN_PROCESS = ("bench", "bench_parts", "go", "go_torch_copy", "go_copied", "go_staged", "go_stream_writes", "go_kernel_copied", "go_no_wire",
+IN_PROCESS = ("bench", "bench_parts", "go", "go_copied", "go_staged", "go_stream_writes", "go_kernel_copied", "go_no_wire",
               "go_device_inputs", "go_no_copy", "go_parts")
 JUDGED = ("judge", "judge_now", "judge_home", "judge_no_burst", "ping")
 
