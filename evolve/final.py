@@ -7,7 +7,7 @@ seed is no known good program, and the search exists to beat it), and, where the
 timed each case staged too (RunConfig.staged_final: every input on the device before the
 clock, as the evaluator's protocol has them), not slower so: its staged ratio at least 1.
 The judge delivers each call's inputs when due, so that no engine can read ahead; that costs
-a host-bound program 25-60 us a call on an H200 and a device-bound one little, and so its
+a host-bound program 23-58 us a call on an H200 and a device-bound one little, and so its
 ratios part from the evaluator's by up to ~10% a case (docs/log/2026-11-30-runner-path-staged-final.md).
 The staged ratio is the evaluator's, but an engine could read ahead there; so it only ever
 keeps the floor, and never makes a winner. Of those left, the best fitted speed
@@ -59,13 +59,16 @@ def choose_winner(judging: Judging, seed, floor, contenders: list, final_top: in
     if not measured:
         return unmeasured_choice(scores, seed, floor, [p for p in fitting if scores.is_ok(p.id)],
                                  "no contender passed its fresh judgement beside the floor")
-    beat = [(verdict, p) for verdict, p in measured if beats(verdict, floor.id == seed.id)]
+    beside_seed = floor.id == seed.id
+    beat = [(verdict, p) for verdict, p in measured if beats(verdict, beside_seed)]
     if not beat:
         verdict = max(measured, key=lambda vp: vp[0]["ratio"])[0]
+        vetoed = beats({**verdict, "staged_ratio": math.inf}, beside_seed)
+        why = "its best contender beat it in the judge's runs, not with its inputs staged as the evaluator's protocol " \
+              "has them" if vetoed else f"no contender {'beat' if beside_seed else 'clearly beat'} it"
         return floor, ratio_to_seed(scores, floor, seed, None), \
             table_of(verdict["baseline_tokens_per_second"], seed_tps(scores, seed, floor, verdict)), \
-            f"{name_of(floor, seed)} kept: no contender {'beat' if floor.id == seed.id else 'clearly beat'} it in a fresh " \
-            f"judgement beside it ({describe(verdict, floor, seed)})"
+            f"{name_of(floor, seed)} kept: {why} in a fresh judgement beside it ({describe(verdict, floor, seed)})"
     # Among those that beat the floor, the best fitted speed, this judgement included: it
     # weighs the contenders' own paired comparisons, where their ratios to the seed alone
     # drew a 1.2x program level with its parent (docs/log/2026-11-23-8-minute-search-adjacent-heads-fix.md).
