@@ -22,7 +22,9 @@ measured again; no driver runs them. python -m tools.probes.NAME, and the log:
     launch_cost              a small Triton kernel's launch, 3 ways  2026-11-29-sealed-inputs.md
     input_delivery           a call's inputs onto the device, 4 ways 2026-11-30-delivery-ways-fifth-5-minute-run.md
     runner_view_cost         the runner's tensor work a call         2026-11-28-runner-call-cost.md,
-                                                                     2026-11-29-runner-output-copy-as-strided.md
+                                                                     2026-11-29-runner-output-copy-as-strided.md,
+                                                                     2026-11-30-runner-path-staged-final.md
+    runner_stamps            the runner's path between calls, step   2026-11-30-runner-path-staged-final.md
     wire_throughput          the judge's pipe and shared memory      2026-11-26-cpu-what-changed-judge-pipe.md
     fresh_runs               a case in fresh processes, in turn      2026-11-27-cpu-what-changed-fastest-always-judged.md
     host_noise, core_noise   how noisy the host's cores are          2026-11-23-cv-of-a-judgement.md
