@@ -7,6 +7,7 @@ it takes the candidate's own children too. `Spares` keeps one runner started ahe
 interpreter, torch and CUDA context ready), so a judgement does not wait for them.
 """
 import collections
+import contextlib
 import ctypes
 import os
 import resource
@@ -146,21 +147,18 @@ class CandidateProcess:
         nap_s = 0.0 if awake else NAP_S
         woken = time.perf_counter()
         try:
-            self.slot.calls.put(WAKE)
-            if self.slot.answers.take(deadline, alive, nap_s) != DONE:
-                raise WireError("the runner did not answer before its run")
-            started = time.perf_counter()
-            for call in planned:
-                self.slot.send(*call)
-                answer = self.slot.answers.take(deadline, alive, nap_s)
-                if answer != DONE:
-                    break
-            seconds = time.perf_counter() - started
-            header, _ = parse(answer)
-        except WireTimeout:
-            raise RunnerFailure("timeout", f"run: no answer within {timeout:.0f} s{self.tail()}") from None
-        except WireError as err:
-            raise RunnerFailure("crash", f"run: {err}; {self.exit_status()}{self.tail()}") from None
+            with self.wire_failures("run", timeout):
+                self.slot.calls.put(WAKE)
+                if self.slot.answers.take(deadline, alive, nap_s) != DONE:
+                    raise WireError("the runner did not answer before its run")
+                started = time.perf_counter()
+                for call in planned:
+                    self.slot.send(*call)
+                    answer = self.slot.answers.take(deadline, alive, nap_s)
+                    if answer != DONE:
+                        break
+                seconds = time.perf_counter() - started
+                header, _ = parse(answer)
         finally:
             self.spent["run"] += time.perf_counter() - woken
         if not header.get("ok") or "checksum" not in header:
@@ -175,19 +173,26 @@ class CandidateProcess:
         alive = lambda: self.proc.poll() is None  # noqa: E731
         started = time.perf_counter()
         try:
-            for payload, start, values in planned[:-1]:
-                self.slot.send(staged(payload), start, values)
-                answer = self.slot.answers.take(deadline, alive, 0.0 if awake else NAP_S)
-                if answer != DONE:
-                    header, _ = parse(answer)
-                    raise CandidateError(str(header.get("error", "no error text")))
-        except WireTimeout:
-            raise RunnerFailure("timeout", f"staging: no answer within {timeout:.0f} s{self.tail()}") from None
-        except WireError as err:
-            raise RunnerFailure("crash", f"staging: {err}; {self.exit_status()}{self.tail()}") from None
+            with self.wire_failures("staging", timeout):
+                for payload, start, values in planned[:-1]:
+                    self.slot.send(staged(payload), start, values)
+                    answer = self.slot.answers.take(deadline, alive, 0.0 if awake else NAP_S)
+                    if answer != DONE:
+                        header, _ = parse(answer)
+                        raise CandidateError(str(header.get("error", "no error text")))
         finally:
             self.spent["stage"] += time.perf_counter() - started
         return self.timed_run([(RUN_STAGED, 0, None), planned[-1]], deadline - time.monotonic(), awake)
+
+    @contextlib.contextmanager
+    def wire_failures(self, what: str, timeout: float):
+        """The slot's errors as the runner's failure: a timeout, or a crash with its exit status."""
+        try:
+            yield
+        except WireTimeout:
+            raise RunnerFailure("timeout", f"{what}: no answer within {timeout:.0f} s{self.tail()}") from None
+        except WireError as err:
+            raise RunnerFailure("crash", f"{what}: {err}; {self.exit_status()}{self.tail()}") from None
 
     def exit_status(self) -> str:
         try:
