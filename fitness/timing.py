@@ -15,6 +15,7 @@ run, are compared with the reference here: a program that answers timed calls wr
 (skipping work it guesses is not checked, or replaying outputs of earlier calls) is
 incorrect, whatever its speed.
 """
+import functools
 import math
 import random
 import statistics
@@ -275,7 +276,8 @@ class TimedRuns:
         seed = fresh_seed()  # the same tokens for every contender in this round
         self.prepare(order)
         for contender in [c for c in order if c.failure is None]:
-            seconds = attempt(contender, self.baseline, contender.driver.go, events, seed, staged)
+            go = functools.partial(contender.driver.go, staged=True) if staged else contender.driver.go
+            seconds = attempt(contender, self.baseline, go, events, seed)
             if contender.failure is None:
                 (contender.staged_seconds if staged else contender.seconds).setdefault(name, []).append(seconds)
         for contender in [c for c in order if c.failure is None]:
