@@ -129,8 +129,8 @@ class OutputCopies:
         run of each case is its untimed warm-up)."""
         if len(self.buffers) > 1 or (self.buffers and self.buffers[0].device != torch.device(device)):
             self.buffers = []
-        if self.buffers:
-            self.buffers[0][:self.used].zero_()
+        if self.buffers:  # a staged run's checksum joined its outputs into it: all of it then
+            (self.buffers[0] if self.held else self.buffers[0][:self.used]).zero_()
         elif self.most:
             self.buffers = [torch.zeros(self.most, dtype=torch.uint8, device=device)]
         self.used, self.kept, self.others, self.typed, self.held = 0, [], [], {}, False

@@ -126,3 +126,8 @@ def test_a_staged_runs_held_outputs_sum_as_the_judge_does():
         copies.hold(outputs)
         assert copies.checksum() == output_checksum(outputs) == joined_checksum(outputs)
         assert copies.outputs == outputs
+    after = [torch.randn(3, 3), torch.arange(5, dtype=torch.uint8), torch.randn(2, 2)]  # padded between
+    copies.start("cpu")
+    for out in after:  # where the joined bytes lay, a run copying outputs finds zeros between them
+        copies.keep(out)
+    assert copies.checksum() == output_checksum(after)
