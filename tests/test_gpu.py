@@ -91,6 +91,26 @@ def test_the_runners_copies_on_the_device_sum_as_the_judge_does():
     assert copies.checksum() == output_checksum([o.cpu() if torch.is_tensor(o) else o for o in held])
 
 
+def test_staged_runs_on_a_gpu_hand_an_engine_tensors_of_their_own(small_target, scratch, tmp_path):
+    """A staged run on a GPU (fitness/README.md): its inputs copied out of the mapped slot
+    into device tensors of their own, its outputs held and summed joined. An engine wrong only
+    on such tensors fails there; the seed beside itself is timed staged too."""
+    from fitness.judge import Judge
+    from tests.test_group_judging import differs_when_staged
+    config_path, weight_dir = small_target
+    wrong = tmp_path / "wrong_staged.py"
+    wrong.write_text(differs_when_staged(SEED_ENGINE.read_text(), "            token_ids = torch.zeros_like(token_ids)\n"))
+    judge_ = Judge("cuda", scratch=scratch)
+    try:
+        wronged, honest = judge_.judge_group([wrong, SEED_ENGINE], config_path, weight_dir, seed=3, level="none",
+                                             bench="small", baseline=SEED_ENGINE, min_rounds=2, max_rounds=2,
+                                             timeout=300, staged=True)
+    finally:
+        judge_.close()
+    assert (wronged["status"], wronged["stage"]) == ("incorrect", "timed") and "/staged/" in wronged["error"], wronged
+    assert honest["status"] == "ok" and 0.5 < honest["staged_ratio"] < 2.0, honest
+
+
 def test_out_of_memory_is_a_crash_verdict(small_target, scratch, tmp_path):
     path = faulty_variant(tmp_path, "oom", "    return Engine(model_config, weight_dir, device)",
                           "    hog = torch.empty(2**44, dtype=torch.uint8, device=device)\n"
