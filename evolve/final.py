@@ -26,6 +26,7 @@ seed, or the fitted speeds beside another floor), the final's ratio to the floor
 interval, the confidence that it is faster at all, and the coefficient of variation of its
 fitness over the rounds (how much one program's own measurements spread).
 """
+import functools
 import math
 
 from evolve.history import FINAL
@@ -34,11 +35,14 @@ from evolve.program import made
 from fitness.timing import t95, t_cdf
 
 
-def choose_winner(judging: Judging, seed, floor, contenders: list, final_top: int, generation: int, fits):
+def choose_winner(judging: Judging, seed, floor, contenders: list, final_top: int, generation: int, fits,
+                  staged: bool = False):
     """(winner, its ratio to the seed, [(case, winner tok/s, seed tok/s)], how it was chosen):
     of `contenders` (confirmed, best first) the first `final_top`, as many as `fits(n)` allows
     (whether a final of n contenders fits the time left), judged beside `floor` in
-    `generation`'s rows."""
+    `generation`'s rows. `staged`: the final is staged too (RunConfig.staged_final), and
+    with no final a floor other than the seed is kept (`unmeasured_choice`)."""
+    unmeasured = functools.partial(unmeasured_choice, staged=staged)
     scores = judging.scores
     contenders = [p for p in contenders if scores.is_confirmed(p.id)][:final_top]
     floor_confirmed = scores.is_confirmed(floor.id)
@@ -48,17 +52,17 @@ def choose_winner(judging: Judging, seed, floor, contenders: list, final_top: in
         if closing is not None:  # second: more likely to win than the best's runner-up
             contenders.insert(1, closing)
     if not contenders or not floor_confirmed:
-        return unmeasured_choice(scores, seed, floor, contenders,
-                                 f"no confirmed program fitted faster than {name_of(floor, seed)} to compare with it")
+        return unmeasured(scores, seed, floor, contenders,
+                          f"no confirmed program fitted faster than {name_of(floor, seed)} to compare with it")
     # As many contenders as the time left can compare, best first.
     fitting = [p for i, p in enumerate(contenders) if fits(i + 1)]
     if not fitting:
-        return unmeasured_choice(scores, seed, floor, contenders, "not compared with the floor again (out of budget)")
+        return unmeasured(scores, seed, floor, contenders, "not compared with the floor again (out of budget)")
     results = judging.run(generation, [(p, FINAL, "full", floor.id) for p in fitting])
     measured = [(verdict, p) for p, _, verdict in results if verdict["status"] == "ok" and verdict.get("ratio")]
     if not measured:
-        return unmeasured_choice(scores, seed, floor, [p for p in fitting if scores.is_ok(p.id)],
-                                 "no contender passed its fresh judgement beside the floor")
+        return unmeasured(scores, seed, floor, [p for p in fitting if scores.is_ok(p.id)],
+                          "no contender passed its fresh judgement beside the floor")
     beside_seed = floor.id == seed.id
     beat = [(verdict, p) for verdict, p in measured if beats(verdict, beside_seed)]
     if not beat:
@@ -149,11 +153,18 @@ def confidence_faster(ratio: float, low: float, high: float, rounds: int) -> flo
     return t_cdf(math.log(ratio) / se, dof)
 
 
-def unmeasured_choice(scores, seed, floor, contenders, why: str):
+def unmeasured_choice(scores, seed, floor, contenders, why: str, staged: bool = False):
     """No fresh comparison (`why`): the best fitted speed of the contenders and the floor.
     A floor other than the seed is kept unless a contender was clearly faster beside it
-    already (Scores.held_to)."""
+    already (Scores.held_to); where finals are `staged`, kept: only a final's staged runs
+    tell whether the evaluator would have it slower, and the judge's own comparisons favour
+    a device-bound program by up to ~10% (docs/log/2026-11-30-runner-path-staged-final.md)."""
     holds_floor = floor.id != seed.id and scores.is_ok(floor.id)
+    if holds_floor and staged:
+        ratio = scores.gain(floor.id, seed.id) if scores.is_ok(seed.id) else float("nan")
+        return floor, ratio, table_of(scores.mean_tps(floor.id), scores.mean_tps(seed.id)), \
+            f"{name_of(floor, seed)} kept: {why}; only a final that also times it staged, as the evaluator " \
+            "does, may replace it"
     if holds_floor:
         held = set(scores.held_to(floor.id, [p.id for p in contenders]))
         contenders = [p for p in contenders if p.id in held]

@@ -321,7 +321,8 @@ class Search:
     def finish(self) -> None:
         """Choose the winner by fresh interleaved measurements; leave it and its story."""
         winner, ratio, table, how = choose_winner(self.judging, self.seed, self.floor, self.final_contenders(),
-                                                  self.config.final_top, self.generation, self.final_fits)
+                                                  self.config.final_top, self.generation, self.final_fits,
+                                                  self.config.staged_final)
         is_ok = self.scores.is_ok(winner.id)
         note = f"Winner: {times_the_seed(ratio)} (geometric mean tokens/s; {how})" if is_ok \
             else "No program was judged correct: this is the seed, unverified"

@@ -319,7 +319,8 @@ def test_a_final_out_of_budget_keeps_the_floor_unless_a_contender_was_clearly_fa
     """With no time for the final, the fitted speeds alone do not displace the floor: a
     5-minute H200 run returned a library program fitted above it from a screen (1.012x)
     whose full judgement beside it was 0.985x (0.944-1.027). One whose comparison beside
-    the floor is clearly above 1 may win; beside the seed, the fitted speeds decide."""
+    the floor is clearly above 1 may win, unless finals are staged; beside the seed, the
+    fitted speeds decide."""
     seed, floor = Program("seed = 0\n"), Program("floor = 1\n", (), "library")
     screened_above, clearly_above = Program("c = 2\n"), Program("c = 3\n")
     scores = Scores()
@@ -339,6 +340,14 @@ def test_a_final_out_of_budget_keeps_the_floor_unless_a_contender_was_clearly_fa
     assert final.choose_winner(judging, seed, floor, [screened_above, clearly_above], 2, 4, out_of_budget)[0] \
         is clearly_above
     assert final.choose_winner(judging, seed, seed, [screened_above], 2, 4, out_of_budget)[0] is screened_above
+    # Where finals are staged, only a final replaces the floor: the judge's own comparisons
+    # favour a device-bound program by up to ~10% over the evaluator's.
+    winner, ratio, _, how = final.choose_winner(judging, seed, floor, [screened_above, clearly_above], 2, 4,
+                                                out_of_budget, staged=True)
+    assert winner is floor and "only a final that also times it staged" in how
+    assert ratio == pytest.approx(scores.gain(floor.id, seed.id))
+    assert final.choose_winner(judging, seed, seed, [screened_above], 2, 4, out_of_budget, staged=True)[0] \
+        is screened_above
 
 
 def test_seed_from_a_run_directory_and_a_file(small_target, tmp_path):
