@@ -240,16 +240,22 @@ def test_a_budget_too_short_for_generation_0_returns_the_floor_not_the_seed(smal
     assert f"Engine {Program(floor_source).id}" in engine and "not compared with the seed" in engine
 
 
-def test_the_final_keeps_the_floor_unless_a_contender_is_clearly_faster(monkeypatch):
-    """Held to the floor head to head: a contender 1.05x it with an interval reaching below 1
-    does not displace it (the evaluator had three library programs screened above
-    fastest.txt's at 0.91-0.95x it); one whose interval is above 1 does. Beside the seed, a
-    ratio above 1 is enough."""
+def floor_and_contender():
+    """(seed, a library floor 14.3x it, a contender fitted 1.04x the floor, their scores)."""
     seed, floor, contender = Program("seed = 0\n"), Program("floor = 1\n", (), "library"), Program("c = 2\n")
     scores = Scores()
     for program, fitness in ((seed, 7_000.0), (floor, 100_000.0), (contender, 104_000.0)):
         scores.add(program.id, "ok", fitness, 1.0, 1.0, tps={"decode": fitness}, level="full")
     scores.compare(floor.id, seed.id, 14.3, 13.0, 15.6, 3)
+    return seed, floor, contender, scores
+
+
+def test_the_final_keeps_the_floor_unless_a_contender_is_clearly_faster(monkeypatch):
+    """Held to the floor head to head: a contender 1.05x it with an interval reaching below 1
+    does not displace it (the evaluator had three library programs screened above
+    fastest.txt's at 0.91-0.95x it); one whose interval is above 1 does. Beside the seed, a
+    ratio above 1 is enough."""
+    seed, floor, contender, scores = floor_and_contender()
     final_ratio = {}
 
     def final_judgements(toolbox, generation, jobs, workers, scores):
@@ -288,11 +294,7 @@ def test_a_contender_slower_with_its_inputs_staged_does_not_replace_the_floor(mo
     """The final times each case staged too (the evaluator's protocol): a contender clearly
     faster in the judge's runs but slower staged leaves the floor in place, and results.log
     says so; one not slower staged wins. Only the final is staged."""
-    seed, floor, contender = Program("seed = 0\n"), Program("floor = 1\n", (), "library"), Program("c = 2\n")
-    scores = Scores()
-    for program, fitness in ((seed, 7_000.0), (floor, 100_000.0), (contender, 104_000.0)):
-        scores.add(program.id, "ok", fitness, 1.0, 1.0, tps={"decode": fitness}, level="full")
-    scores.compare(floor.id, seed.id, 14.3, 13.0, 15.6, 3)
+    seed, floor, contender, scores = floor_and_contender()
     staged = {}
 
     def final_judgements(toolbox, generation, jobs, workers, scores):
