@@ -118,7 +118,7 @@ class OutputCopies:
     9.2 on an H200, docs/log/2026-11-30-runner-path-staged-final.md.)"""
 
     def __init__(self):
-        self.buffers, self.used, self.kept, self.others = [], 0, [], []
+        self.buffers, self.used, self.outputs = [], 0, []
         self.most = 0  # bytes the largest run so far needed
         self.typed = {}  # dtype: the last buffer viewed as it, made once a buffer, not a call
         self.held = False  # a staged run's outputs, not copied (`hold`)
@@ -133,13 +133,11 @@ class OutputCopies:
             (self.buffers[0] if self.held else self.buffers[0][:self.used]).zero_()
         elif self.most:
             self.buffers = [torch.zeros(self.most, dtype=torch.uint8, device=device)]
-        self.used, self.kept, self.others, self.typed, self.held = 0, [], [], {}, False
+        self.used, self.outputs, self.typed, self.held = 0, [], {}, False
 
     def keep(self, out) -> None:
         if not (torch.is_tensor(out) and out.numel()):
-            kept = out.clone() if torch.is_tensor(out) else out
-            self.kept.append(kept)
-            self.others.append(kept)
+            self.outputs.append(out.clone() if torch.is_tensor(out) else out)
             return
         itemsize = out.element_size()
         size = out.numel() * itemsize
@@ -152,7 +150,7 @@ class OutputCopies:
             self.used, self.typed = 0, {}
         copy = self.place(out, size)
         copy.copy_(out)
-        self.kept.append(copy)
+        self.outputs.append(copy)
         self.used += -(-size // WORD_BYTES) * WORD_BYTES
 
     def hold(self, outputs: list) -> None:
@@ -160,12 +158,7 @@ class OutputCopies:
         loop keeps none, and a copy a call cost a host-bound program 10-25 us of its ~180 us
         calls on an H200 (tools.probes.runner_stamps). So an engine that hands back a buffer
         its next call overwrites fails a staged run's check, though the contract allows it."""
-        self.kept, self.others, self.held = list(outputs), [], True
-
-    @property
-    def outputs(self) -> list:
-        """The run's outputs as kept, in call order."""
-        return list(self.kept)
+        self.outputs, self.held = list(outputs), True
 
     def place(self, out, size: int) -> torch.Tensor:
         """The last buffer's next `size` bytes as a contiguous tensor of out's shape and dtype:
@@ -182,9 +175,9 @@ class OutputCopies:
         are zeros) and the outputs that are in none; held outputs joined into the first
         buffer, when it is large enough, and summed once (joined_checksum)."""
         if self.held:
-            return joined_checksum(self.kept, self.buffers[0] if self.buffers else None)
+            return joined_checksum(self.outputs, self.buffers[0] if self.buffers else None)
         filled = self.buffers[:-1] + [self.buffers[-1][:self.used]] if self.buffers else []
-        return output_checksum(filled + self.others)
+        return output_checksum(filled + [o for o in self.outputs if not (torch.is_tensor(o) and o.numel())])
 
 
 def settle(device) -> None:
@@ -311,7 +304,7 @@ class Runner:
         """One call, its inputs just written to the slot by the judge; a copy of its output
         is kept. Request ids as a tensor and the prompts are views of the call's values."""
         values = self.inputs.view(header.start, header.count)
-        self.copies.keep(self.invoke(header, *self.arguments(header, values), len(self.copies.kept)))
+        self.copies.keep(self.invoke(header, *self.arguments(header, values), len(self.copies.outputs)))
 
     def stage(self, header: CallHeader) -> None:
         """Keep a call for the run's `run_staged`, its values copied out of the slot into

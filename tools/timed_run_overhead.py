@@ -217,7 +217,7 @@ def go_run(runner, slot, planned, device, variant, parts, staged) -> float:
     elif variant in STAGINGS:  # inputs of the variant's own making
         runner.inputs = staged
     if variant == "go_no_copy":
-        copies.keep = copies.kept.append
+        copies.keep = copies.outputs.append
     if variant == "go_parts":
         runner.inputs.view = parts.timed("views", runner.inputs.view)
         copies.keep = parts.timed("copy", copies.keep)
