@@ -91,8 +91,7 @@ class Timeline:
     when the work before it is done, or when the host records it if the device is idle."""
 
     def __init__(self, engine):
-        self.marks = []  # per call: host start, host end, start event, end event
-        self.kinds = []  # per call: prefill, decode or remove
+        self.marks = []  # per call: its kind, host start, host end, start event, end event
         wrap_calls(engine, self.marked)
 
     def marked(self, fn):
@@ -104,32 +103,30 @@ class Timeline:
                 return fn(*args, **kwargs)
             finally:
                 end.record()
-                self.marks.append((host, time.perf_counter(), start, end))
-                self.kinds.append(fn.__name__)
+                self.marks.append((fn.__name__, host, time.perf_counter(), start, end))
         return call
 
     def calls(self) -> list:
         """Each call's kind and us: inside it (device, host) and before it since the last ended."""
         torch.cuda.synchronize()
         rows = []
-        for i, ((host, host_end, start, end), kind) in enumerate(zip(self.marks, self.kinds)):
+        for i, (kind, host, host_end, start, end) in enumerate(self.marks):
             row = {"kind": kind, "device_inside": start.elapsed_time(end) * 1e3, "host_inside": (host_end - host) * 1e6}
             if i:
-                before = self.marks[i - 1]
-                row.update(device_before=before[3].elapsed_time(start) * 1e3, host_before=(host - before[1]) * 1e6)
+                _, _, before_end, _, before = self.marks[i - 1]
+                row.update(device_before=before.elapsed_time(start) * 1e3, host_before=(host - before_end) * 1e6)
             rows.append(row)
         return rows
 
     def summary(self) -> str:
         """In a line: us inside the calls and between them, device and host, summed over the
         run and the median call."""
-        torch.cuda.synchronize()
-        pairs = list(zip(self.marks, self.marks[1:]))
-        spans = {"device inside": [start.elapsed_time(end) * 1e3 for _, _, start, end in self.marks],
-                 "device between": [a[3].elapsed_time(b[2]) * 1e3 for a, b in pairs],
-                 "host inside": [(end - start) * 1e6 for start, end, _, _ in self.marks],
-                 "host between": [(b[0] - a[1]) * 1e6 for a, b in pairs]}
-        return f"{len(self.marks)} calls; " + ", ".join(
+        rows = self.calls()
+        spans = {"device inside": [r["device_inside"] for r in rows],
+                 "device between": [r["device_before"] for r in rows[1:]],
+                 "host inside": [r["host_inside"] for r in rows],
+                 "host between": [r["host_before"] for r in rows[1:]]}
+        return f"{len(rows)} calls; " + ", ".join(
             f"{name} {sum(us):.0f} us (a call {statistics.median(us) if us else 0:.1f})" for name, us in spans.items())
 
 
