@@ -122,12 +122,14 @@ class Outcome:
     cases: dict
     rounds: int = 0
 
-    def log_ratios(self, candidate: Contender) -> list:
+    def log_ratios(self, candidate: Contender, runs: str = "seconds") -> list:
         """Per round the candidate ran, the mean over cases of log(baseline's time / its time),
-        a time past OUTLIER x its contender's median counted as the median (`held`)."""
-        theirs, ours = ({c: held(who.seconds[c]) for c in self.cases} for who in (self.baseline, candidate))
-        return [statistics.fmean(math.log(theirs[c][i] / ours[c][i]) for c in self.cases)
-                for i in range(candidate.rounds)]
+        a time past OUTLIER x its contender's median counted as the median (`held`); of its
+        timed runs, or of its staged ones (`runs="staged_seconds"`)."""
+        theirs, ours = ({c: held(times[c]) if times.get(c) else [] for c in self.cases}
+                        for times in (getattr(self.baseline, runs), getattr(candidate, runs)))
+        rounds = min(len(times) for times in ours.values())
+        return [statistics.fmean(math.log(theirs[c][i] / ours[c][i]) for c in self.cases) for i in range(rounds)]
 
     def ratio(self, candidate: Contender) -> tuple:
         """(its speed over the baseline's, low, high) with a ~95% interval."""
@@ -135,12 +137,8 @@ class Outcome:
 
     def staged_ratio(self, candidate: Contender) -> tuple | None:
         """`ratio` over the staged runs (the evaluator's protocol), or None without them."""
-        rounds = min((len(candidate.staged_seconds.get(c, ())) for c in self.cases), default=0)
-        if self.baseline is None or not rounds:
-            return None
-        theirs, ours = ({c: held(who.staged_seconds[c]) for c in self.cases} for who in (self.baseline, candidate))
-        return ratio_interval([statistics.fmean(math.log(theirs[c][i] / ours[c][i]) for c in self.cases)
-                               for i in range(rounds)])
+        logs = self.log_ratios(candidate, "staged_seconds") if self.baseline is not None else []
+        return ratio_interval(logs) if logs else None
 
     def is_far_behind(self, candidate: Contender) -> bool:
         """Below CLEAR_LOSS of the baseline in every round so far: no more rounds are needed
