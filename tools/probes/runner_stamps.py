@@ -32,7 +32,7 @@ def stamped_run(runner, slot, planned, stamps: dict, device) -> float:
     ns = time.perf_counter_ns
     synchronize(device)
     started = time.perf_counter()
-    for payload, start, values in planned:
+    for index, (payload, start, values) in enumerate(planned):
         t0 = ns()
         slot.send(payload, start, values)
         t1 = ns()
@@ -42,18 +42,9 @@ def stamped_run(runner, slot, planned, stamps: dict, device) -> float:
         t3 = ns()
         values = runner.inputs.view(header.start, header.count)
         t4 = ns()
-        num_ids = len(header.request_ids) if header.ids_as_tensor else 0
-        ids = values[:num_ids] if num_ids else header.request_ids
-        tokens = values[num_ids:] if num_ids else values
-        if header.kind == "prefill":
-            tokens = list(tokens.split(header.lengths))
+        ids, tokens = runner.arguments(header, values)
         t5 = ns()
-        if header.kind == "prefill":
-            out = runner.engine.prefill(ids, tokens)
-        elif header.kind == "decode":
-            out = runner.engine.decode(ids, tokens)
-        else:
-            out = runner.engine.remove(ids)
+        out = runner.invoke(header, ids, tokens, index)
         t6 = ns()
         runner.copies.keep(out)
         t7 = ns()
