@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fitness import wire
-from fitness.runner import OutputCopies, joined_checksum, output_checksum
+from fitness.runner import OutputCopies, joined_checksum, output_checksum, rows_joined
 from fitness.wire import END, RUN_STAGED, CallHeader, decode_call, encode_call, staged
 
 
@@ -126,6 +126,17 @@ def test_a_staged_runs_held_outputs_sum_as_the_judge_does():
         copies.hold(outputs)
         assert copies.checksum() == output_checksum(outputs) == joined_checksum(outputs)
         assert copies.outputs == outputs
+    # The contract's logits: rows of one dtype and width joined by one cat (rows_joined), with
+    # or without room in the buffer, a transposed one among them; other widths are summed apart.
+    logits = [torch.randn(8, 6000).to(torch.bfloat16), None, torch.randn(6000, 3).to(torch.bfloat16).t(),
+              torch.randn(1, 6000).to(torch.bfloat16)]
+    assert rows_joined([o for o in logits if o is not None]) is not None
+    for outputs in (logits, [torch.randn(2, 8), torch.randn(3, 16)], [torch.randn(2, 3), torch.randn(4, 3)]):
+        copies.start("cpu")
+        copies.hold(outputs)
+        assert copies.checksum() == output_checksum(outputs) == joined_checksum(outputs)
+    assert rows_joined([torch.randn(2, 8), torch.randn(3, 16)]) is None  # widths differ
+    assert rows_joined([torch.randn(2, 3), torch.randn(4, 3)]) is None  # a row of 12 bytes: not whole words
     after = [torch.randn(3, 3), torch.arange(5, dtype=torch.uint8), torch.randn(2, 2)]  # padded between
     copies.start("cpu")
     for out in after:  # where the joined bytes lay, a run copying outputs finds zeros between them

@@ -28,6 +28,9 @@ round by round (the order turned each round); the judged ones run one after anot
   judge       a runner, `prepare`, `--gap` s idle (other contenders preparing), then the
               judge's run, each call sent when due, on its stage (fitness.judge.RunnerDriver.go)
   judge_now   the same with no gap: the runner is still polling when `go` comes
+  judge_staged  `judge` with every call staged before the clock, as a final's second timing is
+              (fitness.judge.RunnerDriver.go with staged=True: the evaluator's protocol in a runner)
+  judge_staged_no_burst  `judge_staged` without the GPU burst (as `judge_no_burst`)
   judge_home  `judge` timed on the runner's own core (it is not moved to the timing core)
   judge_no_burst  `judge` without the GPU burst the judge makes before each timed run
   ping        one request and its answer through the pipe: one the runner refuses at once
@@ -333,7 +336,7 @@ def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap, var
     timing = TimingCores([cores[0]] if variant == "judge_home" else cores)
     driver = RunnerDriver(process, device, time.monotonic() + 600, cores[0], Stage(device, timing))
     burst = fitness.judge.ramp_gpu_clocks
-    if variant == "judge_no_burst":  # no GPU burst from this process right before the run
+    if variant.endswith("no_burst"):  # no GPU burst from this process right before the run
         fitness.judge.ramp_gpu_clocks = lambda *args, **kwargs: None
     try:
         driver.place(cores[0])  # as the judge loads: on the runner's home core, one thread
@@ -355,7 +358,7 @@ def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap, var
                         pass
                     seconds.append(time.perf_counter() - started)
                 continue
-            seconds.append(driver.go(events, i + 1))
+            seconds.append(driver.go(events, i + 1, staged=variant.startswith("judge_staged")))
             driver.fetch(events)
         return seconds
     finally:
@@ -367,7 +370,7 @@ def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap, var
 STAGINGS = {"go_staged": StagedInputs, "go_stream_writes": StreamWrittenInputs, "go_kernel_copied": KernelCopiedInputs}
 IN_PROCESS = ("bench", "bench_parts", "go", "go_copied", "go_staged", "go_stream_writes", "go_kernel_copied", "go_no_wire",
               "go_device_inputs", "go_no_copy", "go_parts")
-JUDGED = ("judge", "judge_now", "judge_home", "judge_no_burst", "ping")
+JUDGED = ("judge", "judge_now", "judge_staged", "judge_staged_no_burst", "judge_home", "judge_no_burst", "ping")
 
 
 def report(engine, case, variant, seconds) -> None:
