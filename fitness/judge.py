@@ -77,11 +77,14 @@ class RunnerDriver:
         """Run a trace on the prepared engine: its tokens drawn here, each call sent once the
         one before has returned, on the stage (`Stage.alone`); the seconds of the run.
         `staged`: every call handed over first, off the clock, then made in one go, as the
-        evaluator's protocol does (CandidateProcess.staged_run)."""
+        evaluator's protocol does (CandidateProcess.staged_run), with no clock burst before it,
+        as the evaluator makes none: with one, a device-bound program's staged decode ran 2-5%
+        faster than the evaluator's, a host-bound one's not (H200,
+        docs/log/2026-11-30-staged-checksum-burst.md)."""
         calls = map(call_message, materialize(events, self.vocab_size, seed, "cpu"))
         planned = self.process.slot.plan(list(calls))
         run = self.process.staged_run if staged else self.process.timed_run
-        with self.stage.alone(self) as awake:
+        with self.stage.alone(self, burst=not staged) as awake:
             self.last_seconds, self.last_checksum = run(planned, self.left(), awake)
         return self.last_seconds
 
@@ -118,8 +121,9 @@ class Stage:
     observe tells a checked run from a timed one (tests/test_cheats.py records what it can):
     every other runner stopped (SIGSTOP: a neighbour cannot slow it down by working behind
     its back, nor tell by their state that it is timed); on a GPU, the runner on the timing
-    core (`TimingCores`), the GPU's clocks just busied and the judge waiting busy off that
-    core. What timing needs for precision, every run gets."""
+    core (`TimingCores`), the GPU's clocks just busied (but before a staged run, which
+    follows the evaluator: RunnerDriver.go) and the judge waiting busy off that core. What
+    timing needs for precision, every run gets."""
 
     def __init__(self, device: str, timing=None):
         self.device, self.timing = device, timing
@@ -127,8 +131,9 @@ class Stage:
         self.runners = set()  # every runner process of the judge, stopped while another runs
 
     @contextlib.contextmanager
-    def alone(self, driver: RunnerDriver):
-        """The run's placement; yields whether the judge waits busy (on a GPU)."""
+    def alone(self, driver: RunnerDriver, burst: bool = True):
+        """The run's placement; yields whether the judge waits busy (on a GPU). `burst`: the
+        GPU's clocks busied first (a staged run's are not: RunnerDriver.go)."""
         with self.lock:
             self.runners = {p for p in self.runners if not p.closed}
             others = [p for p in self.runners if p is not driver.process]
@@ -137,7 +142,8 @@ class Stage:
             try:
                 cpu = self.timing.current() if self.timing is not None else None
                 driver.place(cpu)
-                ramp_gpu_clocks(self.device, CLOCK_BURST_S)
+                if burst:
+                    ramp_gpu_clocks(self.device, CLOCK_BURST_S)
                 with kept_off(core_siblings(cpu) if cpu is not None else frozenset()):
                     yield cpu is not None
             finally:

@@ -2,13 +2,15 @@
 runs, and none of them can reach another's measurement: while one runs (checked or timed)
 every other runner is stopped. A baseline's runner is kept warm for the next judgement
 beside it."""
+import contextlib
 import time
+import types
 
 import pytest
 
 from evolve.judging import batches, group_size
 from fitness.candidate import CandidateProcess
-from fitness.judge import MAX_GROUP, Judge, Stage, TimingCores
+from fitness.judge import MAX_GROUP, Judge, RunnerDriver, Stage, TimingCores
 from fitness import timing
 from fitness.timing import ALONE_ERROR, ALONE_MAX_ROUNDS, Contender, Outcome, measure
 from fitness.traces import prefill
@@ -108,6 +110,29 @@ def test_on_a_gpu_every_run_goes_to_the_timing_core(monkeypatch):
         with stage.alone(runner) as awake:
             assert awake
     assert [s.placed for s in everyone] == [[5, 5], [5, 5]] and len(bursts) == 4
+    with stage.alone(everyone[0], burst=False) as awake:  # a staged run: the evaluator makes no burst
+        assert awake
+    assert everyone[0].placed == [5, 5, 5] and len(bursts) == 4
+
+
+def test_a_staged_run_goes_on_the_stage_without_a_burst():
+    """RunnerDriver.go: a timed run's clocks are busied first, a staged run's not."""
+    class Process:
+        slot = types.SimpleNamespace(plan=lambda calls: calls)
+        timed_run = staged_run = staticmethod(lambda planned, left, awake: (0.5, 7))
+
+    class Recorder:
+        bursts = []
+
+        @contextlib.contextmanager
+        def alone(self, driver, burst=True):
+            self.bursts.append(burst)
+            yield True
+
+    driver = RunnerDriver(Process(), "cuda", time.monotonic() + 60, stage=Recorder())
+    driver.vocab_size = 100
+    assert driver.go([prefill([1], [3])], 1) == driver.go([prefill([1], [3])], 1, staged=True) == 0.5
+    assert Recorder.bursts == [True, False]
 
 
 def test_measure_times_each_contender_in_interleaved_rounds():

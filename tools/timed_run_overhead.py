@@ -1,6 +1,6 @@
 """Where a timed run's seconds go between the benchmark's clock and the judge's, per case.
 
-    python -m tools.timed_run_overhead --engine E [--rounds 5] [--gap 1.0] [--cases public] [--variants V ...]
+    python -m tools.timed_run_overhead --engine E [--rounds 5] [--gap 1.0] [--cases public] [--case NAME] [--variants V ...]
         [--profile] [--timeline] [--timeline-json FILE]
 
 Each variant times the same case on a fresh engine (a warm-up engine alive), `--rounds`
@@ -386,6 +386,7 @@ def main(argv=None) -> int:
     parser.add_argument("--weight-dir", type=Path, default=Path("target/weights"))
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--cases", default="public")
+    parser.add_argument("--case", action="append", metavar="NAME", help="only this case of --cases (repeatable)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--gap", type=float, default=1.0)
     parser.add_argument("--variants", nargs="*", help="the variants to run (default: all)")
@@ -402,6 +403,8 @@ def main(argv=None) -> int:
     chosen = args.variants or IN_PROCESS + JUDGED
     timelines = {}  # case -> variant -> calls
     for name, events in select_cases(args.cases).items():
+        if args.case and name not in args.case:
+            continue
         here = [variant for variant in IN_PROCESS if variant in chosen]
         if here:
             ran = in_process(slot, module, raw_config, weight_dir, args.device, events, args.rounds, here, args.profile,
