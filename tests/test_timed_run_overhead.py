@@ -1,9 +1,12 @@
-"""tools.timed_run_overhead's timeline (the rest of the tool needs a GPU: tests/test_gpu.py)."""
+"""tools.timed_run_overhead's timeline and its napping stage (the rest of the tool needs a GPU: tests/test_gpu.py)."""
+import os
 import re
 import time
+import types
 
 import torch
 
+from fitness.judge import Stage, TimingCores
 from tools import timed_run_overhead
 
 
@@ -61,3 +64,17 @@ def test_the_timeline_names_each_call_and_the_time_before_it(monkeypatch):
     assert (first["kind"], second["kind"]) == ("decode", "remove")
     assert "device_before" not in first and first["device_inside"] >= 2000
     assert second["device_before"] >= 4000 and abs(second["device_before"] - second["host_before"]) < 500
+
+
+def test_a_napping_stage_places_the_run_as_the_judge_does_but_never_waits_busy(monkeypatch):
+    """judge_staged_nap: the run on the timing core, the judge napping (awake False)."""
+    bursts, placed = [], []
+    monkeypatch.setattr("fitness.judge.ramp_gpu_clocks", lambda *args: bursts.append(args))
+    cores = sorted(os.sched_getaffinity(0))
+    stage = timed_run_overhead.NappingStage("cuda", TimingCores(cores))
+    driver = types.SimpleNamespace(process=object(), place=placed.append)
+    with stage.alone(driver, burst=False) as awake:
+        assert awake is False
+    with Stage("cuda", TimingCores(cores)).alone(driver, burst=False) as awake:
+        assert awake is True  # the judge's own stage waits busy on a GPU
+    assert placed == [cores[-1], cores[-1]] and not bursts

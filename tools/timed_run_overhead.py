@@ -31,6 +31,8 @@ round by round (the order turned each round); the judged ones run one after anot
   judge_staged  `judge` with every call staged before the clock, as a final's second timing is
               (fitness.judge.RunnerDriver.go with staged=True: the evaluator's protocol in a runner)
   judge_staged_no_burst  `judge_staged` without the GPU burst (as `judge_no_burst`)
+  judge_staged_nap  `judge_staged` with the judge napping 50 us at a time while it waits, not
+              spinning on a core that may share a physical core with the runner's
   judge_home  `judge` timed on the runner's own core (it is not moved to the timing core)
   judge_no_burst  `judge` without the GPU burst the judge makes before each timed run
   ping        one request and its answer through the pipe: one the runner refuses at once
@@ -51,6 +53,7 @@ from pathlib import Path
 import torch
 
 import fitness.judge
+import fitness.wire
 from contract.devices import core_siblings
 from contract.loader import load_engine_module
 from fitness.bench import synchronize, timed_run
@@ -334,10 +337,13 @@ def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap, var
     cores = sorted(os.sched_getaffinity(0))
     # judge_home: timed on the runner's own core, so the timed run does not move it.
     timing = TimingCores([cores[0]] if variant == "judge_home" else cores)
-    driver = RunnerDriver(process, device, time.monotonic() + 600, cores[0], Stage(device, timing))
-    burst = fitness.judge.ramp_gpu_clocks
+    stage = (NappingStage if variant.endswith("_nap") else Stage)(device, timing)
+    driver = RunnerDriver(process, device, time.monotonic() + 600, cores[0], stage)
+    burst, longest_nap = fitness.judge.ramp_gpu_clocks, fitness.wire.MAX_NAP_S
     if variant.endswith("no_burst"):  # no GPU burst from this process right before the run
         fitness.judge.ramp_gpu_clocks = lambda *args, **kwargs: None
+    if variant.endswith("_nap"):  # every nap as short as the first: the run's end is seen within ~0.1 ms
+        fitness.wire.MAX_NAP_S = fitness.wire.NAP_S
     try:
         driver.place(cores[0])  # as the judge loads: on the runner's home core, one thread
         process.request("load", 120, path=str(Path(engine_path).resolve()), threads=1)
@@ -362,15 +368,25 @@ def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap, var
             driver.fetch(events)
         return seconds
     finally:
-        fitness.judge.ramp_gpu_clocks = burst
+        fitness.judge.ramp_gpu_clocks, fitness.wire.MAX_NAP_S = burst, longest_nap
         process.close()
+
+
+class NappingStage(Stage):
+    """A Stage whose judge naps while its run goes on (judge_staged_nap), never waiting busy."""
+
+    @contextlib.contextmanager
+    def alone(self, driver, burst: bool = True):
+        with super().alone(driver, burst):
+            yield False
 
 
 # The variants that hand the engine inputs of their own making: variant -> its maker(inputs, device).
 STAGINGS = {"go_staged": StagedInputs, "go_stream_writes": StreamWrittenInputs, "go_kernel_copied": KernelCopiedInputs}
 IN_PROCESS = ("bench", "bench_parts", "go", "go_copied", "go_staged", "go_stream_writes", "go_kernel_copied", "go_no_wire",
               "go_device_inputs", "go_no_copy", "go_parts")
-JUDGED = ("judge", "judge_now", "judge_staged", "judge_staged_no_burst", "judge_home", "judge_no_burst", "ping")
+JUDGED = ("judge", "judge_now", "judge_staged", "judge_staged_no_burst", "judge_staged_nap", "judge_home",
+          "judge_no_burst", "ping")
 
 
 def report(engine, case, variant, seconds) -> None:
