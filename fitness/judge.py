@@ -78,8 +78,8 @@ class RunnerDriver:
         one before has returned, on the stage (`Stage.alone`); the seconds of the run.
         `staged`: every call handed over first, off the clock, then made in one go, as the
         evaluator's protocol does (CandidateProcess.staged_run), with no clock burst before it,
-        as the evaluator makes none: with one, a device-bound program's staged decode ran 2-5%
-        faster than the evaluator's, a host-bound one's not (H200,
+        as the evaluator makes none: with one, a device-bound program's staged decode ran
+        1-3.5% faster than without, a host-bound one's not (H200,
         docs/log/2026-11-30-staged-checksum-burst.md)."""
         calls = map(call_message, materialize(events, self.vocab_size, seed, "cpu"))
         planned = self.process.slot.plan(list(calls))
