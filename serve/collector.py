@@ -25,6 +25,12 @@ class GcPauses:
         seconds, self.seconds = self.seconds, 0.0
         return seconds
 
+    def stop(self) -> None:
+        """No more timing: the callback leaves the collector (one left behind in a test's
+        process ran at every later collection, and met that process's interrupt at its end)."""
+        if self.on_collection in gc.callbacks:
+            gc.callbacks.remove(self.on_collection)
+
 
 def freeze_start_up_objects() -> None:
     """Once a process has started (imports, engine, warm-up): what is left is kept for good,

@@ -112,4 +112,6 @@ class LLMEngine:
                 self.arrived += s.arrived
 
     def shutdown(self) -> None:
+        if self.gc_pauses is not None:
+            self.gc_pauses.stop()
         self.client.shutdown()

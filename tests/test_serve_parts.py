@@ -2,6 +2,7 @@
 the scheduler's admission, the engine core's steps, the app over an engine that breaks (and
 its core process's end), and the offline yardstick."""
 import asyncio
+import gc
 import itertools
 import json
 import multiprocessing
@@ -491,6 +492,8 @@ def test_the_timeline_rows_each_step_and_each_submission_for_the_ramp(tokenizer,
                                           "arrived": [first + 0.995]})
     assert [(len(level["steps"]), level["submitted"], level["arrived"]) for level in levels] == \
         [(2, [first], []), (2, [first + 0.99], [first + 0.995])]
+    llm.gc_pauses.stop()
+    assert llm.gc_pauses.on_collection not in gc.callbacks  # none left to run in later tests
 
 
 def test_the_ttft_of_requests_one_by_one_is_taken_apart():
