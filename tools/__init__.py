@@ -52,6 +52,9 @@ Plumbing the drivers use (tools/gpu/):
     queue.sh              jobs one after another on one GPU, in the background, outliving the call
     follow.sh             a later device call's view of work an earlier call started under setsid
 
+The flags most of them share (--model-config and --weight-dir of the repository's toy model,
+--device) come from tools/arguments.py.
+
 Probes (python -m tools.probes.NAME): one-off measurements, each cited by the log it backs
 (docs/log/), kept to re-measure; tools/probes/__init__.py lists them.
 

@@ -23,6 +23,7 @@ from contract.loader import load_engine_module
 from fitness.bench import synchronize
 from fitness.cases import select_cases
 from fitness.traces import materialize, replay
+from tools.arguments import target_arguments
 
 
 def milliseconds(fn, repeats: int, device: str) -> float:
@@ -39,9 +40,7 @@ def milliseconds(fn, repeats: int, device: str) -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.engine_creation_cost", description=__doc__.splitlines()[0])
     parser.add_argument("--engines", nargs="+", type=Path, required=True)
-    parser.add_argument("--model-config", type=Path, default=Path("target/model_config.json"))
-    parser.add_argument("--weight-dir", type=Path, default=Path("target/weights"))
-    parser.add_argument("--device", default="auto")
+    target_arguments(parser, device="auto")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
     device = resolve_device(args.device)

@@ -21,6 +21,7 @@ from pathlib import Path
 from contract.devices import resolve_device
 from fitness.judge import Judge
 from fitness.sandbox import fresh_seed
+from tools.arguments import target_arguments
 
 
 def geometric_mean(values) -> float:
@@ -31,9 +32,7 @@ def geometric_mean(values) -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.judge_probe", description=__doc__.splitlines()[0])
     parser.add_argument("--engines", nargs="+", type=Path, required=True, help="the seed first")
-    parser.add_argument("--model-config", type=Path, default=Path("target/model_config.json"))
-    parser.add_argument("--weight-dir", type=Path, default=Path("target/weights"))
-    parser.add_argument("--device", default="auto")
+    target_arguments(parser, device="auto")
     parser.add_argument("--bench", default="public")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--aa", type=int, default=0, help="judgements of the seed beside itself: does "

@@ -25,6 +25,7 @@ from contract.devices import resolve_device
 from evolve.config import visible_gpus
 from evolve.judging import core_shares
 from fitness.sandbox import JudgeProcess
+from tools.arguments import target_arguments
 from tools.judge_probe import geometric_mean
 
 
@@ -65,9 +66,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.judge_throughput", description=__doc__.splitlines()[0])
     parser.add_argument("--engine", type=Path, required=True)
     parser.add_argument("--baseline", type=Path, default=Path("seed_engine/engine.py"))
-    parser.add_argument("--model-config", type=Path, default=Path("target/model_config.json"))
-    parser.add_argument("--weight-dir", type=Path, default=Path("target/weights"))
-    parser.add_argument("--device", default="auto")
+    target_arguments(parser, device="auto")
     parser.add_argument("--level", default="screen", choices=("none", "screen", "full"))
     parser.add_argument("--bench", default="public")
     parser.add_argument("--judgements", type=int, default=8)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from contract.devices import resolve_device
 from fitness.sandbox import JudgeProcess
+from tools.arguments import target_arguments
 
 
 def bench_once(program: Path, config: Path, weight_dir: Path, device: str) -> dict:
@@ -93,9 +94,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.judge_vs_evaluator", description=__doc__.splitlines()[0])
     parser.add_argument("programs", type=Path, nargs="+")
     parser.add_argument("--baseline", type=Path, required=True)
-    parser.add_argument("--model-config", type=Path, default=Path("target/model_config.json"))
-    parser.add_argument("--weight-dir", type=Path, default=Path("target/weights"))
-    parser.add_argument("--device", default="auto")
+    target_arguments(parser, device="auto")
     parser.add_argument("--rounds", type=int, default=4, help="evaluator rounds (default 4)")
     parser.add_argument("--judge-rounds", type=int, default=6, help="timed rounds of the group judgement")
     parser.add_argument("--judge-orders", type=int, default=1, choices=(1, 2))

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from tools.arguments import target_arguments
 
 HERE = Path(__file__).resolve().parent
 STARTUP_SECONDS = 600
@@ -281,9 +282,7 @@ def run_levels(args, base_url: str) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.serve_timeline", description=__doc__.splitlines()[0])
     parser.add_argument("--engine", type=Path, default=HERE / "probes" / "fixed_step_engine.py")
-    parser.add_argument("--model-config", type=Path, default=Path("target/model_config.json"))
-    parser.add_argument("--weight-dir", type=Path, default=Path("target/weights"))
-    parser.add_argument("--device", default="cpu")
+    target_arguments(parser, device="cpu")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[64, 300])
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=256)

@@ -63,6 +63,7 @@ from fitness.judge import RunnerDriver, Stage, TimingCores, kept_off
 from fitness.runner import Runner
 from fitness.traces import call_message, materialize
 from fitness.wire import Slot, decode_call
+from tools.arguments import target_arguments
 
 
 class Parts:
@@ -398,9 +399,7 @@ def report(engine, case, variant, seconds) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.timed_run_overhead", description=__doc__.splitlines()[0])
     parser.add_argument("--engine", type=Path, required=True)
-    parser.add_argument("--model-config", type=Path, default=Path("target/model_config.json"))
-    parser.add_argument("--weight-dir", type=Path, default=Path("target/weights"))
-    parser.add_argument("--device", default="cuda")
+    target_arguments(parser, device="cuda")
     parser.add_argument("--cases", default="public")
     parser.add_argument("--case", action="append", metavar="NAME", help="only this case of --cases (repeatable)")
     parser.add_argument("--rounds", type=int, default=5)

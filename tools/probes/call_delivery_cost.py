@@ -27,6 +27,7 @@ from contract.devices import is_cuda, ramp_gpu_clocks
 from contract.loader import load_engine_module
 from fitness.cases import select_cases
 from fitness.traces import Call, materialize, replay
+from tools.arguments import target_arguments
 
 VARIANTS = ("bench", "copy_each", "proof_each", "proof_lag")
 
@@ -77,9 +78,7 @@ def one_pass(engine, calls, host_calls, device, variant) -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.probes.call_delivery_cost", description=__doc__.splitlines()[0])
     parser.add_argument("--engine", type=Path, required=True)
-    parser.add_argument("--model-config", type=Path, default=Path("target/model_config.json"))
-    parser.add_argument("--weight-dir", type=Path, default=Path("target/weights"))
-    parser.add_argument("--device", default="cuda")
+    target_arguments(parser, device="cuda")
     parser.add_argument("--cases", default="public")
     parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args(argv)

@@ -24,6 +24,7 @@ from contract.devices import ramp_gpu_clocks, resolve_device
 from contract.loader import load_engine_module
 from fitness.cases import public_cases
 from fitness.traces import materialize, replay
+from tools.arguments import target_arguments
 
 WINDOW_S = 10.0
 
@@ -70,9 +71,7 @@ def summary(samples: list) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.probes.host_noise", description=__doc__.splitlines()[0])
     parser.add_argument("--engine", type=Path, default=Path("seed_engine/engine.py"))
-    parser.add_argument("--model-config", type=Path, default=Path("target/model_config.json"))
-    parser.add_argument("--weight-dir", type=Path, default=Path("target/weights"))
-    parser.add_argument("--device", default="auto")
+    target_arguments(parser, device="auto")
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--cpu", type=int, default=None, help="the core to pin to (default: the last)")
     parser.add_argument("--json", type=Path)

@@ -23,6 +23,7 @@ from fitness.cases import select_cases
 from fitness.runner import Runner
 from fitness.traces import call_message, materialize
 from fitness.wire import Slot, decode_call
+from tools.arguments import target_arguments
 
 STEPS = ("send", "take", "header", "view", "split", "engine", "keep")
 
@@ -84,11 +85,9 @@ def us(values) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.probes.runner_stamps", description=__doc__.splitlines()[0])
     parser.add_argument("--engine", type=Path, required=True)
-    parser.add_argument("--model-config", type=Path, default=Path("target/model_config.json"))
-    parser.add_argument("--weight-dir", type=Path, default=Path("target/weights"))
+    target_arguments(parser, device="cuda")
     parser.add_argument("--case", default="decode")
     parser.add_argument("--runs", type=int, default=7)
-    parser.add_argument("--device", default="cuda")
     args = parser.parse_args(argv)
     config = json.loads(args.model_config.read_text())
     module = load_engine_module(args.engine)

@@ -25,6 +25,7 @@ os.environ.setdefault("STEP_MS", "0")
 
 from serve.__main__ import build, parse_args  # noqa: E402  (STEP_MS before the engine file is read)
 from serve.sampling import SamplingParams  # noqa: E402
+from tools.arguments import target_arguments  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -47,9 +48,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.probes.serving_loop_cost",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--engine", type=Path, default=HERE / "fixed_step_engine.py")
-    parser.add_argument("--model-config", type=Path, default=Path("target/model_config.json"))
-    parser.add_argument("--weight-dir", type=Path, default=Path("target/weights"))
-    parser.add_argument("--device", default="cpu")
+    target_arguments(parser, device="cpu")
     parser.add_argument("--seqs", type=int, nargs="+", default=[64, 300])
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=64)
