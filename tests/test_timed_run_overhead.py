@@ -78,3 +78,19 @@ def test_a_napping_stage_places_the_run_as_the_judge_does_but_never_waits_busy(m
     with Stage("cuda", TimingCores(cores)).alone(driver, burst=False) as awake:
         assert awake is True  # the judge's own stage waits busy on a GPU
     assert placed == [cores[-1], cores[-1]] and not bursts
+
+
+def test_bench_pinned_makes_the_calls_on_one_core_and_one_thread_then_gives_them_back():
+    cores, threads = os.sched_getaffinity(0), torch.get_num_threads()
+    seen = []
+
+    class Engine:
+        def decode(self, ids, tokens):
+            seen.append((os.sched_getaffinity(0), torch.get_num_threads()))
+            return tokens
+
+    calls = [types.SimpleNamespace(event=types.SimpleNamespace(kind="decode"), request_ids=[0],
+                                   tokens=torch.tensor([1]))] * 2
+    assert timed_run_overhead.bench_run(Engine(), calls, "cpu", "bench_pinned") > 0
+    assert seen == [({max(cores)}, 1)] * 2
+    assert (os.sched_getaffinity(0), torch.get_num_threads()) == (cores, threads)

@@ -7,6 +7,11 @@ Each variant times the same case on a fresh engine (a warm-up engine alive), `--
 times, and prints the median and range in ms. The variants in this process take turns
 round by round (the order turned each round); the judged ones run one after another:
   bench       in this process: synchronise, the calls, synchronise (fitness.bench)
+  bench_held  `bench` with every output held to the run's end (as a staged run holds them)
+  bench_pinned  `bench` with this process's main thread on one core of its own (as a runner's
+              on its timing core) and one intra-op thread
+  here_staged in this process: the runner's staged run without its process and messages
+              (Runner.stage for each call off the clock, then Runner.run_staged and the checksum)
   go          in this process: the runner's `prepare` ending, then each call as the runner
               takes it (its inputs written to the slot and seen from the device, a copy of
               its output), the checksum: the judge's run without the other process
@@ -61,7 +66,7 @@ from fitness.candidate import CandidateError, CandidateProcess
 from fitness.cases import select_cases
 from fitness.judge import RunnerDriver, Stage, TimingCores, kept_off
 from fitness.runner import Runner
-from fitness.traces import call_message, materialize
+from fitness.traces import call_message, materialize, replay
 from fitness.wire import Slot, decode_call
 from tools.arguments import target_arguments
 
@@ -210,6 +215,40 @@ class StreamWrittenInputs:
         return self.writes.write(start, self.host[start:start + count])
 
 
+def bench_run(engine, calls, device, variant) -> float:
+    """Seconds of the evaluator's loop (`bench`), or of its `bench_held` or `bench_pinned` form."""
+    if variant == "bench_held":
+        synchronize(device)
+        started = time.perf_counter()
+        held = [replay(engine, call) for call in calls]
+        synchronize(device)
+        seconds = time.perf_counter() - started
+        del held
+        return seconds
+    if variant == "bench_pinned":
+        cores, threads = os.sched_getaffinity(0), torch.get_num_threads()
+        os.sched_setaffinity(0, {max(cores)})  # this thread alone: torch's own threads stay put
+        torch.set_num_threads(1)
+        try:
+            return timed_run(engine, calls, device)
+        finally:
+            os.sched_setaffinity(0, cores)
+            torch.set_num_threads(threads)
+    return timed_run(engine, calls, device)
+
+
+def here_staged_run(runner, slot, planned, device) -> float:
+    """Seconds of a staged run as the runner makes it, in this process (here_staged)."""
+    for payload, start, values in planned:
+        slot.inputs[start:start + len(values)] = values
+        runner.stage(decode_call(payload))
+    synchronize(device)
+    started = time.perf_counter()
+    runner.run_staged()
+    runner.copies.checksum()  # its .item(): the device is idle after it
+    return time.perf_counter() - started
+
+
 def go_run(runner, slot, planned, device, variant, parts, staged) -> float:
     """Seconds of one run through the runner's path, less what `variant` leaves out."""
     inputs, copies = runner.inputs, runner.copies
@@ -309,7 +348,7 @@ def in_process(slot, module, raw_config, weight_dir, device, events, rounds, var
                         timed_engine(engine, parts[variant])
                         parts[variant].start()
                     with prof or contextlib.nullcontext():
-                        seconds[variant].append(timed_run(engine, calls, device))
+                        seconds[variant].append(bench_run(engine, calls, device, variant))
                 else:
                     runner.engine = engine
                     runner.ready(device)  # as the runner's `prepare` ends
@@ -317,8 +356,11 @@ def in_process(slot, module, raw_config, weight_dir, device, events, rounds, var
                         staged[variant] = STAGINGS[variant](runner.inputs, device)
                     planned = slot.plan(messages)[:-1]  # the run's calls, less its end
                     with prof or contextlib.nullcontext():
-                        seconds[variant].append(go_run(runner, slot, planned, device, variant, parts[variant],
-                                                       staged.get(variant)))
+                        if variant == "here_staged":
+                            seconds[variant].append(here_staged_run(runner, slot, planned, device))
+                        else:
+                            seconds[variant].append(go_run(runner, slot, planned, device, variant,
+                                                           parts[variant], staged.get(variant)))
                 if prof is not None or marks is not None:
                     seconds[variant].pop()  # a profiled or marked run is not timed
                     summary = profiled_summary(prof) if prof is not None else marks.summary()
@@ -384,8 +426,8 @@ class NappingStage(Stage):
 
 # The variants that hand the engine inputs of their own making: variant -> its maker(inputs, device).
 STAGINGS = {"go_staged": StagedInputs, "go_stream_writes": StreamWrittenInputs, "go_kernel_copied": KernelCopiedInputs}
-IN_PROCESS = ("bench", "bench_parts", "go", "go_copied", "go_staged", "go_stream_writes", "go_kernel_copied", "go_no_wire",
-              "go_device_inputs", "go_no_copy", "go_parts")
+IN_PROCESS = ("bench", "bench_held", "bench_pinned", "bench_parts", "here_staged", "go", "go_copied", "go_staged",
+              "go_stream_writes", "go_kernel_copied", "go_no_wire", "go_device_inputs", "go_no_copy", "go_parts")
 JUDGED = ("judge", "judge_now", "judge_staged", "judge_staged_no_burst", "judge_staged_nap", "judge_home",
           "judge_no_burst", "ping")
 

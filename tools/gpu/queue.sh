@@ -40,7 +40,8 @@
 #                             against running a case (tools.engine_creation_cost) -> STATE/create_TARGET.json
 #   overhead:RECIPE           where a timed run's time goes for RECIPE's program on the toy model
 #                             (tools.timed_run_overhead, OVERHEAD_VARIANTS, default bench go go_no_wire
-#                             go_device_inputs, OVERHEAD_ROUNDS 7, --timeline) -> STATE/overhead_RECIPE.txt,
+#                             go_device_inputs, OVERHEAD_ROUNDS 7, OVERHEAD_CASES default all, --timeline)
+#                             -> STATE/overhead_RECIPE.txt,
 #                             each call's timeline in STATE/timeline_RECIPE.json
 #   judge_vs_evaluator        tools/gpu/judge_vs_evaluator.sh without its overhead part (ROUNDS, JUDGE_ROUNDS,
 #                             WITH_SEED as there) -> STATE/judge_vs_evaluator
@@ -127,6 +128,7 @@ run_job() {
             python3 -m tools.timed_run_overhead --engine "$state/$target.py" --model-config target/model_config.json \
               --weight-dir target/weights --device cuda --rounds "${OVERHEAD_ROUNDS:-7}" --timeline \
               --variants ${OVERHEAD_VARIANTS:-bench go go_no_wire go_device_inputs} \
+              $(for case in ${OVERHEAD_CASES:-}; do echo --case "$case"; done) \
               --timeline-json "$state/timeline_$target.json" 2>&1 | tee "$state/overhead_$target.txt" ;;
   judge_vs_evaluator) OVERHEAD=0 bash tools/gpu/judge_vs_evaluator.sh "$state/judge_vs_evaluator" ;;
   wait) until [ -e "$state/$target" ]; do sleep 10; done ;;
