@@ -83,7 +83,15 @@ def judge_ratios(programs: list, baseline: Path, rounds: int, config, weight_dir
         print(f"judge: {program.name} " + " / ".join(f"{tps / 1e3:.1f}k" for tps in verdict["tokens_per_second"].values())
               + " beside the baseline's " + " / ".join(
                   f"{tps / 1e3:.1f}k" for tps in verdict["baseline_tokens_per_second"].values()), flush=True)
+        if staged:
+            print(f"staged: {program.name} {median_ms(verdict['staged_timings'])} ms beside the baseline's "
+                  f"{median_ms(verdict['baseline_staged_timings'])}", flush=True)
     return ratios, staged_ratios
+
+
+def median_ms(timings: dict) -> str:
+    """Each case's median run in ms, "a / b / c"."""
+    return " / ".join(f"{statistics.median(seconds) * 1e3:.3f}" for seconds in timings.values())
 
 
 def spread(values: list) -> str:

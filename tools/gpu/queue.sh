@@ -43,8 +43,8 @@
 #                             go_device_inputs, OVERHEAD_ROUNDS 7, OVERHEAD_CASES default all, --timeline)
 #                             -> STATE/overhead_RECIPE.txt,
 #                             each call's timeline in STATE/timeline_RECIPE.json
-#   judge_vs_evaluator        tools/gpu/judge_vs_evaluator.sh without its overhead part (ROUNDS, JUDGE_ROUNDS,
-#                             WITH_SEED as there) -> STATE/judge_vs_evaluator
+#   judge_vs_evaluator[:NAME] tools/gpu/judge_vs_evaluator.sh without its overhead part (ROUNDS, JUDGE_ROUNDS,
+#                             WITH_SEED, RECIPES as there) -> STATE/NAME (default judge_vs_evaluator)
 #   wait:FILE                 until STATE/FILE exists, so that comparisons run once the searches beside
 #                             them have ended: queue1.done (queue 1's end) or queue1.job1.done (its first
 #                             job's end, failed or not)
@@ -130,7 +130,7 @@ run_job() {
               --variants ${OVERHEAD_VARIANTS:-bench go go_no_wire go_device_inputs} \
               $(for case in ${OVERHEAD_CASES:-}; do echo --case "$case"; done) \
               --timeline-json "$state/timeline_$target.json" 2>&1 | tee "$state/overhead_$target.txt" ;;
-  judge_vs_evaluator) OVERHEAD=0 bash tools/gpu/judge_vs_evaluator.sh "$state/judge_vs_evaluator" ;;
+  judge_vs_evaluator) OVERHEAD=0 bash tools/gpu/judge_vs_evaluator.sh "$state/${target:-judge_vs_evaluator}" ;;
   wait) until [ -e "$state/$target" ]; do sleep 10; done ;;
   *) echo "unknown job $1"; return 2 ;;
   esac
