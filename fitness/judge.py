@@ -65,28 +65,49 @@ class RunnerDriver:
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
-    def prepare(self, config, weight_dir, new_engine: bool = True):
-        """Send `prepare`; returns the wait for its answer. It carries nothing of the run."""
-        self.place(self.home_cpu)
-        raw = config.to_dict() if isinstance(config, ModelConfig) else config
-        self.vocab_size = raw["vocab_size"]
+    def prepare(self, config, weight_dir, new_engine: bool = True, here: bool = False):
+        """Send `prepare`; returns the wait for its answer. It carries nothing of the run.
+        On the runner's home core, unless `here` (where it was placed: go_staged)."""
+        if not here:
+            self.place(self.home_cpu)
+        raw = self.target(config)
         return self.process.send("prepare", self.left(), config=raw, weight_dir=str(weight_dir),
                                  device=self.device, new_engine=new_engine)
 
-    def go(self, events, seed: int, staged: bool = False) -> float:
+    def go(self, events, seed: int) -> float:
         """Run a trace on the prepared engine: its tokens drawn here, each call sent once the
-        one before has returned, on the stage (`Stage.alone`); the seconds of the run.
-        `staged`: every call handed over first, off the clock, then made in one go, as the
-        evaluator's protocol does (CandidateProcess.staged_run), with no clock burst before it,
-        as the evaluator makes none: with one, a device-bound program's staged decode ran
-        1-3.5% faster than without, a host-bound one's not (H200,
-        docs/log/2026-11-30-staged-checksum-burst.md)."""
-        calls = map(call_message, materialize(events, self.vocab_size, seed, "cpu"))
-        planned = self.process.slot.plan(list(calls))
-        run = self.process.staged_run if staged else self.process.timed_run
-        with self.stage.alone(self, burst=not staged) as awake:
-            self.last_seconds, self.last_checksum = run(planned, self.left(), awake)
+        one before has returned, on the stage (`Stage.alone`); the seconds of the run."""
+        planned = self.planned(events, seed)
+        with self.stage.alone(self) as awake:
+            self.last_seconds, self.last_checksum = self.process.timed_run(planned, self.left(), awake)
         return self.last_seconds
+
+    def go_staged(self, config, weight_dir, events, seed: int) -> float:
+        """The evaluator's protocol for one run, alone on the stage: a fresh engine made on
+        the timing core, every call handed over (off the clock), then made in one go
+        (CandidateProcess.staged_run); its seconds. Its engine is made here, right before
+        the run and where it runs, as the evaluator's is: made beside the others and run
+        after theirs, a device-bound program ran its decode ~5% faster than in the evaluator
+        (the GPU kept busy by the runs before), a host-bound one not (H200,
+        docs/log/2026-11-30-staged-group-vs-one-runner.md). No clock burst, as the evaluator
+        makes none: with one, the device-bound program's staged decode ran 1-3.5% faster
+        (docs/log/2026-11-30-staged-checksum-burst.md)."""
+        self.target(config)
+        planned = self.planned(events, seed)
+        with self.stage.alone(self, burst=False) as awake:
+            self.prepare(config, weight_dir, here=True)()
+            self.last_seconds, self.last_checksum = self.process.staged_run(planned, self.left(), awake)
+        return self.last_seconds
+
+    def target(self, config) -> dict:
+        """The config as the runner takes it; its vocabulary is the one tokens are drawn from."""
+        raw = config.to_dict() if isinstance(config, ModelConfig) else config
+        self.vocab_size = raw["vocab_size"]
+        return raw
+
+    def planned(self, events, seed: int) -> list:
+        """The run's calls, tokens drawn here, written ahead for the slot (Slot.plan)."""
+        return self.process.slot.plan([call_message(call) for call in materialize(events, self.vocab_size, seed, "cpu")])
 
     def fetch(self, events) -> list:
         """One output per call (None for removes, a type name for a non-tensor answer)."""

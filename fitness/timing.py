@@ -271,10 +271,14 @@ class TimedRuns:
             order = [c for c in order if c.failure is None]
 
     def case(self, order: list, name: str, events, staged: bool = False) -> None:
+        """Each contender's run of the case; staged, each engine is made right before its run
+        (RunnerDriver.go_staged), otherwise all at once first."""
         seed = fresh_seed()  # the same tokens for every contender in this round
-        self.prepare(order)
+        if not staged:
+            self.prepare(order)
         for contender in [c for c in order if c.failure is None]:
-            go = functools.partial(contender.driver.go, staged=True) if staged else contender.driver.go
+            go = functools.partial(contender.driver.go_staged, self.raw_config, self.weight_dir) if staged \
+                else contender.driver.go
             seconds = attempt(contender, self.baseline, go, events, seed)
             if contender.failure is None:
                 (contender.staged_seconds if staged else contender.seconds).setdefault(name, []).append(seconds)

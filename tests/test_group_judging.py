@@ -115,24 +115,37 @@ def test_on_a_gpu_every_run_goes_to_the_timing_core(monkeypatch):
     assert everyone[0].placed == [5, 5, 5] and len(bursts) == 4
 
 
-def test_a_staged_run_goes_on_the_stage_without_a_burst():
-    """RunnerDriver.go: a timed run's clocks are busied first, a staged run's not."""
+def test_a_staged_run_makes_its_engine_on_the_stage_where_it_runs_without_a_burst():
+    """RunnerDriver.go: a timed run's clocks are busied first; go_staged: no burst, and the
+    engine is made inside the stage, on the core the run goes to, right before it."""
+    events = []
+
     class Process:
         slot = types.SimpleNamespace(plan=lambda calls: calls)
-        timed_run = staged_run = staticmethod(lambda planned, left, awake: (0.5, 7))
+        timed_run = staged_run = staticmethod(lambda planned, left, awake: events.append("run") or (0.5, 7))
+
+        @staticmethod
+        def send(op, left, **fields):
+            events.append((op, fields["config"]["vocab_size"]))
+            return lambda: events.append("made")
 
     class Recorder:
-        bursts = []
-
         @contextlib.contextmanager
         def alone(self, driver, burst=True):
-            self.bursts.append(burst)
+            driver.place(9)
+            events.append(("stage", burst))
             yield True
+            events.append("off")
 
-    driver = RunnerDriver(Process(), "cuda", time.monotonic() + 60, stage=Recorder())
+    driver = RunnerDriver(Process(), "cuda", time.monotonic() + 60, home_cpu=2, stage=Recorder())
+    driver.place = lambda cpu: events.append(("core", cpu))
     driver.vocab_size = 100
-    assert driver.go([prefill([1], [3])], 1) == driver.go([prefill([1], [3])], 1, staged=True) == 0.5
-    assert Recorder.bursts == [True, False]
+    assert driver.go([prefill([1], [3])], 1) == 0.5
+    assert events == [("core", 9), ("stage", True), "run", "off"]
+    events.clear()
+    assert driver.go_staged({"vocab_size": 50}, "w", [prefill([1], [3])], 1) == 0.5
+    assert events == [("core", 9), ("stage", False), ("prepare", 50), "made", "run", "off"]
+    assert driver.vocab_size == 50
 
 
 def test_measure_times_each_contender_in_interleaved_rounds():

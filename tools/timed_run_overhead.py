@@ -33,9 +33,11 @@ round by round (the order turned each round); the judged ones run one after anot
   judge       a runner, `prepare`, `--gap` s idle (other contenders preparing), then the
               judge's run, each call sent when due, on its stage (fitness.judge.RunnerDriver.go)
   judge_now   the same with no gap: the runner is still polling when `go` comes
-  judge_staged  `judge` with every call staged before the clock, as a final's second timing is
-              (fitness.judge.RunnerDriver.go with staged=True: the evaluator's protocol in a runner)
-  judge_staged_no_burst  `judge_staged` without the GPU burst (as `judge_no_burst`)
+  judge_staged  `--gap` s idle, then a final's second timing: the engine made on the stage, every
+              call staged before the clock (fitness.judge.RunnerDriver.go_staged: the evaluator's
+              protocol in a runner)
+  judge_staged_apart  `judge_staged` with its engine made on the runner's home core `--gap` s
+              before the run, as finals made them until their engines were made on the stage
   judge_staged_nap  `judge_staged` with the judge napping 50 us at a time while it waits, not
               spinning on a core that may share a physical core with the runner's
   judge_home  `judge` timed on the runner's own core (it is not moved to the timing core)
@@ -393,6 +395,11 @@ def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap, var
         driver.run_trace(raw_config, weight_dir, events, 0)  # the warm-up engine
         seconds = []
         for i in range(rounds):
+            if variant.startswith("judge_staged") and variant != "judge_staged_apart":
+                time.sleep(gap)
+                seconds.append(driver.go_staged(raw_config, weight_dir, events, i + 1))
+                driver.fetch(events)
+                continue
             driver.prepare(raw_config, weight_dir)()
             time.sleep(gap)
             if variant == "ping":  # a request the runner refuses at once, waited on as `go` is
@@ -407,12 +414,21 @@ def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap, var
                         pass
                     seconds.append(time.perf_counter() - started)
                 continue
-            seconds.append(driver.go(events, i + 1, staged=variant.startswith("judge_staged")))
+            seconds.append(staged_apart(driver, events, i + 1) if variant == "judge_staged_apart"
+                           else driver.go(events, i + 1))
             driver.fetch(events)
         return seconds
     finally:
         fitness.judge.ramp_gpu_clocks, fitness.wire.MAX_NAP_S = burst, longest_nap
         process.close()
+
+
+def staged_apart(driver, events, seed: int) -> float:
+    """A staged run on the engine `prepare` made before it, on the stage without a burst."""
+    planned = driver.planned(events, seed)
+    with driver.stage.alone(driver, burst=False) as awake:
+        driver.last_seconds, driver.last_checksum = driver.process.staged_run(planned, driver.left(), awake)
+    return driver.last_seconds
 
 
 class NappingStage(Stage):
@@ -428,7 +444,7 @@ class NappingStage(Stage):
 STAGINGS = {"go_staged": StagedInputs, "go_stream_writes": StreamWrittenInputs, "go_kernel_copied": KernelCopiedInputs}
 IN_PROCESS = ("bench", "bench_held", "bench_pinned", "bench_parts", "here_staged", "go", "go_copied", "go_staged",
               "go_stream_writes", "go_kernel_copied", "go_no_wire", "go_device_inputs", "go_no_copy", "go_parts")
-JUDGED = ("judge", "judge_now", "judge_staged", "judge_staged_no_burst", "judge_staged_nap", "judge_home",
+JUDGED = ("judge", "judge_now", "judge_staged", "judge_staged_apart", "judge_staged_nap", "judge_home",
           "judge_no_burst", "ping")
 
 
