@@ -86,11 +86,13 @@ class RunnerDriver:
         """The evaluator's protocol for one run, alone on the stage: a fresh engine made on
         the timing core, every call handed over (off the clock), then made in one go
         (CandidateProcess.staged_run); its seconds. Its engine is made here, right before
-        the run and where it runs, as the evaluator's is: made beside the others and run
-        after theirs, a device-bound program ran its decode ~5% faster than in the evaluator
-        (the GPU kept busy by the runs before), a host-bound one not (H200,
+        the run and where it runs, as the evaluator's process makes its own: with every
+        engine made at once beforehand, a final ranked a device-bound program's decode 4-6%
+        higher than the evaluator does; made so, within 2%, and in one runner each program's
+        staged decode is within 0.5% of the evaluator's loop, against 5% over it when made a
+        second before on the runner's home core (H200,
         docs/log/2026-11-30-staged-group-vs-one-runner.md). No clock burst, as the evaluator
-        makes none: with one, the device-bound program's staged decode ran 1-3.5% faster
+        makes none: with one, a device-bound program's staged decode ran 1-3.5% faster
         (docs/log/2026-11-30-staged-checksum-burst.md)."""
         self.target(config)
         planned = self.planned(events, seed)
