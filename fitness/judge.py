@@ -70,7 +70,8 @@ class RunnerDriver:
         On the runner's home core, unless `here` (where it was placed: go_staged)."""
         if not here:
             self.place(self.home_cpu)
-        raw = self.target(config)
+        raw = config.to_dict() if isinstance(config, ModelConfig) else config
+        self.vocab_size = raw["vocab_size"]
         return self.process.send("prepare", self.left(), config=raw, weight_dir=str(weight_dir),
                                  device=self.device, new_engine=new_engine)
 
@@ -94,22 +95,17 @@ class RunnerDriver:
         docs/log/2026-11-30-staged-group-vs-one-runner.md). No clock burst, as the evaluator
         makes none: with one, a device-bound program's staged decode ran 1-3.5% faster
         (docs/log/2026-11-30-staged-checksum-burst.md)."""
-        self.target(config)
-        planned = self.planned(events, seed)
         with self.stage.alone(self, burst=False) as awake:
-            self.prepare(config, weight_dir, here=True)()
+            made = self.prepare(config, weight_dir, here=True)
+            planned = self.planned(events, seed)  # while the engine is made
+            made()
             self.last_seconds, self.last_checksum = self.process.staged_run(planned, self.left(), awake)
         return self.last_seconds
 
-    def target(self, config) -> dict:
-        """The config as the runner takes it; its vocabulary is the one tokens are drawn from."""
-        raw = config.to_dict() if isinstance(config, ModelConfig) else config
-        self.vocab_size = raw["vocab_size"]
-        return raw
-
     def planned(self, events, seed: int) -> list:
         """The run's calls, tokens drawn here, written ahead for the slot (Slot.plan)."""
-        return self.process.slot.plan([call_message(call) for call in materialize(events, self.vocab_size, seed, "cpu")])
+        calls = materialize(events, self.vocab_size, seed, "cpu")
+        return self.process.slot.plan([call_message(call) for call in calls])
 
     def fetch(self, events) -> list:
         """One output per call (None for removes, a type name for a non-tensor answer)."""

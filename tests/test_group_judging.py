@@ -120,8 +120,8 @@ def test_a_staged_run_makes_its_engine_on_the_stage_where_it_runs_without_a_burs
     engine is made inside the stage, on the core the run goes to, right before it."""
     events = []
 
-    class Process:
-        slot = types.SimpleNamespace(plan=lambda calls: calls)
+    class Process:  # tokens are drawn from the vocabulary of the config the run's engine is made with
+        slot = types.SimpleNamespace(plan=lambda calls: events.append(("plan", driver.vocab_size)) or calls)
         timed_run = staged_run = staticmethod(lambda planned, left, awake: events.append("run") or (0.5, 7))
 
         @staticmethod
@@ -141,11 +141,10 @@ def test_a_staged_run_makes_its_engine_on_the_stage_where_it_runs_without_a_burs
     driver.place = lambda cpu: events.append(("core", cpu))
     driver.vocab_size = 100
     assert driver.go([prefill([1], [3])], 1) == 0.5
-    assert events == [("core", 9), ("stage", True), "run", "off"]
+    assert events == [("plan", 100), ("core", 9), ("stage", True), "run", "off"]
     events.clear()
     assert driver.go_staged({"vocab_size": 50}, "w", [prefill([1], [3])], 1) == 0.5
-    assert events == [("core", 9), ("stage", False), ("prepare", 50), "made", "run", "off"]
-    assert driver.vocab_size == 50
+    assert events == [("core", 9), ("stage", False), ("prepare", 50), ("plan", 50), "made", "run", "off"]
 
 
 def test_measure_times_each_contender_in_interleaved_rounds():
