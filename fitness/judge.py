@@ -141,8 +141,8 @@ class Stage:
     every other runner stopped (SIGSTOP: a neighbour cannot slow it down by working behind
     its back, nor tell by their state that it is timed); on a GPU, the runner on the timing
     core (`TimingCores`), the GPU's clocks just busied (but before a staged run, which
-    follows the evaluator: RunnerDriver.go) and the judge waiting busy off that core. What
-    timing needs for precision, every run gets."""
+    follows the evaluator: RunnerDriver.go_staged) and the judge waiting busy off that core.
+    What timing needs for precision, every run gets."""
 
     def __init__(self, device: str, timing=None):
         self.device, self.timing = device, timing
@@ -152,7 +152,7 @@ class Stage:
     @contextlib.contextmanager
     def alone(self, driver: RunnerDriver, burst: bool = True):
         """The run's placement; yields whether the judge waits busy (on a GPU). `burst`: the
-        GPU's clocks busied first (a staged run's are not: RunnerDriver.go)."""
+        GPU's clocks busied first (a staged run's are not: RunnerDriver.go_staged)."""
         with self.lock:
             self.runners = {p for p in self.runners if not p.closed}
             others = [p for p in self.runners if p is not driver.process]

@@ -228,7 +228,8 @@ def measure(candidates: list, baseline, cases: dict, raw_config: dict, weight_di
     (fitness.judge.Stage). A failure of the baseline ends them all. `next_round()`, when
     given, is called before each round (the judge moves its timing core). `staged`: each
     case of a round is run a second time by every contender, on fresh engines and tokens,
-    staged (fitness.judge.RunnerDriver.go): Outcome.staged_ratio."""
+    staged, each engine made right before its run (fitness.judge.RunnerDriver.go_staged):
+    Outcome.staged_ratio."""
     outcome = Outcome(baseline, cases)
     runs = TimedRuns(baseline, raw_config, weight_dir, check, staged)
     ending = RoundsEnd(min_rounds, resolution, ALONE_MIN_SPAN_S["cuda" if is_cuda(device) else "cpu"])

@@ -222,11 +222,9 @@ def bench_run(engine, calls, device, variant) -> float:
     if variant == "bench_held":
         synchronize(device)
         started = time.perf_counter()
-        held = [replay(engine, call) for call in calls]
+        held = [replay(engine, call) for call in calls]  # noqa: F841 (alive to the clock's end)
         synchronize(device)
-        seconds = time.perf_counter() - started
-        del held
-        return seconds
+        return time.perf_counter() - started
     if variant == "bench_pinned":
         cores, threads = os.sched_getaffinity(0), torch.get_num_threads()
         os.sched_setaffinity(0, {max(cores)})  # this thread alone: torch's own threads stay put
@@ -385,7 +383,7 @@ def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap, var
     stage = (NappingStage if variant.endswith("_nap") else Stage)(device, timing)
     driver = RunnerDriver(process, device, time.monotonic() + 600, cores[0], stage)
     burst, longest_nap = fitness.judge.ramp_gpu_clocks, fitness.wire.MAX_NAP_S
-    if variant.endswith("no_burst"):  # no GPU burst from this process right before the run
+    if variant == "judge_no_burst":  # no GPU burst from this process right before the run
         fitness.judge.ramp_gpu_clocks = lambda *args, **kwargs: None
     if variant.endswith("_nap"):  # every nap as short as the first: the run's end is seen within ~0.1 ms
         fitness.wire.MAX_NAP_S = fitness.wire.NAP_S
