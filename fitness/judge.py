@@ -26,7 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract.devices import core_siblings, is_cuda, ramp_gpu_clocks
+from contract.devices import core_siblings, is_cuda
 from contract.loader import source_hash
 from contract.model_config import ConfigError, ModelConfig
 from fitness import gate, weight_files
@@ -40,10 +40,6 @@ from fitness.traces import call_message, materialize
 from fitness.verdict import STATUSES, error_text, new_verdict
 
 LEVELS = ("none",) + gate.LEVELS
-# Before each timed run: the engine was just built on the host with the GPU idle, and an
-# idle GPU drops its clocks within milliseconds (contract.devices.ramp_gpu_clocks); every
-# run starts from the same state.
-CLOCK_BURST_S = 0.02
 BENCH_CHOICES = ("none",) + CASE_SETS
 # Judgements one baseline runner serves before it is started afresh (a sweep times every
 # child beside the seed: its import and warm-up are paid once, not every time).
@@ -51,10 +47,8 @@ KEPT_RUNNER_USES = 16
 
 
 class RunnerDriver:
-    """Runs traces in a runner process. A run is three steps, so a judge can overlap what
-    is not timed: `prepare` (a fresh engine, on the runner's own core, beside other runners
-    making theirs), `go` (the calls, delivered one by one, alone on the stage: every run
-    alike, checked or timed) and `fetch`."""
+    """Runs traces in a runner process. A run is two steps: `go` (alone on the stage: a
+    fresh engine made there, then the calls; every run alike, checked or timed) and `fetch`."""
 
     def __init__(self, process, device: str, deadline: float, home_cpu=None, stage=None):
         self.process, self.device, self.deadline = process, device, deadline
@@ -65,41 +59,35 @@ class RunnerDriver:
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
-    def prepare(self, config, weight_dir, new_engine: bool = True, here: bool = False):
-        """Send `prepare`; returns the wait for its answer. It carries nothing of the run.
-        On the runner's home core, unless `here` (where it was placed: go_staged)."""
-        if not here:
-            self.place(self.home_cpu)
+    def prepare(self, config, weight_dir, new_engine: bool = True):
+        """Send `prepare` where the runner is; returns the wait for its answer. It carries
+        nothing of the run."""
         raw = config.to_dict() if isinstance(config, ModelConfig) else config
         self.vocab_size = raw["vocab_size"]
         return self.process.send("prepare", self.left(), config=raw, weight_dir=str(weight_dir),
                                  device=self.device, new_engine=new_engine)
 
-    def go(self, events, seed: int) -> float:
-        """Run a trace on the prepared engine: its tokens drawn here, each call sent once the
-        one before has returned, on the stage (`Stage.alone`); the seconds of the run."""
-        planned = self.planned(events, seed)
-        with self.stage.alone(self) as awake:
-            self.last_seconds, self.last_checksum = self.process.timed_run(planned, self.left(), awake)
-        return self.last_seconds
+    def go(self, config, weight_dir, events, seed: int, new_engine: bool = True, staged: bool = False) -> float:
+        """One run, alone on the stage (`Stage.alone`): its engine made there (untimed; a fresh
+        one unless not `new_engine`), its tokens drawn here meanwhile, then on the clock each
+        call sent once the one before has returned (CandidateProcess.timed_run), or, `staged`,
+        every call handed over first and made in one go (CandidateProcess.staged_run: the
+        evaluator's protocol). The seconds of the run.
 
-    def go_staged(self, config, weight_dir, events, seed: int) -> float:
-        """The evaluator's protocol for one run, alone on the stage: a fresh engine made on
-        the timing core, every call handed over (off the clock), then made in one go
-        (CandidateProcess.staged_run); its seconds. Its engine is made here, right before
-        the run and where it runs, as the evaluator's process makes its own: with every
-        engine made at once beforehand, a final ranked a device-bound program's decode 4-6%
-        higher than the evaluator does; made so, within 2%, and in one runner each program's
-        staged decode is within 0.5% of the evaluator's loop, against 5% over it when made a
-        second before on the runner's home core (H200,
-        docs/log/2026-11-30-staged-group-vs-one-runner.md). No clock burst, as the evaluator
-        makes none: with one, a device-bound program's staged decode ran 1-3.5% faster
-        (docs/log/2026-11-30-staged-checksum-burst.md)."""
-        with self.stage.alone(self, burst=False) as awake:
-            made = self.prepare(config, weight_dir, here=True)
-            planned = self.planned(events, seed)  # while the engine is made
+        The engine is made where and right before it runs, as the evaluator's process makes
+        the engine it then times. Made a second before on the runner's home core, a program's
+        staged decode ran 5% over the evaluator's loop in one runner, and in a group (every
+        engine made at once, then each run in turn) a device-bound program's ranked 4-6%
+        higher than the evaluator ranks it; made here, within 0.5% and 2%
+        (docs/log/2026-11-30-staged-group-vs-one-runner.md). No clock burst before the run,
+        as the evaluator makes none: with one, a device-bound program's staged decode ran
+        1-3.5% faster (docs/log/2026-11-30-staged-checksum-burst.md)."""
+        with self.stage.alone(self) as awake:
+            made = self.prepare(config, weight_dir, new_engine)
+            planned = self.planned(events, seed)
             made()
-            self.last_seconds, self.last_checksum = self.process.staged_run(planned, self.left(), awake)
+            run = self.process.staged_run if staged else self.process.timed_run
+            self.last_seconds, self.last_checksum = run(planned, self.left(), awake)
         return self.last_seconds
 
     def planned(self, events, seed: int) -> list:
@@ -118,8 +106,7 @@ class RunnerDriver:
         return [None if e.kind == "remove" else out for e, out in zip(events, outputs)]
 
     def run_trace(self, config, weight_dir, events, seed: int, new_engine: bool = True) -> list:
-        self.prepare(config, weight_dir, new_engine)()
-        self.go(events, seed)
+        self.go(config, weight_dir, events, seed, new_engine)
         return self.fetch(events)
 
     def place(self, cpu) -> None:
@@ -140,9 +127,8 @@ class Stage:
     observe tells a checked run from a timed one (tests/test_cheats.py records what it can):
     every other runner stopped (SIGSTOP: a neighbour cannot slow it down by working behind
     its back, nor tell by their state that it is timed); on a GPU, the runner on the timing
-    core (`TimingCores`), the GPU's clocks just busied (but before a staged run, which
-    follows the evaluator: RunnerDriver.go_staged) and the judge waiting busy off that core.
-    What timing needs for precision, every run gets."""
+    core (`TimingCores`) and the judge waiting busy off that core. What timing needs for
+    precision, every run gets."""
 
     def __init__(self, device: str, timing=None):
         self.device, self.timing = device, timing
@@ -150,9 +136,8 @@ class Stage:
         self.runners = set()  # every runner process of the judge, stopped while another runs
 
     @contextlib.contextmanager
-    def alone(self, driver: RunnerDriver, burst: bool = True):
-        """The run's placement; yields whether the judge waits busy (on a GPU). `burst`: the
-        GPU's clocks busied first (a staged run's are not: RunnerDriver.go_staged)."""
+    def alone(self, driver: RunnerDriver):
+        """The run's placement; yields whether the judge waits busy (on a GPU)."""
         with self.lock:
             self.runners = {p for p in self.runners if not p.closed}
             others = [p for p in self.runners if p is not driver.process]
@@ -161,11 +146,10 @@ class Stage:
             try:
                 cpu = self.timing.current() if self.timing is not None else None
                 driver.place(cpu)
-                if burst:
-                    ramp_gpu_clocks(self.device, CLOCK_BURST_S)
                 with kept_off(core_siblings(cpu) if cpu is not None else frozenset()):
                     yield cpu is not None
             finally:
+                driver.place(driver.home_cpu)  # its fetch and what follows, off the timing core
                 for process in others:
                     process.resume()
 

@@ -15,7 +15,6 @@ run, are compared with the reference here: a program that answers timed calls wr
 (skipping work it guesses is not checked, or replaying outputs of earlier calls) is
 incorrect, whatever its speed.
 """
-import functools
 import math
 import random
 import statistics
@@ -223,13 +222,11 @@ def measure(candidates: list, baseline, cases: dict, raw_config: dict, weight_di
     (its `failure`); the rounds end when none is left. Alone (no baseline), a candidate's
     rounds go on until its own fitness is precise (`Outcome.is_precise`) over at least
     ALONE_MIN_SPAN_S (on a GPU), up to the larger of `max_rounds` and ALONE_MAX_ROUNDS, or for
-    ALONE_MAX_SPAN_S. In each case of a round every runner makes its engine at once
-    (untimed), then each runs in turn, alone on the judge's stage, as every run is
-    (fitness.judge.Stage). A failure of the baseline ends them all. `next_round()`, when
-    given, is called before each round (the judge moves its timing core). `staged`: each
-    case of a round is run a second time by every contender, on fresh engines and tokens,
-    staged, each engine made right before its run (fitness.judge.RunnerDriver.go_staged):
-    Outcome.staged_ratio."""
+    ALONE_MAX_SPAN_S. In each case of a round each contender runs in turn on a fresh engine,
+    alone on the judge's stage, as every run is (fitness.judge.RunnerDriver.go). A failure of
+    the baseline ends them all. `next_round()`, when given, is called before each round (the
+    judge moves its timing core). `staged`: each case of a round is run a second time by every
+    contender, on fresh engines and tokens, staged: Outcome.staged_ratio."""
     outcome = Outcome(baseline, cases)
     runs = TimedRuns(baseline, raw_config, weight_dir, check, staged)
     ending = RoundsEnd(min_rounds, resolution, ALONE_MIN_SPAN_S["cuda" if is_cuda(device) else "cpu"])
@@ -272,26 +269,16 @@ class TimedRuns:
             order = [c for c in order if c.failure is None]
 
     def case(self, order: list, name: str, events, staged: bool = False) -> None:
-        """Each contender's run of the case; staged, each engine is made right before its run
-        (RunnerDriver.go_staged), otherwise all at once first."""
+        """Each contender's run of the case on a fresh engine, made right before it
+        (RunnerDriver.go), then every run's outputs checked."""
         seed = fresh_seed()  # the same tokens for every contender in this round
-        if not staged:
-            self.prepare(order)
         for contender in [c for c in order if c.failure is None]:
-            go = functools.partial(contender.driver.go_staged, self.raw_config, self.weight_dir) if staged \
-                else contender.driver.go
-            seconds = attempt(contender, self.baseline, go, events, seed)
+            seconds = attempt(contender, self.baseline, contender.driver.go, self.raw_config, self.weight_dir,
+                              events, seed, staged=staged)
             if contender.failure is None:
                 (contender.staged_seconds if staged else contender.seconds).setdefault(name, []).append(seconds)
         for contender in [c for c in order if c.failure is None]:
             self.fetch_and_check(contender, name, events, seed, "staged" if staged else "timed")
-
-    def prepare(self, order: list) -> None:
-        """Every contender's fresh engine, made at once (untimed)."""
-        waits = {c.name: attempt(c, self.baseline, c.driver.prepare, self.raw_config, self.weight_dir) for c in order}
-        for contender in order:
-            if waits[contender.name] is not None:
-                attempt(contender, self.baseline, waits[contender.name])
 
     def fetch_and_check(self, contender: Contender, name: str, events, seed: int, kind: str = "timed") -> None:
         outputs = attempt(contender, self.baseline, contender.driver.fetch, events)

@@ -60,8 +60,8 @@ def test_a_paused_runner_runs_nothing_until_resumed(tmp_path):
 class Stub:
     """A runner seen from `measure` (its driver) and from the stage (its process)."""
 
-    def __init__(self, name, everyone, seconds):
-        self.name, self.everyone, self.seconds = name, everyone, seconds
+    def __init__(self, name, everyone, seconds, home_cpu=None):
+        self.name, self.everyone, self.seconds, self.home_cpu = name, everyone, seconds, home_cpu
         self.paused, self.closed, self.last_peak_bytes, self.process = False, False, 0, self
         self.placed = []
 
@@ -74,11 +74,7 @@ class Stub:
     def place(self, cpu):
         self.placed.append(cpu)
 
-    def prepare(self, *args, **kwargs):
-        assert not any(s.paused for s in self.everyone), "an engine is made while a runner is stopped"
-        return lambda: None
-
-    def go(self, events, seed):
+    def go(self, config, weight_dir, events, seed, staged=False):
         return self.seconds
 
     def fetch(self, events):
@@ -100,51 +96,47 @@ def test_every_run_is_alone_on_the_stage_with_every_other_runner_stopped():
         assert not everyone[1].paused and everyone[2].paused
 
 
-def test_on_a_gpu_every_run_goes_to_the_timing_core(monkeypatch):
-    monkeypatch.setattr("fitness.judge.ramp_gpu_clocks", lambda *args: bursts.append(args))
-    bursts, everyone = [], []
-    everyone += [Stub("a", everyone, 0.01), Stub("b", everyone, 0.02)]
+def test_on_a_gpu_every_run_goes_to_the_timing_core_then_back_home():
+    everyone = []
+    everyone += [Stub("a", everyone, 0.01, home_cpu=1), Stub("b", everyone, 0.02, home_cpu=2)]
     stage = Stage("cuda", TimingCores([3, 5]))
     stage.runners.update(everyone)
     for runner in everyone * 2:
         with stage.alone(runner) as awake:
-            assert awake
-    assert [s.placed for s in everyone] == [[5, 5], [5, 5]] and len(bursts) == 4
-    with stage.alone(everyone[0], burst=False) as awake:  # a staged run: the evaluator makes no burst
-        assert awake
-    assert everyone[0].placed == [5, 5, 5] and len(bursts) == 4
+            assert awake and runner.placed[-1] == 5
+    assert [s.placed for s in everyone] == [[5, 1, 5, 1], [5, 2, 5, 2]]
 
 
-def test_a_staged_run_makes_its_engine_on_the_stage_where_it_runs_without_a_burst():
-    """RunnerDriver.go: a timed run's clocks are busied first; go_staged: no burst, and the
-    engine is made inside the stage, on the core the run goes to, right before it."""
+def test_a_run_makes_its_engine_on_the_stage_where_it_runs_right_before_it():
+    """RunnerDriver.go: the engine is made inside the stage, on the core the run goes to,
+    the tokens drawn meanwhile, then the run (call by call, or staged); no clock burst."""
     events = []
 
     class Process:  # tokens are drawn from the vocabulary of the config the run's engine is made with
         slot = types.SimpleNamespace(plan=lambda calls: events.append(("plan", driver.vocab_size)) or calls)
-        timed_run = staged_run = staticmethod(lambda planned, left, awake: events.append("run") or (0.5, 7))
+        timed_run = staticmethod(lambda planned, left, awake: events.append("run") or (0.5, 7))
+        staged_run = staticmethod(lambda planned, left, awake: events.append("staged run") or (0.25, 7))
 
         @staticmethod
         def send(op, left, **fields):
-            events.append((op, fields["config"]["vocab_size"]))
+            events.append((op, fields["config"]["vocab_size"], fields["new_engine"]))
             return lambda: events.append("made")
 
     class Recorder:
         @contextlib.contextmanager
-        def alone(self, driver, burst=True):
+        def alone(self, driver):
             driver.place(9)
-            events.append(("stage", burst))
+            events.append("stage")
             yield True
             events.append("off")
 
     driver = RunnerDriver(Process(), "cuda", time.monotonic() + 60, home_cpu=2, stage=Recorder())
     driver.place = lambda cpu: events.append(("core", cpu))
-    driver.vocab_size = 100
-    assert driver.go([prefill([1], [3])], 1) == 0.5
-    assert events == [("plan", 100), ("core", 9), ("stage", True), "run", "off"]
+    assert driver.go({"vocab_size": 100}, "w", [prefill([1], [3])], 1) == 0.5
+    assert events == [("core", 9), "stage", ("prepare", 100, True), ("plan", 100), "made", "run", "off"]
     events.clear()
-    assert driver.go_staged({"vocab_size": 50}, "w", [prefill([1], [3])], 1) == 0.5
-    assert events == [("core", 9), ("stage", False), ("prepare", 50), ("plan", 50), "made", "run", "off"]
+    assert driver.go({"vocab_size": 50}, "w", [prefill([1], [3])], 1, new_engine=False, staged=True) == 0.25
+    assert events == [("core", 9), "stage", ("prepare", 50, False), ("plan", 50), "made", "staged run", "off"]
 
 
 def test_measure_times_each_contender_in_interleaved_rounds():
@@ -193,7 +185,7 @@ class Drifting(Stub):
         super().__init__(name, everyone, seconds)
         self.runs, self.wall = 0, wall
 
-    def go(self, events, seed):
+    def go(self, config, weight_dir, events, seed, staged=False):
         self.runs += 1
         time.sleep(self.wall)
         return self.seconds[(self.runs - 1) % len(self.seconds)]

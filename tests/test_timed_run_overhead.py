@@ -66,18 +66,17 @@ def test_the_timeline_names_each_call_and_the_time_before_it(monkeypatch):
     assert second["device_before"] >= 4000 and abs(second["device_before"] - second["host_before"]) < 500
 
 
-def test_a_napping_stage_places_the_run_as_the_judge_does_but_never_waits_busy(monkeypatch):
+def test_a_napping_stage_places_the_run_as_the_judge_does_but_never_waits_busy():
     """judge_staged_nap: the run on the timing core, the judge napping (awake False)."""
-    bursts, placed = [], []
-    monkeypatch.setattr("fitness.judge.ramp_gpu_clocks", lambda *args: bursts.append(args))
+    placed = []
     cores = sorted(os.sched_getaffinity(0))
     stage = timed_run_overhead.NappingStage("cuda", TimingCores(cores))
-    driver = types.SimpleNamespace(process=object(), place=placed.append)
-    with stage.alone(driver, burst=False) as awake:
+    driver = types.SimpleNamespace(process=object(), place=placed.append, home_cpu=cores[0])
+    with stage.alone(driver) as awake:
         assert awake is False
-    with Stage("cuda", TimingCores(cores)).alone(driver, burst=False) as awake:
+    with Stage("cuda", TimingCores(cores)).alone(driver) as awake:
         assert awake is True  # the judge's own stage waits busy on a GPU
-    assert placed == [cores[-1], cores[-1]] and not bursts
+    assert placed == [cores[-1], cores[0]] * 2
 
 
 def test_bench_pinned_makes_the_calls_on_one_core_and_one_thread_then_gives_them_back():

@@ -30,18 +30,19 @@ round by round (the order turned each round); the judged ones run one after anot
   go_parts    `go` with the host's seconds of each part added up per run (wire, views,
               engine, copy): printed as a second line
   bench_parts `bench` with the host's seconds in the engine's calls added up per run
-  judge       a runner, `prepare`, `--gap` s idle (other contenders preparing), then the
-              judge's run, each call sent when due, on its stage (fitness.judge.RunnerDriver.go)
+  judge       a runner idle `--gap` s, then the judge's run on its stage: the engine made there,
+              then each call sent when due (fitness.judge.RunnerDriver.go)
   judge_now   the same with no gap: the runner is still polling when `go` comes
+  judge_apart `judge` as the judge ran until its engines were made on the stage: the engine made
+              on the runner's home core `--gap` s before, a 20 ms clock burst before the run
   judge_staged  `--gap` s idle, then a final's second timing: the engine made on the stage, every
-              call staged before the clock (fitness.judge.RunnerDriver.go_staged: the evaluator's
+              call staged before the clock (fitness.judge.RunnerDriver.go, staged: the evaluator's
               protocol in a runner)
   judge_staged_apart  `judge_staged` with its engine made on the runner's home core `--gap` s
               before the run, as finals made them until their engines were made on the stage
   judge_staged_nap  `judge_staged` with the judge napping 50 us at a time while it waits, not
               spinning on a core that may share a physical core with the runner's
   judge_home  `judge` timed on the runner's own core (it is not moved to the timing core)
-  judge_no_burst  `judge` without the GPU burst the judge makes before each timed run
   ping        one request and its answer through the pipe: one the runner refuses at once
 --profile adds an untimed run of each in-process variant under torch.profiler; --timeline one
 with CUDA events around each engine call (the device's time inside the calls and between them;
@@ -59,9 +60,8 @@ from pathlib import Path
 
 import torch
 
-import fitness.judge
 import fitness.wire
-from contract.devices import core_siblings
+from contract.devices import core_siblings, ramp_gpu_clocks
 from contract.loader import load_engine_module
 from fitness.bench import synchronize, timed_run
 from fitness.candidate import CandidateError, CandidateProcess
@@ -382,9 +382,7 @@ def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap, var
     timing = TimingCores([cores[0]] if variant == "judge_home" else cores)
     stage = (NappingStage if variant.endswith("_nap") else Stage)(device, timing)
     driver = RunnerDriver(process, device, time.monotonic() + 600, cores[0], stage)
-    burst, longest_nap = fitness.judge.ramp_gpu_clocks, fitness.wire.MAX_NAP_S
-    if variant == "judge_no_burst":  # no GPU burst from this process right before the run
-        fitness.judge.ramp_gpu_clocks = lambda *args, **kwargs: None
+    longest_nap = fitness.wire.MAX_NAP_S
     if variant.endswith("_nap"):  # every nap as short as the first: the run's end is seen within ~0.1 ms
         fitness.wire.MAX_NAP_S = fitness.wire.NAP_S
     try:
@@ -393,48 +391,57 @@ def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap, var
         driver.run_trace(raw_config, weight_dir, events, 0)  # the warm-up engine
         seconds = []
         for i in range(rounds):
-            if variant.startswith("judge_staged") and variant != "judge_staged_apart":
+            if variant == "ping":  # a request the runner refuses at once, waited on as a run is
+                seconds.append(pinged(driver, raw_config, weight_dir, gap))
+                continue
+            if variant.endswith("_apart"):
+                driver.prepare(raw_config, weight_dir)()
                 time.sleep(gap)
-                seconds.append(driver.go_staged(raw_config, weight_dir, events, i + 1))
-                driver.fetch(events)
-                continue
-            driver.prepare(raw_config, weight_dir)()
-            time.sleep(gap)
-            if variant == "ping":  # a request the runner refuses at once, waited on as `go` is
-                process.timed_run(process.slot.plan([]), 60, True)  # the run after `prepare`: no calls, its end
-                cpu = timing.current()
-                driver.place(cpu)
-                with kept_off(core_siblings(cpu)):  # the judge off the runner's core, as in `go`
-                    started = time.perf_counter()
-                    try:
-                        process.send("ping", 60, awake=True)()
-                    except CandidateError:
-                        pass
-                    seconds.append(time.perf_counter() - started)
-                continue
-            seconds.append(staged_apart(driver, events, i + 1) if variant == "judge_staged_apart"
-                           else driver.go(events, i + 1))
+                seconds.append(run_apart(driver, events, i + 1, staged=variant == "judge_staged_apart"))
+            else:
+                time.sleep(gap)
+                seconds.append(driver.go(raw_config, weight_dir, events, i + 1, staged=variant.startswith("judge_staged")))
             driver.fetch(events)
         return seconds
     finally:
-        fitness.judge.ramp_gpu_clocks, fitness.wire.MAX_NAP_S = burst, longest_nap
+        fitness.wire.MAX_NAP_S = longest_nap
         process.close()
 
 
-def staged_apart(driver, events, seed: int) -> float:
-    """A staged run on the engine `prepare` made before it, on the stage without a burst."""
+def run_apart(driver, events, seed: int, staged: bool) -> float:
+    """A run on the engine `prepare` made before it (on the runner's home core), on the stage;
+    the judge's own runs had a 20 ms clock burst first (judge_apart), staged ones none."""
     planned = driver.planned(events, seed)
-    with driver.stage.alone(driver, burst=False) as awake:
-        driver.last_seconds, driver.last_checksum = driver.process.staged_run(planned, driver.left(), awake)
+    with driver.stage.alone(driver) as awake:
+        if not staged:
+            ramp_gpu_clocks(driver.device, 0.02)
+        run = driver.process.staged_run if staged else driver.process.timed_run
+        driver.last_seconds, driver.last_checksum = run(planned, driver.left(), awake)
     return driver.last_seconds
+
+
+def pinged(driver, raw_config, weight_dir, gap: float) -> float:
+    """The seconds of one `ping` the runner refuses at once, sent from the stage as a run is."""
+    driver.prepare(raw_config, weight_dir)()
+    time.sleep(gap)
+    process, cpu = driver.process, driver.stage.timing.current()
+    process.timed_run(process.slot.plan([]), 60, True)  # the run after `prepare`: no calls, its end
+    driver.place(cpu)
+    with kept_off(core_siblings(cpu)):  # the judge off the runner's core, as on the stage
+        started = time.perf_counter()
+        try:
+            process.send("ping", 60, awake=True)()
+        except CandidateError:
+            pass
+        return time.perf_counter() - started
 
 
 class NappingStage(Stage):
     """A Stage whose judge naps while its run goes on (judge_staged_nap), never waiting busy."""
 
     @contextlib.contextmanager
-    def alone(self, driver, burst: bool = True):
-        with super().alone(driver, burst):
+    def alone(self, driver):
+        with super().alone(driver):
             yield False
 
 
@@ -442,8 +449,8 @@ class NappingStage(Stage):
 STAGINGS = {"go_staged": StagedInputs, "go_stream_writes": StreamWrittenInputs, "go_kernel_copied": KernelCopiedInputs}
 IN_PROCESS = ("bench", "bench_held", "bench_pinned", "bench_parts", "here_staged", "go", "go_copied", "go_staged",
               "go_stream_writes", "go_kernel_copied", "go_no_wire", "go_device_inputs", "go_no_copy", "go_parts")
-JUDGED = ("judge", "judge_now", "judge_staged", "judge_staged_apart", "judge_staged_nap", "judge_home",
-          "judge_no_burst", "ping")
+JUDGED = ("judge", "judge_now", "judge_apart", "judge_staged", "judge_staged_apart", "judge_staged_nap",
+          "judge_home", "ping")
 
 
 def report(engine, case, variant, seconds) -> None:
