@@ -54,5 +54,5 @@ def ramp_gpu_clocks(device, seconds: float = 0.3) -> None:
 
 @lru_cache(maxsize=None)
 def ramp_matrix(device: str) -> torch.Tensor:
-    """The ramp's operand, made once: the judge bursts before every timed run."""
+    """The ramp's operand, made once (fitness.bench ramps before its cases)."""
     return torch.randn(4096, 4096, device=device, dtype=torch.float16)

@@ -9,8 +9,9 @@ candidate does (raise, hang, die, corrupt its CUDA context, lie) ends as a verdi
 runner is killed after every judgement and never reused. The baseline's runner (a
 program judged before) is kept, stopped, for the next judgement beside it.
 
-A group of files (`judge_group`) is judged at once: their untimed steps run side by side,
-each on a core of its own, and they are timed in the same rounds beside the baseline.
+A group of files (`judge_group`) is judged at once: their imports and the checks of their
+outputs run side by side, each runner on a core of its own; every run (its engine made
+first) is alone on the stage; they are timed in the same rounds beside the baseline.
 
 Levels: "screen" (target traces, unit-scaled weights, timing), "full" (adds the churn
 check and the derived configs), "none" (timing only, for programs judged before).
@@ -75,13 +76,12 @@ class RunnerDriver:
         evaluator's protocol). The seconds of the run.
 
         The engine is made where and right before it runs, as the evaluator's process makes
-        the engine it then times. Made a second before on the runner's home core, a program's
-        staged decode ran 5% over the evaluator's loop in one runner, and in a group (every
-        engine made at once, then each run in turn) a device-bound program's ranked 4-6%
-        higher than the evaluator ranks it; made here, within 0.5% and 2%
-        (docs/log/2026-11-30-staged-group-vs-one-runner.md). No clock burst before the run,
-        as the evaluator makes none: with one, a device-bound program's staged decode ran
-        1-3.5% faster (docs/log/2026-11-30-staged-checksum-burst.md)."""
+        the engine it then times, and with no clock burst before the run, as the evaluator
+        makes none. With every engine made at once on home cores first and a 20 ms burst
+        before each run, the judge ranked a device-bound program's decode 6-10% higher than
+        the evaluator does, made so 0.995-1.011 of it, mixed 0.979-1.027 (H200,
+        docs/log/2026-12-01-every-run-made-on-the-stage.md; the staged runs' own steps there:
+        docs/log/2026-11-30-staged-group-vs-one-runner.md, 2026-11-30-staged-checksum-burst.md)."""
         with self.stage.alone(self) as awake:
             made = self.prepare(config, weight_dir, new_engine)
             planned = self.planned(events, seed)
@@ -235,8 +235,8 @@ class Judge:
                     rounds_within: float | None = None, weights_fingerprint=None, staged: bool = False) -> list:
         """A verdict on each of `paths` (at most MAX_GROUP), each timed beside `baseline` (a
         program judged before) in the same interleaved rounds: the baseline's runs serve
-        every candidate's comparison. What is not timed (imports, gates, warm-ups) runs for
-        all at once; each timed run is alone. `weights_fingerprint`: weight_dir's weight files
+        every candidate's comparison. Their gates and warm-ups go on for all at once, each run
+        alone on the stage. `weights_fingerprint`: weight_dir's weight files
         as the caller found them before any candidate ran (fitness.weight_files); every
         verdict is `invalid` at stage `weights` if a trusted weight file changed. `staged`:
         beside a baseline, every case is also timed with its inputs staged before the clock,
