@@ -209,9 +209,9 @@ class Judge:
         self.kept = None  # the last baseline's runner, warm, for the next judgement beside it
         # Threads that only wait on runners: the untimed work of a group runs at once.
         self.helpers = ThreadPoolExecutor(MAX_GROUP + 1, thread_name_prefix="untimed")
-        # On a GPU: each runner's untimed work on a core of its own, so runners can make
-        # engines and pass gates at once; timed runs as TimingCores says, the quiet core's
-        # SMT siblings, if any, left to it.
+        # On a GPU: each runner on a core of its own between its runs (imports and fetches
+        # go on at once); every run, its engine made first, as TimingCores says, the quiet
+        # core's SMT siblings, if any, left to it.
         cores = sorted(os.sched_getaffinity(0))
         self.timing = TimingCores(cores) if is_cuda(device) else None
         self.stage = Stage(device, self.timing)

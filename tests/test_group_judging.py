@@ -60,8 +60,8 @@ def test_a_paused_runner_runs_nothing_until_resumed(tmp_path):
 class Stub:
     """A runner seen from `measure` (its driver) and from the stage (its process)."""
 
-    def __init__(self, name, everyone, seconds, home_cpu=None):
-        self.name, self.everyone, self.seconds, self.home_cpu = name, everyone, seconds, home_cpu
+    def __init__(self, name, seconds, home_cpu=None):
+        self.name, self.seconds, self.home_cpu = name, seconds, home_cpu
         self.paused, self.closed, self.last_peak_bytes, self.process = False, False, 0, self
         self.placed = []
 
@@ -82,8 +82,7 @@ class Stub:
 
 
 def test_every_run_is_alone_on_the_stage_with_every_other_runner_stopped():
-    everyone = []
-    everyone += [Stub("a", everyone, 0.01), Stub("b", everyone, 0.02), Stub("base", everyone, 0.03)]
+    everyone = [Stub("a", 0.01), Stub("b", 0.02), Stub("base", 0.03)]
     stage = Stage("cpu")
     stage.runners.update(everyone)
     for runner in everyone:
@@ -97,8 +96,7 @@ def test_every_run_is_alone_on_the_stage_with_every_other_runner_stopped():
 
 
 def test_on_a_gpu_every_run_goes_to_the_timing_core_then_back_home():
-    everyone = []
-    everyone += [Stub("a", everyone, 0.01, home_cpu=1), Stub("b", everyone, 0.02, home_cpu=2)]
+    everyone = [Stub("a", 0.01, home_cpu=1), Stub("b", 0.02, home_cpu=2)]
     stage = Stage("cuda", TimingCores([3, 5]))
     stage.runners.update(everyone)
     for runner in everyone * 2:
@@ -140,8 +138,7 @@ def test_a_run_makes_its_engine_on_the_stage_where_it_runs_right_before_it():
 
 
 def test_measure_times_each_contender_in_interleaved_rounds():
-    everyone = []
-    everyone += [Stub("a", everyone, 0.01), Stub("b", everyone, 0.02), Stub("base", everyone, 0.03)]
+    everyone = [Stub("a", 0.01), Stub("b", 0.02), Stub("base", 0.03)]
     a, b, base = (Contender(s.name, s) for s in everyone)
     cases = {"one": [], "two": []}
     rounds_begun = []
@@ -155,8 +152,7 @@ def test_measure_times_each_contender_in_interleaved_rounds():
 
 
 def test_a_candidate_far_behind_its_baseline_leaves_after_one_round():
-    everyone = []
-    everyone += [Stub("slow", everyone, 0.10), Stub("near", everyone, 0.031), Stub("base", everyone, 0.03)]
+    everyone = [Stub("slow", 0.10), Stub("near", 0.031), Stub("base", 0.03)]
     slow, near, base = (Contender(s.name, s) for s in everyone)
     outcome = measure([slow, near], base, {"one": []}, {}, None, "cpu", lambda *args: 0.0, 2, 4, lambda: 60.0)
     assert slow.rounds == 1 and outcome.is_far_behind(slow)  # 0.3x: clear at once
@@ -181,8 +177,8 @@ class Drifting(Stub):
     """A runner whose timed runs take each of `seconds` in turn, `wall` seconds of the
     judge's time each."""
 
-    def __init__(self, name, everyone, seconds, wall=0.0):
-        super().__init__(name, everyone, seconds)
+    def __init__(self, name, seconds, wall=0.0):
+        super().__init__(name, seconds)
         self.runs, self.wall = 0, wall
 
     def go(self, config, weight_dir, events, seed, staged=False):
@@ -193,9 +189,7 @@ class Drifting(Stub):
 
 def timed_alone(seconds, wall=0.0) -> tuple:
     """(outcome, contender) of a Drifting runner timed alone on one case, 3 to 5 rounds asked."""
-    runners = []
-    runners.append(Drifting("alone", runners, seconds, wall))
-    contender = Contender("alone", runners[0])
+    contender = Contender("alone", Drifting("alone", seconds, wall))
     outcome = measure([contender], None, {"one": [prefill([0], [8])]}, {}, None, "cpu", lambda *args: 0.0, 3, 5,
                       lambda: 60.0)
     return outcome, contender
