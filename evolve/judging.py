@@ -123,6 +123,15 @@ class ProgramBatch:
     baseline_id: str | None
 
 
+@dataclass(frozen=True)
+class BatchPhases:
+    """Where a batch's wall seconds went, as its judge said."""
+    wall: float
+    gate: float  # the gates, `references` among them
+    timing: float
+    references: float  # computing reference logits the judge had not kept
+
+
 class Evaluator:
     """toolbox.evaluate: judge a batch of programs on a worker, record a row for each,
     keep the scores."""
@@ -137,6 +146,7 @@ class Evaluator:
         self.final_reserve = final_reserve
         self.judge_fn = judge_fn  # None: the worker's judge; else one path at a time (tests' stand-ins)
         self.batch_seconds = {}  # level -> wall seconds of each batch judged (the budget's estimates)
+        self.batch_phases = {}  # level -> BatchPhases of each batch whose judge said them
         self.batches_started, self.start_lock = 0, threading.Lock()  # batches begun (workers' threads count them)
         # Gate traces and their reference logits are the same for every judgement of a
         # run (computed once, by each judge); timed runs draw fresh tokens every time.
@@ -209,6 +219,10 @@ class Evaluator:
         """The batch's wall time, process start included, kept for the budget's estimates;
         each judgement's share of it (what the budget paid for it)."""
         self.batch_seconds.setdefault(level, []).append(wall)
+        phases = next((v["phases"] for v in verdicts if v is not None and v.get("phases")), {})
+        if "gate" in phases and "timing" in phases:  # a group's stages: the same in each of its verdicts
+            self.batch_phases.setdefault(level, []).append(
+                BatchPhases(wall, phases["gate"], phases["timing"], phases.get("references", 0.0)))
         return round(wall / max(1, sum(v is not None for v in verdicts)), 3)
 
     def result(self, program, path, verdict: dict | None, share: float, generation: int, batch: ProgramBatch,

@@ -45,9 +45,10 @@ SHARE_PER_EXTRA_CONTENDER = 1 / 4
 # The rounds a close final may run beyond a confirmation's max_rounds count for a quarter:
 # most comparisons clear their interval well before the limit.
 SHARE_PER_EXTRA_ROUND = 1 / 4
-# A final that times each case staged too (RunConfig.staged_final) runs every timed run twice:
-# its timing, reckoned at half a full judgement (gates and warm-ups the rest), twice as long.
-STAGED_SHARE = 1 / 2
+# A final that times each case staged too (RunConfig.staged_final) runs every timed run twice.
+STAGED_TIMING = 2
+# A full judgement's timing, where its judge did not say (tests' stand-ins): half of it.
+TIMING_SHARE = 1 / 2
 # Generations in a row that judged nothing new before the search stops: on a tiny model the
 # operators run dry (every child already judged), and a 9-minute CPU run on a tiny Qwen3
 # checkpoint spun through 32 empty generations in its last minute.
@@ -214,17 +215,35 @@ class Search:
         ranked = self.final_contenders()
         if contenders is None:
             contenders = min(self.config.final_top, len(ranked))
-        # One batch per worker. More rounds only for a close call: a program well ahead of
-        # the floor clears its interval in a confirmation's rounds.
-        together = math.ceil(contenders / self.config.workers)
+        # One batch per worker, one at least: with no contender yet, the closing merge. More
+        # rounds only for a close call: one well ahead of the floor clears its interval in a
+        # confirmation's rounds.
+        together = max(1, math.ceil(contenders / self.config.workers))
         best = ranked[0] if ranked else None
         gain = self.scores.gain(best.id, self.floor.id) if best is not None else None
         close = gain is None or gain < CLEAR_GAIN
         extra_rounds = self.config.final_rounds / self.config.max_rounds - 1
         longer = 1 + extra_rounds * SHARE_PER_EXTRA_ROUND if close else 1.0
         wider = 1 + (together - 1) * SHARE_PER_EXTRA_CONTENDER
-        staged = 1 + STAGED_SHARE if self.config.staged_final else 1.0
-        return staged * wider * longer * self.scores.mean_judge_seconds(ok_only=True, level="full")
+        staged = STAGED_TIMING if self.config.staged_final else 1.0
+        return wider * self.full_judgement_s(staged * longer)
+
+    def full_judgement_s(self, timed: float) -> float:
+        """A full judgement whose timing takes `timed` times as long as a confirmation's, from
+        this run's full batches: the cheapest gate without its references, the most any paid
+        for references (the final draws gate traces of its own), the mean timing and the mean
+        rest. A final's contenders are confirmed, so their kernels are compiled for every
+        config: a gate that compiles took 31-64 s on an H200, the final's 7-10 s, and a mean
+        of whole judgements reckoned finals at 1.5-2.7x their time, leaving minutes of short
+        runs unspent (docs/log/2026-11-30-staged-checksum-burst.md). Without phases (tests'
+        stand-ins): the mean full judgement, TIMING_SHARE of it timing."""
+        batches = self.evaluator.batch_phases.get("full")
+        if not batches:
+            full = self.scores.mean_judge_seconds(ok_only=True, level="full")
+            return full * (1 - TIMING_SHARE + TIMING_SHARE * timed)
+        gate = min(b.gate - b.references for b in batches) + max(b.references for b in batches)
+        rest = sum(max(0.0, b.wall - b.gate - b.timing) for b in batches) / len(batches)
+        return gate + rest + timed * sum(b.timing for b in batches) / len(batches)
 
     def final_fits(self, contenders: int) -> bool:
         """Whether a final of `contenders` fits the time left."""

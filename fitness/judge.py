@@ -242,7 +242,7 @@ class Judge:
         beside a baseline, every case is also timed with its inputs staged before the clock,
         as the evaluator's protocol has them (the verdict's `staged_ratio`)."""
         assert level in LEVELS and bench in BENCH_CHOICES and 0 < len(paths) <= MAX_GROUP, (level, bench, paths)
-        group = Group.begin(paths, self.device, seed, level, timeout, rounds_within)
+        group = Group.begin(paths, self.device, seed, level, timeout, rounds_within, self.references.computed_s)
         # Absolute paths: the runner works in a directory of its own.
         weight_path = Path(weight_dir).resolve()
         baseline_path = Path(baseline).resolve() if baseline is not None and bench != "none" else None
@@ -331,7 +331,7 @@ class Judge:
             if entry.driver is not None:
                 entry.driver.process.close()
         self.check_weights_after(group)
-        group.complete()
+        group.complete(self.references.computed_s)
 
     def settle_kept(self, group: "Group") -> None:
         """The baseline's runner after a judgement: kept paused for the next one beside it, or
@@ -560,19 +560,21 @@ class Group:
     deadline: float  # every runner's requests end by then
     rounds_end: float  # no timed round starts that would end past this (the first always runs)
     marks: list  # (stage, when it began): where the seconds went
+    references_from: float  # the judge's References.computed_s when it began
     setting: Setting | None = None  # once the config and weights are read
     base: KeptRunner | None = None
     warming: Future | None = None  # the baseline's warm-up, run beside the gates, until checked
 
     @classmethod
-    def begin(cls, paths, device: str, seed: int, level: str, timeout: float, rounds_within: float | None):
+    def begin(cls, paths, device: str, seed: int, level: str, timeout: float, rounds_within: float | None,
+              references_s: float = 0.0):
         started, deadline = time.monotonic(), time.monotonic() + timeout
         # The caller's budget for the rounds.
         rounds_end = min(deadline, started + rounds_within) if rounds_within is not None else deadline
         entries = [Entry(i, Path(path), new_verdict(path, device, seed)) for i, path in enumerate(paths)]
         for entry in entries:
             entry.verdict.update(level=level, group=len(entries))
-        return cls(entries, started, deadline, rounds_end, [("setup", time.monotonic())])
+        return cls(entries, started, deadline, rounds_end, [("setup", time.monotonic())], references_s)
 
     def mark(self, stage: str) -> None:
         self.marks.append((stage, time.monotonic()))
@@ -585,14 +587,17 @@ class Group:
         for entry in self.live():
             entry.fail(err, entry.stage)
 
-    def complete(self) -> None:
-        """Those that failed nothing are ok; every verdict gets its seconds and phases."""
+    def complete(self, references_s: float) -> None:
+        """Those that failed nothing are ok; every verdict gets its seconds and phases, among
+        them the seconds its gate spent computing reference logits (`references_s`: the
+        judge's References.computed_s now), which a run's final pays afresh on traces of its own."""
         for entry in self.entries:
             if entry.alive:
                 entry.end("ok", "", "")
             entry.verdict["seconds"] = round(time.monotonic() - self.started, 3)
             runners = [entry.driver.process] if entry.driver else []
             entry.verdict["phases"] = phases(self.marks, runners + ([self.base.driver.process] if self.base else []))
+            entry.verdict["phases"]["references"] = round(references_s - self.references_from, 3)
 
     def verdicts(self) -> list:
         return [entry.verdict for entry in self.entries]

@@ -49,6 +49,7 @@ import hashlib
 import itertools
 import json
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,6 +127,7 @@ class References:
         self.allowances = {}  # (config, weight dir) -> tolerances one tolerance is worth
         self.tie_bounds = {}  # (config, weight dir) -> the router gap under which a row is a near-tie
         self.rules = {}  # trace key -> per call, each row's TieRule (None for a remove)
+        self.computed_s = 0.0  # seconds spent computing traces not kept: a judgement's "references" phase
         # A group's gates run in threads: one computes a reference at a time, and the
         # others find it made.
         self.lock = threading.RLock()
@@ -159,6 +161,7 @@ class References:
     def locked_trace(self, config: ModelConfig, weight_dir, events, seed: int, dtype) -> list:
         key = trace_key(config, weight_dir, events, seed, dtype)
         if key not in self.traces:
+            started = time.monotonic()
             calls = materialize(events, config.vocab_size, seed, "cpu")
             model = self.model(config, weight_dir, dtype)
             lives, rows = lifetimes(calls, histories(calls))
@@ -174,6 +177,7 @@ class References:
             self.rules[key] = [None if row is None else [rules.get(r, CLEAR) for r in row] for row in rows]
             if len(self.traces) > MAX_TRACES:
                 self.rules.pop(self.traces.popitem(last=False)[0], None)
+            self.computed_s += time.monotonic() - started
         self.traces.move_to_end(key)
         return self.traces[key]
 

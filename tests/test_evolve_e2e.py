@@ -60,8 +60,9 @@ def test_two_generations_with_the_real_operators_and_judge(small_target, tmp_pat
     assert not judged["candidate_id"].duplicated().any()
     assert frame["tps_prefill_4x32"].notna().any()  # a CPU run times the small cases
     phases = json.loads(judged["judge_phases"].iloc[0])  # the seed's: where its seconds went
-    assert {"import", "gate", "timing", "runner_prepare", "runner_run"} <= set(phases)
+    assert {"import", "gate", "timing", "runner_prepare", "runner_run", "references"} <= set(phases)
     assert 0 < phases["gate"] + phases["timing"] <= judged["judge_seconds"].iloc[0]
+    assert 0 < phases["references"] <= phases["gate"]  # the run's first gate computes its reference logits
     assert "winner" in log and "lineage:" in log and "roofline" in log
     judged_ok(config.workspace / "engine.py", small_target, tmp_path)
     # The shipped library is GPU recipes: each declined, saying so; the winner joins the run's.

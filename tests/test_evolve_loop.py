@@ -13,7 +13,7 @@ import evolve.judging
 from evolve import checkpoint, final, history
 from evolve.checkpoint import RunDir
 from evolve.config import RunConfig, SettingsError, parse_duration
-from evolve.judging import FINAL, Judging, ProgramBatch, make_workers
+from evolve.judging import FINAL, BatchPhases, Judging, ProgramBatch, make_workers
 from evolve.population import seed_sources
 from evolve.scores import Scores, target_key
 from evolve.search import Search, run
@@ -661,26 +661,57 @@ def test_near_equal_programs_are_ranked_by_their_paired_comparisons_not_their_ra
     assert scores.gain(a.id, lib.id) == pytest.approx(1.0, abs=0.005)
 
 
-def test_the_final_is_reckoned_longer_only_for_a_close_call():
-    """As long as a confirmation, a quarter more for each further contender; up to
-    final_rounds' worth more only when the best is within CLEAR_GAIN of the seed (an
-    8-minute H100 search skipped a generation that fitted: its final, reckoned at 77 s,
-    took 36); half more when it is staged too."""
+def reckoning_search(gains: dict, phases: dict | None = None) -> SimpleNamespace:
+    """Search's estimates over a hall of fame of `best` and the seed (the floor), whose full
+    judgements took 40 s each, and batches of `phases` (level -> [BatchPhases]))."""
     seed, best = SimpleNamespace(id="seed"), SimpleNamespace(id="best")
-    gains = {"best": 15.0}
     fake = SimpleNamespace(
-        seed=seed, floor=seed, hall_of_fame=[best, seed],
+        seed=seed, floor=seed, hall_of_fame=[best, seed], evaluator=SimpleNamespace(batch_phases=phases or {}),
         scores=SimpleNamespace(gain=lambda a, b: gains[a], mean_judge_seconds=lambda **_: 40.0,
                                is_ok=lambda _: True, speed=lambda a: {"seed": 1.0, "best": gains["best"]}[a]),
         config=SimpleNamespace(final_top=2, workers=1, final_rounds=12, max_rounds=5, staged_final=False))
     fake.final_contenders = lambda: Search.final_contenders(fake)
+    fake.full_judgement_s = lambda timed: Search.full_judgement_s(fake, timed)
+    return fake
+
+
+def test_the_final_is_reckoned_longer_only_for_a_close_call():
+    """As long as a confirmation, a quarter more for each further contender; its timing (half
+    of it when the judge did not say) up to final_rounds' worth longer only when the best is
+    within CLEAR_GAIN of the seed (an 8-minute H100 search skipped a generation that fitted:
+    its final, reckoned at 77 s, took 36); twice as long when it is staged too."""
+    gains = {"best": 15.0}
+    fake = reckoning_search(gains)
     assert Search.estimated_final_s(fake, 1) == 40.0
     assert Search.estimated_final_s(fake, 2) == 50.0
     # Two of the hall of fame and the closing merge: three in the batch, though final_top is
     # 2 (H100 finals of three, reckoned as two, took 122 and 154 s where 89 and 79 s were left).
     assert Search.estimated_final_s(fake, 3) == 60.0
     assert Search.estimated_final_s(fake) == 40.0  # the reserve: the hall of fame's one contender
+    best, seed = fake.hall_of_fame
+    fake.hall_of_fame = [seed]  # none yet: a final of the closing merge alone (a close call), not 3/4 of one
+    assert Search.estimated_final_s(fake) == pytest.approx(20.0 + 20.0 * (1 + (12 / 5 - 1) / 4))
+    fake.hall_of_fame = [best, seed]
     gains["best"] = 1.05  # a close call: 12 rounds allowed where a confirmation has 5
-    assert Search.estimated_final_s(fake, 1) == pytest.approx(40.0 * (1 + (12 / 5 - 1) / 4))
-    fake.config.staged_final = True  # every timed run twice: the timing, half the judgement, twice as long
-    assert Search.estimated_final_s(fake, 1) == pytest.approx(1.5 * 40.0 * (1 + (12 / 5 - 1) / 4))
+    longer = 1 + (12 / 5 - 1) / 4
+    assert Search.estimated_final_s(fake, 1) == pytest.approx(20.0 + 20.0 * longer)
+    fake.config.staged_final = True  # every timed run twice
+    assert Search.estimated_final_s(fake, 1) == pytest.approx(20.0 + 2 * 20.0 * longer)
+
+
+def test_the_final_is_reckoned_at_the_cheapest_gate_and_the_most_references():
+    """A final's contenders are confirmed, their kernels compiled: the floor's first full
+    judgement (82 s, its gate 64 s compiling for every config) reckoned an 8-minute H200 run's
+    final at 77 s, which took 31 (its gate 7 s). So the gate is the cheapest so far, plus the
+    most any paid for references (the final's traces are its own: a 2-core CPU's final gate
+    took 21 s against its confirmations' 12); the timing and the rest their means, the timing
+    stretched as the final's rounds."""
+    phases = {"full": [BatchPhases(81.6, 63.7, 10.7, 9.0), BatchPhases(20.4, 6.1, 13.9, 0.0),
+                       BatchPhases(50.1, 39.9, 9.7, 0.0)],
+              "screen": [BatchPhases(26.5, 1.0, 13.9, 0.0)]}  # screens gate one config: not the final's
+    fake = reckoning_search({"best": 15.0}, phases)
+    gate, timing, rest = 6.1 + 9.0, (10.7 + 13.9 + 9.7) / 3, (7.2 + 0.4 + 0.5) / 3
+    assert Search.estimated_final_s(fake, 1) == pytest.approx(gate + rest + timing)
+    fake.config.staged_final = True
+    assert Search.estimated_final_s(fake, 1) == pytest.approx(gate + rest + 2 * timing)
+    assert Search.estimated_final_s(fake, 2) == pytest.approx(1.25 * (gate + rest + 2 * timing))
