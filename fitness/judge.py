@@ -56,6 +56,7 @@ class RunnerDriver:
         self.home_cpu, self.stage = home_cpu, stage or Stage(device)
         self.vocab_size = None
         self.last_seconds, self.last_checksum, self.last_peak_bytes = 0.0, None, 0
+        self.last_shared_outputs = 0  # the runner's word: only ever explains a failed check
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -103,6 +104,7 @@ class RunnerDriver:
         if self.last_checksum != output_checksum(outputs):  # the runner's sum, recomputed on what it sent
             raise gate.CorrectnessError("the outputs fetched are not those the timed run answered for")
         self.last_peak_bytes = int(header.get("peak_bytes", 0))
+        self.last_shared_outputs = int(header.get("shared_outputs", 0))
         return [None if e.kind == "remove" else out for e, out in zip(events, outputs)]
 
     def run_trace(self, config, weight_dir, events, seed: int, new_engine: bool = True) -> list:

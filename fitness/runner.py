@@ -183,7 +183,8 @@ class OutputCopies:
         """A staged run's outputs as the engine handed them back, not copied: the evaluator's
         loop keeps none, and a copy a call cost a host-bound program 10-25 us of its ~180 us
         calls on an H200 (tools.probes.runner_stamps). So an engine that hands back a buffer
-        its next call overwrites fails a staged run's check, though the contract allows it."""
+        its next call overwrites fails a staged run's check, though the contract allows it (the
+        fetch counts such outputs, `shared_outputs`, and the failure says so)."""
         self.outputs, self.held = list(outputs), True
 
     def place(self, out, size: int) -> torch.Tensor:
@@ -204,6 +205,19 @@ class OutputCopies:
             return joined_checksum(self.outputs, self.buffers[0] if self.buffers else None)
         filled = self.buffers[:-1] + [self.buffers[-1][:self.used]] if self.buffers else []
         return output_checksum(filled + [o for o in self.outputs if not (torch.is_tensor(o) and o.numel())])
+
+
+def shared_outputs(outputs: list) -> int:
+    """How many tensors among `outputs` live in the storage of an earlier one: an engine that
+    hands back a buffer its next call overwrites (what a staged run's check cannot tell from
+    wrong logits: OutputCopies.hold)."""
+    seen, shared = set(), 0
+    for out in outputs:
+        if torch.is_tensor(out) and out.numel():
+            storage = out.untyped_storage().data_ptr()
+            shared += storage in seen
+            seen.add(storage)
+    return shared
 
 
 def settle(device) -> None:
@@ -391,7 +405,8 @@ class Runner:
 
     def fetch(self) -> tuple[dict, list]:
         peak = torch.cuda.max_memory_allocated() if is_cuda(self.device) else 0
-        return {"peak_bytes": peak}, self.copies.outputs
+        shared = shared_outputs(self.copies.outputs) if self.copies.held else 0  # a copy is never shared
+        return {"peak_bytes": peak, "shared_outputs": shared}, self.copies.outputs
 
     def memory(self) -> dict:
         return {"retained_bytes": retained_bytes(self.engine) if self.engine is not None else 0}

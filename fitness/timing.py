@@ -285,7 +285,20 @@ class TimedRuns:
         if contender.failure is None:
             if kind == "timed":  # a staged run holds every output to its end: not the engine's peak
                 contender.peak_bytes = max(contender.peak_bytes, contender.driver.last_peak_bytes)
-            attempt(contender, self.baseline, self.check, outputs, events, seed, f"{contender.name}/{kind}/{name}")
+            attempt(contender, self.baseline, self.check_outputs, contender.driver, outputs, events, seed,
+                    f"{contender.name}/{kind}/{name}")
+
+    def check_outputs(self, driver, outputs: list, events, seed: int, label: str) -> float:
+        """self.check, its error saying so where the outputs fetched share buffers (a staged run's)."""
+        try:
+            return self.check(outputs, events, seed, label)
+        except CorrectnessError as err:
+            if driver.last_shared_outputs:
+                raise CorrectnessError(
+                    f"{err}; {driver.last_shared_outputs} of the run's outputs share a buffer with an earlier call's: "
+                    "a staged run holds every output to its end, so an engine whose next call overwrites what it "
+                    "handed back fails here, though the contract allows it") from None
+            raise
 
 
 @dataclass(frozen=True)

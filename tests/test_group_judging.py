@@ -313,25 +313,32 @@ def differs_when_staged(src: str, code: str) -> str:
 def test_staged_runs_time_each_case_as_the_evaluator_does_and_check_their_outputs(small_target, scratch, tmp_path):
     """Beside a baseline, `staged` times each case again with every input handed over before
     the clock (fitness.runner.Runner.stage): an engine slower only so is timed at its speed
-    there (staged_ratio) and not in the judge's own runs (ratio); one wrong only so fails."""
+    there (staged_ratio) and not in the judge's own runs (ratio); one wrong only so fails. So
+    does one that hands back a buffer its next call overwrites, and its error says why."""
     config_path, weight_dir = small_target
-    slow, wrong = tmp_path / "slow_staged.py", tmp_path / "wrong_staged.py"
+    slow, wrong, reused = tmp_path / "slow_staged.py", tmp_path / "wrong_staged.py", tmp_path / "reused.py"
     slow.write_text(differs_when_staged(SEED_ENGINE.read_text(), "            import time\n            time.sleep(0.01)\n"))
     wrong.write_text(differs_when_staged(SEED_ENGINE.read_text(), "            token_ids = torch.zeros_like(token_ids)\n"))
+    decoded = "        return self.forward(tokens, Step(ids, start, [1] * len(ids), positions, True))\n"
+    reused.write_text(planted.edit(SEED_ENGINE.read_text(), decoded, decoded.replace("return", "out =") + (
+        "        held = self.__dict__.setdefault('held', {})  # one buffer a shape, each decode's logits in it\n"
+        "        return held.setdefault(out.shape, torch.empty_like(out)).copy_(out)\n")))
     judge = Judge("cpu", scratch=scratch, threads=1)
     try:
-        verdicts = judge.judge_group([slow, wrong, SEED_ENGINE], config_path, weight_dir, seed=3, level="none",
+        verdicts = judge.judge_group([slow, wrong, SEED_ENGINE, reused], config_path, weight_dir, seed=3, level="none",
                                      bench="small", baseline=SEED_ENGINE, min_rounds=2, max_rounds=2, timeout=240,
                                      staged=True)
         plain = judge.judge(slow, config_path, weight_dir, seed=3, level="none", bench="small", baseline=SEED_ENGINE,
                             min_rounds=2, max_rounds=2, timeout=240)
     finally:
         judge.close()
-    slowed, wronged, honest = verdicts
+    slowed, wronged, honest, reusing = verdicts
     assert slowed["status"] == "ok", slowed["error"]
     # 10 ms more a decode staged: several times a small case's whole run.
     assert slowed["staged_ratio"] < 0.5 < slowed["ratio"], slowed
     assert set(slowed["staged_timings"]) == set(slowed["timings"]) and len(slowed["staged_timings"]["decode_8x8x8"]) == 2
     assert (wronged["status"], wronged["stage"]) == ("incorrect", "timed") and "/staged/" in wronged["error"], wronged
     assert honest["status"] == "ok" and 0.5 < honest["staged_ratio"] < 2.0
+    assert (reusing["status"], reusing["stage"]) == ("incorrect", "timed") and "/staged/" in reusing["error"]
+    assert "share a buffer with an earlier call's" in reusing["error"], reusing["error"]
     assert plain["status"] == "ok" and "staged_ratio" not in plain  # only when asked
