@@ -569,7 +569,7 @@ class Group:
 
     @classmethod
     def begin(cls, paths, device: str, seed: int, level: str, timeout: float, rounds_within: float | None,
-              references_s: float = 0.0):
+              references_s: float):
         started, deadline = time.monotonic(), time.monotonic() + timeout
         # The caller's budget for the rounds.
         rounds_end = min(deadline, started + rounds_within) if rounds_within is not None else deadline
