@@ -319,10 +319,14 @@ def test_staged_runs_time_each_case_as_the_evaluator_does_and_check_their_output
     slow, wrong, reused = tmp_path / "slow_staged.py", tmp_path / "wrong_staged.py", tmp_path / "reused.py"
     slow.write_text(differs_when_staged(SEED_ENGINE.read_text(), "            import time\n            time.sleep(0.01)\n"))
     wrong.write_text(differs_when_staged(SEED_ENGINE.read_text(), "            token_ids = torch.zeros_like(token_ids)\n"))
-    decoded = "        return self.forward(tokens, Step(ids, start, [1] * len(ids), positions, True))\n"
-    reused.write_text(planted.edit(SEED_ENGINE.read_text(), decoded, decoded.replace("return", "out =") + (
-        "        held = self.__dict__.setdefault('held', {})  # one buffer a shape, each decode's logits in it\n"
-        "        return held.setdefault(out.shape, torch.empty_like(out)).copy_(out)\n")))
+    # Every call's logits in one buffer, so a staged run keeps only its last call's rows right; a
+    # CPU checks one row a run, so two rounds of decode_8x8x8 (8 of 72 right) and mixed_small
+    # (8 of 40) all pass it about once in 2,000 (one buffer a shape passed far more often).
+    reused.write_text(planted.edit(SEED_ENGINE.read_text(), "        return logits[last]\n", (
+        "        out = logits[last]\n"
+        "        if not hasattr(self, 'held'):\n"
+        "            self.held = torch.empty(64 * out.shape[-1], dtype=out.dtype, device=out.device)\n"
+        "        return self.held[:out.numel()].view(out.shape).copy_(out)\n")))
     judge = Judge("cpu", scratch=scratch, threads=1)
     try:
         verdicts = judge.judge_group([slow, wrong, SEED_ENGINE, reused], config_path, weight_dir, seed=3, level="none",
