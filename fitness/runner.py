@@ -38,6 +38,11 @@ from fitness.verdict import error_text
 from fitness.wire import DONE, NAP_S, CallHeader, Channel, Slot, decode_call, encode
 
 
+def storage_key(tensor) -> tuple:
+    """What names a tensor's storage: its device and where the storage starts there."""
+    return tensor.device, tensor.untyped_storage().data_ptr()
+
+
 def retained_bytes(root, max_depth: int = 8) -> int:
     """Bytes of every distinct tensor storage reachable from an engine's attributes."""
     seen, storages = set(), {}
@@ -48,8 +53,7 @@ def retained_bytes(root, max_depth: int = 8) -> int:
             continue
         seen.add(id(obj))
         if torch.is_tensor(obj):
-            storage = obj.untyped_storage()
-            storages[(obj.device, storage.data_ptr())] = storage.nbytes()
+            storages[storage_key(obj)] = obj.untyped_storage().nbytes()
         elif isinstance(obj, dict):
             stack.extend((v, depth + 1) for v in obj.values())
         elif isinstance(obj, (list, tuple, set, frozenset)):
@@ -214,9 +218,8 @@ def shared_outputs(outputs: list) -> int:
     seen, shared = set(), 0
     for out in outputs:
         if torch.is_tensor(out) and out.numel():
-            storage = out.untyped_storage().data_ptr()
-            shared += storage in seen
-            seen.add(storage)
+            shared += storage_key(out) in seen
+            seen.add(storage_key(out))
     return shared
 
 
