@@ -10,7 +10,7 @@ between fresh processes of one program (docs/log/2026-11-27-long-prompts-run-by-
 shows whether the runs spread or fall on levels, whether a run allocates device memory
 inside its timed region, and whether a slow run started on a GPU whose clocks had dropped
 while the engine was built (an idle H100 sits at 345 MHz; the benchmark bursts once a case
-set; the judge, which bursted before each run until 2026-12-01, no longer does).
+set; the judge, which burst before each run until 2026-12-01, no longer does).
 
 `--keep-caches` tests one explanation of the new segments: `torch.cuda.graph` empties the
 allocator's device and pinned-host caches before every capture, so an engine that captures
