@@ -37,10 +37,11 @@ SCREEN_SHARE = {"cuda": 1 / 3, "cpu": 1.0}
 # A best program this much faster than the seed clears the final's comparison in the rounds
 # of a confirmation; a closer one may take up to final_rounds.
 CLEAR_GAIN = 1.25
-# A final batch's contenders beyond the first add a quarter of a confirmation each: their
-# untimed steps run side by side and each adds a runner to the rounds (finals of 3 and 2
-# took 1.39x and 0.95x a confirmation; reckoning half more kept an 8-minute search from a
-# generation that fitted: docs/log/2026-11-24-closing-merge-fix-seed-cv.md).
+# A final batch's contenders beyond the first add a quarter of a confirmation's gate and rest
+# each: their untimed steps run side by side. Its timing is not shared so: every round times
+# each contender and the floor, where a confirmation's times one program and its baseline (a
+# 20-minute H200 final of three took 130 s, reckoned at 114 s with a quarter more timing each:
+# its gate was 1.4x a confirmation's, its timing a round 2x; docs/log/2026-12-01-twenty-minute-run-final-of-three.md).
 SHARE_PER_EXTRA_CONTENDER = 1 / 4
 # The rounds a close final may run beyond a confirmation's max_rounds count for a quarter:
 # most comparisons clear their interval well before the limit.
@@ -225,14 +226,16 @@ class Search:
         extra_rounds = self.config.final_rounds / self.config.max_rounds - 1
         longer = 1 + extra_rounds * SHARE_PER_EXTRA_ROUND if close else 1.0
         wider = 1 + (together - 1) * SHARE_PER_EXTRA_CONTENDER
+        runners = (together + 1) / 2  # the contenders and the floor, against a confirmation's two
         staged = STAGED_TIMING if self.config.staged_final else 1.0
-        return wider * self.full_judgement_s(staged * longer)
+        untimed, timing = self.full_judgement_parts()
+        return wider * untimed + runners * staged * longer * timing
 
-    def full_judgement_s(self, timed: float) -> float:
-        """A full judgement whose timing takes `timed` times as long as a confirmation's, from
-        this run's full batches: the cheapest gate without its references, the most any paid
-        for references (the final draws gate traces of its own), the mean timing and the mean
-        rest. A final's contenders are confirmed, so their kernels are compiled for every
+    def full_judgement_parts(self) -> tuple[float, float]:
+        """A confirmation's seconds as a final repeats them, (untimed, timing), from this run's
+        full batches: the cheapest gate without its references, plus the most any paid for
+        references (the final draws gate traces of its own) and the mean rest; the mean
+        timing. A final's contenders are confirmed, so their kernels are compiled for every
         config: a gate that compiles took 31-64 s on an H200, the final's 7-10 s, and a mean
         of whole judgements reckoned finals at 1.5-2.7x their time, leaving minutes of short
         runs unspent (docs/log/2026-11-30-staged-checksum-burst.md). Without phases (tests'
@@ -240,10 +243,10 @@ class Search:
         batches = self.evaluator.batch_phases.get("full")
         if not batches:
             full = self.scores.mean_judge_seconds(ok_only=True, level="full")
-            return full * (1 - TIMING_SHARE + TIMING_SHARE * timed)
+            return full * (1 - TIMING_SHARE), full * TIMING_SHARE
         gate = min(b.gate - b.references for b in batches) + max(b.references for b in batches)
         rest = sum(max(0.0, b.wall - b.gate - b.timing) for b in batches) / len(batches)
-        return gate + rest + timed * sum(b.timing for b in batches) / len(batches)
+        return gate + rest, sum(b.timing for b in batches) / len(batches)
 
     def final_fits(self, contenders: int) -> bool:
         """Whether a final of `contenders` fits the time left."""

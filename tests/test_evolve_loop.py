@@ -671,22 +671,27 @@ def reckoning_search(gains: dict, phases: dict | None = None) -> SimpleNamespace
                                is_ok=lambda _: True, speed=lambda a: {"seed": 1.0, "best": gains["best"]}[a]),
         config=SimpleNamespace(final_top=2, workers=1, final_rounds=12, max_rounds=5, staged_final=False))
     fake.final_contenders = lambda: Search.final_contenders(fake)
-    fake.full_judgement_s = lambda timed: Search.full_judgement_s(fake, timed)
+    fake.full_judgement_parts = lambda: Search.full_judgement_parts(fake)
     return fake
 
 
 def test_the_final_is_reckoned_longer_only_for_a_close_call():
-    """As long as a confirmation, a quarter more for each further contender; its timing (half
-    of it when the judge did not say) up to final_rounds' worth longer only when the best is
-    within CLEAR_GAIN of the seed (an 8-minute H100 search skipped a generation that fitted:
-    its final, reckoned at 77 s, took 36); twice as long when it is staged too."""
+    """As long as a confirmation; for each further contender a quarter more untimed and half
+    more timing (a runner beside the floor's and the first's). The timing (half of it when
+    the judge did not say) up to final_rounds' worth longer only when the best is within
+    CLEAR_GAIN of the seed (an 8-minute H100 search skipped a generation that fitted: its
+    final, reckoned at 77 s, took 36); twice as long when it is staged too."""
     gains = {"best": 15.0}
     fake = reckoning_search(gains)
     assert Search.estimated_final_s(fake, 1) == 40.0
-    assert Search.estimated_final_s(fake, 2) == 50.0
+    assert Search.estimated_final_s(fake, 2) == 1.25 * 20.0 + 1.5 * 20.0
     # Two of the hall of fame and the closing merge: three in the batch, though final_top is
-    # 2 (H100 finals of three, reckoned as two, took 122 and 154 s where 89 and 79 s were left).
-    assert Search.estimated_final_s(fake, 3) == 60.0
+    # 2 (H100 finals of three, reckoned as two, took 122 and 154 s where 89 and 79 s were
+    # left; an H200 one, reckoned with a quarter more timing each, 130 s for 114).
+    assert Search.estimated_final_s(fake, 3) == 1.5 * 20.0 + 2 * 20.0
+    fake.config.workers = 3  # one on each worker, side by side
+    assert Search.estimated_final_s(fake, 3) == 40.0
+    fake.config.workers = 1
     assert Search.estimated_final_s(fake) == 40.0  # the reserve: the hall of fame's one contender
     best, seed = fake.hall_of_fame
     fake.hall_of_fame = [seed]  # none yet: a final of the closing merge alone (a close call), not 3/4 of one
@@ -714,4 +719,4 @@ def test_the_final_is_reckoned_at_the_cheapest_gate_and_the_most_references():
     assert Search.estimated_final_s(fake, 1) == pytest.approx(gate + rest + timing)
     fake.config.staged_final = True
     assert Search.estimated_final_s(fake, 1) == pytest.approx(gate + rest + 2 * timing)
-    assert Search.estimated_final_s(fake, 2) == pytest.approx(1.25 * (gate + rest + 2 * timing))
+    assert Search.estimated_final_s(fake, 2) == pytest.approx(1.25 * (gate + rest) + 1.5 * 2 * timing)
