@@ -13,6 +13,7 @@ them, or on --resume the resumed run's own settings.
 """
 import argparse
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -136,7 +137,19 @@ def cmd_run(args) -> int:
     except (ConfigError, SettingsError, FileNotFoundError, ValueError, ImportError) as err:
         print(f"evolve: error: {err}", file=sys.stderr)
         return 2
-    return run(config, state, run_id=state["run_id"] if state else "", **operators)
+    return run(config, state, run_id=state["run_id"] if state else "", spent_before_s=process_age_s(), **operators)
+
+
+def process_age_s() -> float:
+    """Seconds since this process started, 0 where /proc cannot say: --budget is the whole
+    run's, and importing torch and checking the target took ~10 s of a 20-minute GPU run that
+    ended 21 s past its budget (docs/log/2026-12-01-twenty-minute-run-final-of-three.md)."""
+    try:
+        after_name = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        started = int(after_name[19]) / os.sysconf("SC_CLK_TCK")  # field 22, in ticks since boot
+        return max(0.0, float(Path("/proc/uptime").read_text().split()[0]) - started)
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def cmd_report(args) -> int:

@@ -71,7 +71,7 @@ class Clock:
 
 class Search:
     def __init__(self, config, run: RunDir, state: dict | None = None, mutate_fn=default_mutate_fn,
-                 mate_fn=default_mate_fn, judge_fn=None):
+                 mate_fn=default_mate_fn, judge_fn=None, spent_before_s: float = 0.0):
         self.config, self.run = config, run
         self.history = history.History(config.history)
         self.scores = Scores.from_history(config.history, run.target)
@@ -80,7 +80,8 @@ class Search:
         self.stats = make_statistics()
         self.rng = random.Random(config.rng_seed)
         self.pool = WorkerPool(make_workers(config))
-        self.clock = Clock(config.budget_s, state["spent_s"] if state else 0.0)
+        # spent_before_s: what the process spent before it (the imports, the target's checks)
+        self.clock = Clock(config.budget_s, (state["spent_s"] if state else 0.0) + spent_before_s)
         # Functions, not values: the time left and the final's reserve (with the hall of fame
         # and the mean judgement) change between one batch and the next.
         self.evaluator = Evaluator(config, run, self.scores, self.history, self.pool.stopping,
@@ -416,10 +417,10 @@ def raise_interrupted(signum, frame):
     raise Interrupted(signal.Signals(signum).name)
 
 
-def run(config, state: dict | None = None, run_id: str = "", **fns) -> int:
-    """A whole run (or the rest of one); the exit status."""
+def run(config, state: dict | None = None, run_id: str = "", spent_before_s: float = 0.0, **fns) -> int:
+    """A whole run (or the rest of one), `spent_before_s` of its budget gone; the exit status."""
     run_dir = RunDir(config.runs_dir, run_id or new_run_id(), target_key(config))
-    search = Search(config, run_dir, state, **fns)
+    search = Search(config, run_dir, state, spent_before_s=spent_before_s, **fns)
     search.workspace.log_start(run_dir.run_id, config.to_dict(), state and state["generation"])
     print(f"run {run_dir.run_id}: {config.device}, {config.workers} worker(s), "
           f"{format_duration(search.clock.left())} budget left, run dir {run_dir.path}", flush=True)

@@ -181,3 +181,13 @@ def test_the_subreaper_sees_a_process_that_outlives_its_command():
     clean = subprocess.run([sys.executable, "-m", "tests.subreaper", sys.executable, "-c", "raise SystemExit(3)"],
                            cwd=REPO, timeout=60)
     assert clean.returncode == 3
+
+
+def test_the_budget_counts_from_the_process_start():
+    """--budget is the whole run's: what the process spent before the search (a second of
+    sleep here; importing torch and checking the target on a GPU host, ~10 s) is spent."""
+    code = "import time; time.sleep(1.0); from evolve.__main__ import process_age_s; print(process_age_s())"
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert 1.0 <= float(done.stdout) <= time.monotonic() - started + 0.5
