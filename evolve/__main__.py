@@ -140,6 +140,11 @@ def cmd_run(args) -> int:
     return run(config, state, run_id=state["run_id"] if state else "", spent_before_s=process_age_s(), **operators)
 
 
+# The most of a budget the process's start may take: where /proc's uptime and the process's
+# start count from different boots (a container's own), a run must still get its time.
+MAX_PROCESS_AGE_S = 120.0
+
+
 def process_age_s() -> float:
     """Seconds since this process started, 0 where /proc cannot say: --budget is the whole
     run's, and importing torch and checking the target took ~10 s of a 20-minute GPU run that
@@ -147,9 +152,10 @@ def process_age_s() -> float:
     try:
         after_name = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
         started = int(after_name[19]) / os.sysconf("SC_CLK_TCK")  # field 22, in ticks since boot
-        return max(0.0, float(Path("/proc/uptime").read_text().split()[0]) - started)
+        age = float(Path("/proc/uptime").read_text().split()[0]) - started
     except (OSError, ValueError, IndexError):
         return 0.0
+    return min(max(0.0, age), MAX_PROCESS_AGE_S)
 
 
 def cmd_report(args) -> int:
