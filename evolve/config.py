@@ -50,6 +50,12 @@ def parse_duration(text) -> float:
     return float(value) * {"": 1, "s": 1, "m": 60, "h": 3600}[unit]
 
 
+def format_duration(seconds: float) -> str:
+    """"12m05s": how the console says the time left."""
+    seconds = max(0, int(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
 @dataclass(frozen=True)
 class RunConfig:
     model_config: Path

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evolve import history
-from evolve.config import visible_gpus
+from evolve.config import format_duration, visible_gpus
 from evolve.scores import Scores, geometric_mean_tps
 from evolve.workspace import write_atomically
 from fitness.judge import MAX_GROUP
@@ -174,9 +174,11 @@ class Evaluator:
         verdicts = self.judge(paths, options, worker)
         if self.stopping.is_set():  # killed by us, not by the candidate: nothing to record
             return [(None, verdict) for verdict in verdicts]
-        share = self.account(batch.level, time.monotonic() - started, verdicts)
+        wall = time.monotonic() - started
+        share = self.account(batch.level, wall, verdicts)
         results = [self.result(program, path, verdict, share, generation, batch, worker)
                    for program, path, verdict in zip(batch.programs, paths, verdicts)]
+        print(progress_line(generation, batch, results, wall, self.time_left()), flush=True)
         stop_if_weights_changed(verdicts, batch)
         return results
 
@@ -267,6 +269,22 @@ class Evaluator:
             "level": batch.level, "baseline_id": batch.baseline_id or "",
             "device": worker.device_name(self.config.device)})
         return fitness, verdict
+
+
+def progress_line(generation: int, batch: ProgramBatch, results: list, wall: float, left: float) -> str:
+    """The console's line for a judged batch: a GPU generation can take minutes, and a
+    10-minute Qwen3-0.6B run's generation 0 took 4m56s, its console silent
+    (docs/log/2026-11-30-twenty-minute-run-ten-minute-qwen3-gate-seeds.md)."""
+    verdicts = [verdict for _, verdict in results if verdict is not None]
+    failed = [v["status"] for v in verdicts if v["status"] != "ok"]
+    ok = [(fitness, p.id) for p, (fitness, verdict) in zip(batch.programs, results)
+          if verdict is not None and verdict["status"] == "ok" and fitness]
+    line = f"  gen {generation:>3} | {batch.label or batch.level} of {len(verdicts)}: {len(ok)} ok"
+    line += "".join(f", {failed.count(s)} {s}" for s in sorted(set(failed)))
+    if ok:
+        fitness, best = max(ok)
+        line += f", best {fitness:,.0f} tok/s [{best}]"
+    return line + f" | {wall:.0f} s | {format_duration(left)} left"
 
 
 def stop_if_weights_changed(verdicts: list, batch: ProgramBatch) -> None:

@@ -17,6 +17,7 @@ from contract.families import idle_genes, own_genes
 from contract.model_config import ModelConfig
 from evolve import checkpoint, history, library
 from evolve.checkpoint import RunDir, new_run_id
+from evolve.config import format_duration
 from evolve.final import choose_winner, table_of
 from evolve.judging import MAX_GROUP, Evaluator, Judging, WorkerPool, make_workers, screen, unjudged
 from evolve.loop import Breeding, Budget, GenerationRecord, evolve
@@ -402,11 +403,6 @@ def format_record(r: dict) -> str:
     return (f"gen {r['gen']:>3} | judged {r['judged']:>2} passed {r['passed']:>2} ({rate:>4}) "
             f"cached {r['cached']} declined {r['declined']} | fitted best {r['best_so_far']:,.0f} tok/s "
             f"[{r['best_id'] or '-'}] median {r['median']:,.0f} | {format_duration(r['time_left'])} left")
-
-
-def format_duration(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 class Interrupted(KeyboardInterrupt):

@@ -13,7 +13,7 @@ import evolve.judging
 from evolve import checkpoint, final, history
 from evolve.checkpoint import RunDir
 from evolve.config import RunConfig, SettingsError, parse_duration
-from evolve.judging import FINAL, BatchPhases, Judging, ProgramBatch, make_workers
+from evolve.judging import FINAL, BatchPhases, Judging, ProgramBatch, make_workers, progress_line
 from evolve.population import seed_sources
 from evolve.scores import Scores, target_key
 from evolve.search import Search, run
@@ -720,3 +720,16 @@ def test_the_final_is_reckoned_at_the_cheapest_gate_and_the_most_references():
     fake.config.staged_final = True
     assert Search.estimated_final_s(fake, 1) == pytest.approx(gate + rest + 2 * timing)
     assert Search.estimated_final_s(fake, 2) == pytest.approx(1.25 * (gate + rest) + 1.5 * 2 * timing)
+
+
+def test_each_judged_batch_says_how_it_went():
+    """A line a batch on the console: what was judged, how many passed and how the others
+    failed, the fastest, the batch's seconds and the time left; a program the budget left
+    unjudged is not counted."""
+    a, b, c, d = (SimpleNamespace(id=x) for x in "abcd")
+    results = [(250_000.0, {"status": "ok"}), (None, {"status": "incorrect"}), (275_175.4, {"status": "ok"}),
+               (None, None)]
+    line = progress_line(3, ProgramBatch((a, b, c, d), None, "screen", "p"), results, 96.6, 850.0)
+    assert line == "  gen   3 | screen of 3: 2 ok, 1 incorrect, best 275,175 tok/s [c] | 97 s | 14m10s left"
+    final_line = progress_line(6, ProgramBatch((a,), FINAL, "full", "p"), [(None, {"status": "timeout"})], 130.2, 0.0)
+    assert final_line == "  gen   6 | final of 1: 0 ok, 1 timeout | 130 s | 0m00s left"
