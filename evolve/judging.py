@@ -203,10 +203,13 @@ class Evaluator:
         options = dict(timeout=self.timeout(size), baseline=baseline, seed=None if is_final else self.gate_seed,
                        weights_fingerprint=self.weights_fingerprint,
                        **self.config.judge_options(batch.level, final=is_final))
-        if not is_final:  # fewer rounds rather than the final's time: a last batch of near-equal
-            # children would run every round it may and leave no final
-            # (docs/log/2026-11-23-cv-of-a-judgement.md)
-            options["rounds_within"] = max(0.0, self.time_left() - self.final_reserve())
+        # Fewer rounds rather than the final's time: a last batch of near-equal children would
+        # run every round it may and leave no final (docs/log/2026-11-23-cv-of-a-judgement.md).
+        # The final's rounds end with the budget: a close call may run all of final_rounds,
+        # twice its reckoning (a 4-minute CPU run's closing merge took 57 s of a 37 s final),
+        # and one left undecided keeps the floor.
+        reserve = 0.0 if is_final else self.final_reserve()
+        options["rounds_within"] = max(0.0, self.time_left() - reserve)
         return options
 
     def judge(self, paths: list, options: dict, worker: Worker) -> list:
