@@ -443,4 +443,7 @@ def run(config, state: dict | None = None, run_id: str = "", spent_before_s: flo
         signal.signal(signal.SIGINT, signal.default_int_handler)
         search.pool.close()  # the judges and their runners
         search.pool.executor.shutdown(wait=False, cancel_futures=True)
+        # The judges' stop counted: a 20-minute H200 run.sh ended 21 s past its budget.
+        print(f"{format_duration(search.clock.spent())} of the {format_duration(config.budget_s)} budget spent",
+              flush=True)
 

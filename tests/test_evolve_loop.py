@@ -383,8 +383,10 @@ def test_the_budget_stops_the_search(small_target, tmp_path, capsys):
     assert run(config, **{**STAND_INS, "judge_fn": slow_judge}) == 0
     assert time.monotonic() - started < 6.0
     assert checkpoint.load(only_run_dir(config))["spent_s"] < 6.0
-    stopped = [line for line in capsys.readouterr().out.splitlines() if line.endswith("stopping the search")]
+    out = capsys.readouterr().out.splitlines()
+    stopped = [line for line in out if line.endswith("stopping the search")]
     assert len(stopped) == 1 and "left: a round of screens and a confirmation (~" in stopped[0], stopped
+    assert out[-1] in (f"0m0{s}s of the 0m03s budget spent" for s in range(6)), out[-1]  # the last word
 
 
 def test_settings_are_validated_with_messages(small_target, tmp_path):
