@@ -32,7 +32,7 @@ search() {
   status=$?
   echo "run.sh exit $status after $(( $(date +%s) - start )) s"
   grep -oE "run dir [^ ]+" "$out/run_sh.log" | tail -1 | cut -d' ' -f3 > "$out/run_dir"
-  grep -E "^(run |gen |winner|library)" "$out/run_sh.log"
+  grep -E "^(run |gen |winner|library|[0-9]+m[0-9]+s of the)" "$out/run_sh.log"
   if [ "$status" = 0 ]; then  # finished: nothing left to resume
     rm -f "$out/run_dir"
     cp "$EVOLVE_WORKSPACE/engine.py" "$out/winner.py"
