@@ -44,9 +44,11 @@ CLEAR_GAIN = 1.25
 # 20-minute H200 final of three took 130 s, reckoned at 114 s with a quarter more timing each:
 # its gate was 1.4x a confirmation's, its timing a round 2x; docs/log/2026-12-01-twenty-minute-run-final-of-three.md).
 SHARE_PER_EXTRA_CONTENDER = 1 / 4
-# The rounds a close final may run beyond a confirmation's max_rounds count for a quarter:
-# most comparisons clear their interval well before the limit.
-SHARE_PER_EXTRA_ROUND = 1 / 4
+# The rounds a close final may run beyond a confirmation's max_rounds, as a share of them. On a
+# GPU a quarter: its finals beside a library floor ran 5 and 8 of 12 rounds, their contenders
+# clearly slower by then. On a CPU all: beside the seed, a contender 1.01-1.03x it ran 5 and 6
+# of 6 (docs/log/2026-12-01-twenty-minute-run-final-of-three.md).
+SHARE_PER_EXTRA_ROUND = {"cuda": 1 / 4, "cpu": 1.0}
 # A final that times each case staged too (RunConfig.staged_final) runs every timed run twice.
 STAGED_TIMING = 2
 # A full judgement's timing, where its judge did not say (tests' stand-ins): half of it.
@@ -188,8 +190,12 @@ class Search:
         """A screen's share of its batch: as measured, or before any, SCREEN_SHARE of a full
         judgement."""
         full = self.scores.mean_judge_seconds(level="full", default=self.scores.mean_judge_seconds())
-        share = SCREEN_SHARE["cuda" if str(self.config.device).startswith("cuda") else "cpu"]
+        share = SCREEN_SHARE[self.device_kind()]
         return self.scores.mean_judge_seconds(level="screen", default=share * full)
+
+    def device_kind(self) -> str:
+        """"cuda" or "cpu": the key of the per-device shares above."""
+        return "cuda" if str(self.config.device).startswith("cuda") else "cpu"
 
     def seed_error(self) -> str:
         rows = history.read(self.config.history)
@@ -226,7 +232,7 @@ class Search:
         gain = self.scores.gain(best.id, self.floor.id) if best is not None else None
         close = gain is None or gain < CLEAR_GAIN
         extra_rounds = self.config.final_rounds / self.config.max_rounds - 1
-        longer = 1 + extra_rounds * SHARE_PER_EXTRA_ROUND if close else 1.0
+        longer = 1 + extra_rounds * SHARE_PER_EXTRA_ROUND[self.device_kind()] if close else 1.0
         wider = 1 + (together - 1) * SHARE_PER_EXTRA_CONTENDER
         runners = (together + 1) / 2  # the contenders and the floor, against a confirmation's two
         staged = STAGED_TIMING if self.config.staged_final else 1.0

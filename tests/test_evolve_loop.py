@@ -671,8 +671,10 @@ def reckoning_search(gains: dict, phases: dict | None = None) -> SimpleNamespace
         seed=seed, floor=seed, hall_of_fame=[best, seed], evaluator=SimpleNamespace(batch_phases=phases or {}),
         scores=SimpleNamespace(gain=lambda a, b: gains[a], mean_judge_seconds=lambda **_: 40.0,
                                is_ok=lambda _: True, speed=lambda a: {"seed": 1.0, "best": gains["best"]}[a]),
-        config=SimpleNamespace(final_top=2, workers=1, final_rounds=12, max_rounds=5, staged_final=False))
+        config=SimpleNamespace(final_top=2, workers=1, final_rounds=12, max_rounds=5, staged_final=False,
+                               device="cuda"))
     fake.final_contenders = lambda: Search.final_contenders(fake)
+    fake.device_kind = lambda: Search.device_kind(fake)
     fake.full_judgement_parts = lambda: Search.full_judgement_parts(fake)
     return fake
 
@@ -704,6 +706,8 @@ def test_the_final_is_reckoned_longer_only_for_a_close_call():
     assert Search.estimated_final_s(fake, 1) == pytest.approx(20.0 + 20.0 * longer)
     fake.config.staged_final = True  # every timed run twice
     assert Search.estimated_final_s(fake, 1) == pytest.approx(20.0 + 2 * 20.0 * longer)
+    fake.config.device = "cpu"  # where a close final runs every round it may (5 and 6 of 6 beside the seed)
+    assert Search.estimated_final_s(fake, 1) == pytest.approx(20.0 + 2 * 20.0 * 12 / 5)
 
 
 def test_the_final_is_reckoned_at_the_cheapest_gate_and_the_most_references():
