@@ -13,6 +13,7 @@ from pathlib import Path
 
 from deap import tools
 
+from contract.devices import is_cuda
 from contract.families import idle_genes, own_genes
 from contract.model_config import ModelConfig
 from evolve import checkpoint, history, library
@@ -195,7 +196,7 @@ class Search:
 
     def device_kind(self) -> str:
         """"cuda" or "cpu": the key of the per-device shares above."""
-        return "cuda" if str(self.config.device).startswith("cuda") else "cpu"
+        return "cuda" if is_cuda(self.config.device) else "cpu"
 
     def seed_error(self) -> str:
         rows = history.read(self.config.history)

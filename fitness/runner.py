@@ -218,8 +218,9 @@ def shared_outputs(outputs: list) -> int:
     seen, shared = set(), 0
     for out in outputs:
         if torch.is_tensor(out) and out.numel():
-            shared += storage_key(out) in seen
-            seen.add(storage_key(out))
+            key = storage_key(out)
+            shared += key in seen
+            seen.add(key)
     return shared
 
 
