@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from contract.devices import is_cuda
 from contract.families import FAMILIES, FEATURES, HF_FAMILIES, qwen3_5_moe
 from contract.families.llama import LLAMA3_KEYS
 from contract.families.qwen3_moe import is_sparse_layer
@@ -133,7 +134,7 @@ class ModelConfig:
 
     def compute_dtype(self, device: str) -> torch.dtype:
         """The reference's rule: fp32 on CPU; on CUDA bf16 if asked, otherwise fp16."""
-        if not str(device).startswith("cuda"):
+        if not is_cuda(device):
             return torch.float32
         return torch.bfloat16 if self.torch_dtype.lower() in BF16_NAMES else torch.float16
 

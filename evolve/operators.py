@@ -13,6 +13,7 @@ import math
 import random
 from functools import lru_cache
 
+from contract.devices import is_cuda
 from evolve.memo import MERGE
 
 # A child is an improvement when it is this much faster than its parent: less is noise.
@@ -122,7 +123,7 @@ def sweep_rank(name: str, device: str, vocabulary) -> int:
     `slow_to_judge` says why) and, on a CPU, the GPU's levers (`gpu_lever`: CUDA graphs ran
     at 0.15x there, and a program that slow made its batch of screens last 3x as long:
     docs/log/2026-11-23-cpu-default-run-gpu-levers-last.md)."""
-    on_gpu, lever = str(device).startswith("cuda"), vocabulary.is_gpu_lever(name)
+    on_gpu, lever = is_cuda(device), vocabulary.is_gpu_lever(name)
     if name.endswith(".seed") or vocabulary.is_slow_to_judge(name) or (not on_gpu and lever):
         return DEMOTED
     if vocabulary.gene_of(name) in vocabulary.own_genes:

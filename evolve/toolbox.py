@@ -15,6 +15,7 @@ import numpy as np
 from deap import base, creator, tools
 
 import mutations
+from contract.devices import is_cuda
 from evolve.memo import Known, Memo
 from evolve.merge import MERGE_EVERY_GAIN, merge, merge_every_gain, pairs_to_merge
 from evolve.operators import DECLINED, DEMOTED, FAILED, LEVER, OperatorSelector, Vocabulary, outcome, sweep_rank
@@ -68,7 +69,7 @@ def open_operators(parent: Program, vocabulary: Vocabulary, memo: Memo, device: 
     names = [n for n in vocabulary.applicable(parent.source, device)
              if not memo.is_spent(n, (parent.id,)) and vocabulary.gene_of(n) not in vocabulary.idle_genes
              and not set(vocabulary.cannot_serve(n)) & vocabulary.own_genes]
-    if str(device).startswith("cuda"):
+    if is_cuda(device):
         names = [n for n in names if not vocabulary.unports(n, parent.source)] or names
     return names
 
@@ -95,7 +96,7 @@ def sweep(parent: Program, limit: int, make, vocabulary: Vocabulary, selector: O
         children += [child] if isinstance(child, Program) else []  # taken before: its place goes on
     names = open_operators(parent, vocabulary, memo, device)
     ranks = {n: sweep_rank(n, device, vocabulary) for n in names}
-    if levers_only and str(device).startswith("cuda"):
+    if levers_only and is_cuda(device):
         names = [n for n in names if ranks[n] <= LEVER] or names
     ranked = sorted(names, key=lambda n: (ranks[n], -selector.score(n), rng.random()))
     # Demoted operators stay last even untried: a CPU run's sweep put CUDA-graph decode
@@ -119,7 +120,7 @@ def stack_levers(parent: Program, make, vocabulary: Vocabulary, memo: Memo, rng:
     """On a GPU, one child of `parent` with every operator open on it stacked (evolve/stack.py);
     elsewhere, or for a vocabulary that cannot name its operators or their genes, None. Else
     Declined, or Known."""
-    if not (str(device).startswith("cuda") and vocabulary.can_choose and vocabulary.intended_genes):
+    if not (is_cuda(device) and vocabulary.can_choose and vocabulary.intended_genes):
         return None
     names = open_operators(parent, vocabulary, memo, device)
     return admitted(stack(parent.source, names, vocabulary, device, rng), (parent.id,), make, memo)

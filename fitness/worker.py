@@ -17,7 +17,7 @@ import sys
 
 import torch
 
-from contract.devices import parse_cpus
+from contract.devices import is_cuda, parse_cpus
 from fitness.judge import Judge
 
 
@@ -31,7 +31,7 @@ def main(argv=None) -> int:
     if args.cpus:
         os.sched_setaffinity(0, parse_cpus(args.cpus))  # inherited by every runner
         threads = len(parse_cpus(args.cpus))
-    if not args.device.startswith("cuda"):
+    if not is_cuda(args.device):
         threads = 1  # OpenMP threads waiting on each other on a busy CPU: a gate 50x slower
     if threads:
         torch.set_num_threads(threads)

@@ -21,7 +21,7 @@ from typing import Optional
 
 import torch
 
-from contract.devices import resolve_device
+from contract.devices import is_cuda, resolve_device
 from contract.model_config import ModelConfig
 from serve.collector import GcPauses, freeze_start_up_objects
 from serve.model_runner import LaunchedStep, ModelRunner, load_engine
@@ -148,7 +148,7 @@ def max_num_kv_tokens(args, config: ModelConfig, device: str, max_model_len: int
     """How many tokens' K/V the engine may hold at once: admission never reserves more."""
     if args.max_num_kv_tokens:
         return args.max_num_kv_tokens
-    if not device.startswith("cuda"):
+    if not is_cuda(device):
         return args.max_num_seqs * max_model_len
     element_size = torch.finfo(config.compute_dtype(device)).bits // 8
     bytes_per_token = 2 * config.num_attention_layers * config.num_key_value_heads * config.head_dim * element_size
