@@ -97,17 +97,30 @@ def attention_weights(config: dict, prefix: str) -> dict:
 
 
 def toy_weight(name: str, shape: tuple, std):
-    """The DeltaNet's vectors as a trained model holds them: decay rates A in [1, 16] (as
-    log), dt_bias and the output norm around 1; the conv's taps at 1/sqrt(kernel). None for
-    a tensor not its own."""
+    """The DeltaNet's vectors: decay rates A in [1, 16] (as log), dt_bias as toy_dt_bias says,
+    the output norm around 1, the conv's taps at 1/sqrt(kernel). None for a tensor not its own."""
     if name.endswith("linear_attn.A_log"):
         return torch.empty(shape).uniform_(1, 16).log()
-    if name.endswith(("linear_attn.dt_bias", "linear_attn.norm.weight")):
+    if name.endswith("linear_attn.dt_bias"):
+        return toy_dt_bias(shape)
+    if name.endswith("linear_attn.norm.weight"):
         return 1 + torch.randn(shape) / 4
     if name.endswith("linear_attn.conv1d.weight"):
         return torch.randn(shape) / math.sqrt(shape[-1])
     return None
 
+
+
+def toy_dt_bias(shape: tuple) -> torch.Tensor:
+    """Even heads forget slowly, as Mamba-2 and flash-linear-attention initialise them (the step
+    dt log-uniform in [0.001, 0.1], kept as its inverse softplus): the state holds tens of
+    tokens, where a decay or a write strength a tenth off shows. Odd heads forget fast, as
+    transformers initialises them (around 1: a token or two). With fast heads alone the gate
+    in bf16 could not tell those two faults from the seed's rounding
+    (docs/log/2026-12-01-slow-decays-in-the-judges-weights.md)."""
+    dt = torch.empty(shape).uniform_(math.log(1e-3), math.log(0.1)).exp()
+    slow, fast = dt + torch.log(-torch.expm1(-dt)), 1 + torch.randn(shape) / 4
+    return torch.where(torch.arange(shape[0]) % 2 == 0, slow, fast)
 
 def check(config) -> list:
     """What is wrong with a ModelConfig's hybrid fields (empty when nothing)."""
