@@ -9,6 +9,8 @@ import json
 import random
 from dataclasses import dataclass, field
 
+from contract.devices import is_cuda
+
 
 @dataclass(frozen=True)
 class Applied:
@@ -42,7 +44,7 @@ class Operator:
     cannot_serve: tuple = ()  # seed genes of the families whose models its programs cannot run
 
     def can_run_on(self, device: str) -> bool:
-        return self.devices == "any" or str(device).startswith("cuda")
+        return self.devices == "any" or is_cuda(device)
 
     def applies(self, source: str) -> str | None:
         """None when this operator can rewrite `source`, else the reason it cannot."""

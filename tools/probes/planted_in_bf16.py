@@ -13,6 +13,7 @@ import tempfile
 from contextlib import nullcontext
 from pathlib import Path
 
+from contract.devices import is_cuda
 from contract.loader import load_engine_module
 from contract.model_config import ModelConfig
 from fitness import gate
@@ -38,7 +39,7 @@ def main(argv=None) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--only", nargs="+", choices=sorted(planted.HYBRID), default=list(planted.HYBRID))
     args = parser.parse_args(argv)
-    modes = ["cuda"] if args.device.startswith("cuda") else ["fp32", "bf16 as on a GPU"]
+    modes = ["cuda"] if is_cuda(args.device) else ["fp32", "bf16 as on a GPU"]
     for mode in modes:
         references, scratch = References(args.device), Path(tempfile.mkdtemp())
         for name in args.only:
