@@ -221,24 +221,24 @@ def tiny_hybrid(tmp_path_factory):
 
 
 @pytest.fixture
-def fast_decays_alone(monkeypatch, tmp_path):
-    """The judge's weights drawn with every DeltaNet head forgetting fast, as transformers
-    initialises dt_bias; a scratch of their own (the session's holds today's under the same names)."""
+def fast_decay_scratch(monkeypatch, tmp_path):
+    """A scratch for the judge's weights drawn with every DeltaNet head forgetting fast, as
+    transformers initialises dt_bias (the session's scratch holds today's under the same names)."""
     from contract.families import qwen3_5_moe
-    monkeypatch.setattr(qwen3_5_moe, "toy_dt_bias", lambda shape: 1 + torch.randn(shape) / 4)
+    monkeypatch.setattr(qwen3_5_moe, "toy_dt_bias", qwen3_5_moe.around_one)
     return tmp_path / "scratch"
 
 
 @pytest.mark.parametrize("seed, refused", [(1, ("head_dim", "serving")), (2, ("gqa", "public")),
                                            (5, ("head_dim_256", "public"))])
-def test_a_trace_too_near_routing_ties_is_drawn_again_as_on_a_gpu(tiny_hybrid, fast_decays_alone, seed, refused):
+def test_a_trace_too_near_routing_ties_is_drawn_again_as_on_a_gpu(tiny_hybrid, fast_decay_scratch, seed, refused):
     from fitness import gate as fitness_gate
     from fitness.reference_logits import References
     from fitness.traces import gate_traces
     from tools.probes.gate_as_on_gpu import dtypes_of_a_gpu
     config, references = ModelConfig.load(tiny_hybrid), References("cpu")
     with dtypes_of_a_gpu():
-        plan = fitness_gate.correctness_plan(config, tiny_hybrid, fast_decays_alone, "full")
+        plan = fitness_gate.correctness_plan(config, tiny_hybrid, fast_decay_scratch, "full")
         cfg, weight_dir = next((cfg, wdir) for _, label, cfg, wdir, *_ in plan if label == refused[0])
         events = gate_traces(seed, cfg.max_position_embeddings, False)[refused[1]]
         with pytest.raises(ConfigError, match="routing near-ties"):
@@ -249,12 +249,12 @@ def test_a_trace_too_near_routing_ties_is_drawn_again_as_on_a_gpu(tiny_hybrid, f
     assert sum(not rule.excused for rule in rows) >= 0.5 * len(rows)
 
 
-def test_the_seed_is_judged_where_one_draw_was_refused_as_on_a_gpu(tiny_hybrid, fast_decays_alone, tmp_path):
+def test_the_seed_is_judged_where_one_draw_was_refused_as_on_a_gpu(tiny_hybrid, fast_decay_scratch, tmp_path):
     from tools.probes.gate_as_on_gpu import engine_as_on_gpu
     path = tmp_path / "seed.py"
     path.write_text(SEED)
     module, config = load_engine_module(path), ModelConfig.load(tiny_hybrid)
     with engine_as_on_gpu(module):
-        result = check_module(module, config, tiny_hybrid, "cpu", 2, fast_decays_alone)
+        result = check_module(module, config, tiny_hybrid, "cpu", 2, fast_decay_scratch)
     assert result.passed, result.error
     assert {"gqa", "head_dim", "head_dim_256"} <= set(result.stages)

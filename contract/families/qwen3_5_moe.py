@@ -104,11 +104,10 @@ def toy_weight(name: str, shape: tuple, std):
     if name.endswith("linear_attn.dt_bias"):
         return toy_dt_bias(shape)
     if name.endswith("linear_attn.norm.weight"):
-        return 1 + torch.randn(shape) / 4
+        return around_one(shape)
     if name.endswith("linear_attn.conv1d.weight"):
         return torch.randn(shape) / math.sqrt(shape[-1])
     return None
-
 
 
 def toy_dt_bias(shape: tuple) -> torch.Tensor:
@@ -119,8 +118,14 @@ def toy_dt_bias(shape: tuple) -> torch.Tensor:
     in bf16 could not tell those two faults from the seed's rounding
     (docs/log/2026-12-01-slow-decays-in-the-judges-weights.md)."""
     dt = torch.empty(shape).uniform_(math.log(1e-3), math.log(0.1)).exp()
-    slow, fast = dt + torch.log(-torch.expm1(-dt)), 1 + torch.randn(shape) / 4
+    slow, fast = dt + torch.log(-torch.expm1(-dt)), around_one(shape)
     return torch.where(torch.arange(shape[0]) % 2 == 0, slow, fast)
+
+
+def around_one(shape: tuple) -> torch.Tensor:
+    """1 + N(0, 1/16)."""
+    return 1 + torch.randn(shape) / 4
+
 
 def check(config) -> list:
     """What is wrong with a ModelConfig's hybrid fields (empty when nothing)."""
