@@ -245,10 +245,13 @@ def derived_configs(base: ModelConfig, small: bool = True) -> dict[str, ModelCon
     # gives the same answer and slips through.
     gqa_heads = max(8, heads - heads % 4)
     other_dim = 64 if base.head_dim != 64 else 128
+    # The other GPU dtype: a bf16 target is held to fp16 too, whose 10 mantissa bits show what
+    # bf16's 7 hide (a hybrid's decay or write strength a tenth off).
+    other_dtype = ("fp16", "float16") if base.torch_dtype.lower() in BF16_NAMES else ("bf16", "bfloat16")
     return {
         "gqa": base.derive(num_attention_heads=gqa_heads, num_key_value_heads=gqa_heads // 4,
                            hidden_size=gqa_heads * base.head_dim),
-        "bf16": base.derive(torch_dtype="bfloat16"),
+        other_dtype[0]: base.derive(torch_dtype=other_dtype[1]),
         "head_dim": base.derive(head_dim=other_dim, hidden_size=heads * other_dim),
         "deeper": base.derive(num_hidden_layers=base.num_hidden_layers + 2,
                               **({"layer_types": base.layer_types + base.layer_types[-2:]} if base.layer_types else {})),

@@ -77,7 +77,8 @@ def print_failed(case: str, error: str, seed: int) -> int:
 
 # What the derived configs hold a program to, and why: in `judge --help` and `check --help`.
 DERIVED_CONFIGS = (
-    "Past the target config, the gate runs derived configs: GQA, bf16, other head_dims, more layers, and "
+    "Past the target config, the gate runs derived configs: GQA, the other GPU dtype (bf16; fp16 for a bf16 "
+    "target), other head_dims, more layers, and "
     "'families', with every family's feature on (contract/families/): "
     + ", ".join(f"{feature.name} ({feature.field})" for feature in FEATURES) + ". A program is held to all of "
     "them even on the contract's own model, which has none: a hidden evaluation or a `run.sh --model` run may "
@@ -119,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--margin", type=float, help="pass under this fraction of the tolerance "
                        "(judge 0.5, check 1.0: the evaluator's own limit)")
         p.add_argument("--no-derived", action="store_true",
-                       help="skip the derived configs (GQA, bf16, head_dims, depth, the family features: see above)")
+                       help="skip the derived configs (GQA, the other dtype, head_dims, depth, the family features: see above)")
         p.add_argument("--scratch", type=Path, help="where generated judging weights are kept")
 
     bench_parser = sub.add_parser(

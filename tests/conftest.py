@@ -20,14 +20,14 @@ FASTEST = REPO / "mutations" / "recipes" / "fastest.txt"  # the hand-kept recipe
 
 # Small enough for CI, wide enough for four heads; weights use the public 0.02 init,
 # the gate adds unit-scaled ones itself.
-# An engine computing in bf16 on a CPU, as on a GPU: the compute_dtype rule made to say so.
-BF16_ON_CPU = ('    if not str(device).startswith("cuda"):\n        return torch.float32\n',
-               '    if not str(device).startswith("cuda"):\n        return torch.bfloat16\n')
+# An engine computing on a CPU in the dtype a GPU takes (bf16 when asked, otherwise fp16): the
+# compute_dtype rule's CPU case dropped. A bf16 target's derived fp16 config computes in fp16.
+CPU_CASE = '    if not str(device).startswith("cuda"):\n        return torch.float32\n'
 
 
-def in_bf16(source: str) -> str:
-    assert source.count(BF16_ON_CPU[0]) == 1
-    return source.replace(*BF16_ON_CPU)
+def in_gpu_dtype(source: str) -> str:
+    assert source.count(CPU_CASE) == 1
+    return source.replace(CPU_CASE, "")
 
 
 SMALL_CONFIG = {

@@ -32,7 +32,7 @@ from fitness.reference import ReferenceModel
 from fitness.reference_logits import References
 from fitness.weight_files import TrustedFiles, WeightsChanged, fingerprint
 from target import hf_checkpoints
-from tests.conftest import REPO, SEED_ENGINE, in_bf16
+from tests.conftest import REPO, SEED_ENGINE, in_gpu_dtype
 
 SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=320, max_position_embeddings=160, rms_norm_eps=1e-6)
@@ -234,7 +234,7 @@ def test_gate_rejects_planted_layout_bugs(checkpoints, scratch, tmp_path, bug, c
     """On a bf16 checkpoint, by an engine computing in fp32 (as on a CPU) or in bf16 (as
     on a GPU): the error is counted in the calibrated allowance (see below), 0.5 the limit."""
     family, source = PLANTED[bug]
-    result = gate(source if computed_in == "fp32" else in_bf16(source), checkpoints[family, "bf16", False],
+    result = gate(source if computed_in == "fp32" else in_gpu_dtype(source), checkpoints[family, "bf16", False],
                   scratch, tmp_path)
     assert not result.passed and result.stage == "target", result
     assert result.worst_ratio > 2
@@ -298,7 +298,7 @@ def test_a_checkpoint_whose_reference_overflows_in_fp16_cannot_be_judged(scratch
 @pytest.mark.parametrize("program", ["seed", "recipe"])
 def test_the_bf16_gate_passes_an_honest_bf16_engine(checkpoints, scratch, tmp_path, program):
     source = SEED if program == "seed" else cpu_recipe_program()
-    result = gate(in_bf16(source), checkpoints["llama", "bf16", False], scratch, tmp_path)
+    result = gate(in_gpu_dtype(source), checkpoints["llama", "bf16", False], scratch, tmp_path)
     assert result.passed, result.error
     assert result.worst_ratio < 0.4  # of the allowance; 0.5 is the target's limit
 

@@ -258,3 +258,28 @@ def test_the_seed_is_judged_where_one_draw_was_refused_as_on_a_gpu(tiny_hybrid, 
         result = check_module(module, config, tiny_hybrid, "cpu", 2, fast_decay_scratch)
     assert result.passed, result.error
     assert {"gqa", "head_dim", "head_dim_256"} <= set(result.stages)
+
+
+@pytest.mark.parametrize("program", [None, "the decay a tenth too fast", "the write strength a tenth too weak"])
+def test_the_fp16_config_rejects_what_bf16_rounding_hides_as_on_a_gpu(tiny_hybrid, tmp_path, program):
+    """A bf16 target's derived dtype config is fp16: the two faults bf16 passes (0.61-0.62 of the
+    limit on an H200) fail there, the seed passes (docs/log/2026-12-01-an-fp16-config-for-bf16-targets.md)."""
+    from fitness import gate as fitness_gate
+    from fitness.reference_logits import References
+    from tools.probes.gate_as_on_gpu import engine_as_on_gpu
+    path = tmp_path / "candidate.py"
+    path.write_text(SEED if program is None else planted.hybrid_fault(program))
+    module, config = load_engine_module(path), ModelConfig.load(tiny_hybrid)
+    assert config.torch_dtype == "bfloat16"
+    tally = fitness_gate.Tally(fitness_gate.STRESS_MARGIN)
+    with engine_as_on_gpu(module):
+        plan = fitness_gate.correctness_plan(config, tiny_hybrid, tmp_path / "scratch", "full")
+        _, label, cfg, weight_dir, check, _ = next(row for row in plan if row[1] == "fp16")
+        assert cfg.torch_dtype == "float16"
+        driver = fitness_gate.InProcessDriver(module, "cpu")
+        if program is None:
+            check(driver, References("cpu"), cfg, weight_dir, 1, label, tally)
+            assert tally.worst < 1
+        else:
+            with pytest.raises(fitness_gate.CorrectnessError):
+                check(driver, References("cpu"), cfg, weight_dir, 1, label, tally)

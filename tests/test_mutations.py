@@ -13,7 +13,7 @@ from contract.loader import load_engine_module
 from contract.model_config import ModelConfig
 from fitness.gate import check_module, static_problems
 from mutations import alleles, program, requirements
-from tests.conftest import REPO, SEED_ENGINE, SMALL_CONFIG, in_bf16, write_weights
+from tests.conftest import REPO, SEED_ENGINE, SMALL_CONFIG, in_gpu_dtype, write_weights
 
 SEED = SEED_ENGINE.read_text()
 CPU_OPERATORS = [op.name for op in mutations.all_operators() if op.can_run_on("cpu")]
@@ -351,7 +351,7 @@ def test_decodes_past_the_graphs_width_run_eagerly(constant, dtype, tmp_path):
     path, and both give the seed's logits."""
     config = {**SMALL_CONFIG, "max_position_embeddings": 1024, "torch_dtype": dtype}
     write_weights(config, tmp_path / "weights" / "model.pt", seed=6)
-    seed = SEED if dtype == "float16" else in_bf16(SEED)
+    seed = SEED if dtype == "float16" else in_gpu_dtype(SEED)
     source = mutations.get_operator("allele.Engine.cuda_graphs").apply(seed, random.Random(0)).source
     source = mutations.get_operator("tune_constant").replay(source, {"constant": constant, "new": 256}).source
     (tmp_path / "graphs.py").write_text(source)
