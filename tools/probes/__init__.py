@@ -36,7 +36,8 @@ measured again; no driver runs them. python -m tools.probes.NAME, and the log:
   mixtures of experts
     moe_tie_rows             rows the gate checks under a tie bound  2026-11-28-moe-gate-bf16-routing.md
     moe_alleles_bench        a sparse layer's MLP by each allele     2026-11-28-moe-search-cpu.md
-    gate_as_on_gpu           the gate on a CPU in a GPU's dtypes     2026-11-28-moe-triton-alleles-first-gpu-figures.md
+    gate_as_on_gpu           the gate on a CPU in a GPU's dtypes     2026-11-28-moe-triton-alleles-first-gpu-figures.md,
+                                                                     2026-12-01-an-fp16-config-for-bf16-targets.md
     planted_in_bf16          the hybrid's planted faults in bf16     2026-11-30-moe-committed-recipe-through-the-gate.md,
                                                                      2026-11-30-delivery-ways-fifth-5-minute-run.md
     tie_bound_by_layer       rows checked under a bound per layer    2026-11-30-moe-committed-recipe-through-the-gate.md

@@ -4,10 +4,13 @@ the one a GPU computes it in (bf16 if it asks, otherwise fp16). A GPU verdict, r
 without one.
 
     python -m tools.probes.gate_as_on_gpu ENGINE DIR [--seed 1] [--by-config]
+    python -m tools.probes.gate_as_on_gpu ENGINE SHAPE --derived fp16 [bf16 ...] [--seeds 1 2 3]
 
 Prints the tie bound and the allowance the references find, then the verdict on the target's
 own weights ("passed" with the worst error as a fraction of the limit, or the error); with
---by-config, each config of the full gate on its own.
+--by-config, each config of the full gate on its own. With --derived, the named derived
+configs alone, at each token seed: they need no target weights (the judge draws theirs), so
+SHAPE may be a name of target.hf_checkpoints (llama_3_2_1b, qwen3_5_35b_a3b, ...) or a directory.
 """
 import argparse
 import tempfile
@@ -17,9 +20,10 @@ from pathlib import Path
 import torch
 
 from contract.loader import load_engine_module
-from contract.model_config import ModelConfig
+from contract.model_config import ModelConfig, derived_configs
 from fitness import gate
 from fitness.reference_logits import References
+from target.hf_checkpoints import CHECKPOINTS
 
 
 @contextmanager
@@ -78,14 +82,42 @@ def by_config(engine, folder, seed: int = 1):
             yield f"{label:14s} {cfg.torch_dtype:9s} allowance {references.allowance(cfg, weight_dir):7.1f}  {found}"
 
 
+def derived(engine, shape: str, labels: list, seeds: list):
+    """The derived configs `labels` of `shape` (a target.hf_checkpoints name, or a directory)
+    alone, each at each token seed, in a GPU's dtype: a line each, its allowance and its
+    verdict (ok and its worst of the evaluator's limit, or the error)."""
+    config = ModelConfig.from_dict(CHECKPOINTS[shape]) if shape in CHECKPOINTS else ModelConfig.load(shape)
+    module = load_engine_module(engine)
+    configs = derived_configs(config)
+    references, driver = References("cpu"), gate.InProcessDriver(module, "cpu")
+    with engine_as_on_gpu(module), tempfile.TemporaryDirectory() as scratch:
+        for label in labels:
+            cfg = configs[label]
+            weight_dir = gate.judging_weights(cfg, scratch)
+            for seed in seeds:
+                tally = gate.Tally(gate.STRESS_MARGIN)
+                try:
+                    gate.check_traces(driver, references, cfg, weight_dir, seed, label, tally, full=False)
+                    found = f"ok, worst {tally.worst:.3f} of the limit ({tally.worst_case})"
+                except Exception as err:  # the verdict, whichever it is
+                    found = f"{type(err).__name__}: {str(err)[:200]}"
+                yield (f"{shape:16s} {label:12s} {cfg.torch_dtype:9s} seed {seed} "
+                       f"allowance {references.allowance(cfg, weight_dir):6.1f}  {found}")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("engine")
-    parser.add_argument("model", help="a Hugging Face directory")
+    parser.add_argument("model", help="a Hugging Face directory (with --derived, or a target.hf_checkpoints name)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--by-config", action="store_true", help="every config of the full gate, one line each")
+    parser.add_argument("--derived", nargs="+", metavar="CONFIG", help="these derived configs alone (gqa, fp16, ...)")
+    parser.add_argument("--seeds", type=int, nargs="+", help="with --derived: token seeds (default: --seed)")
     args = parser.parse_args(argv)
-    if args.by_config:
+    if args.derived:
+        for line in derived(args.engine, args.model, args.derived, args.seeds or [args.seed]):
+            print(line, flush=True)
+    elif args.by_config:
         for line in by_config(args.engine, args.model, args.seed):
             print(line, flush=True)
     else:
