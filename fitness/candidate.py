@@ -48,6 +48,12 @@ class RunnerFailure(Exception):
         self.status = status
 
 
+def no_answer(timeout: float) -> str:
+    """A timeout's words: a request waits for what is left of its judgement's time, so a
+    request made late (one of many runners starved at once) reads 0 s."""
+    return f"no answer in the {max(timeout, 0):.0f} s left of the judgement's time (its --timeout)"
+
+
 class CandidateError(Exception):
     """The candidate's own code raised inside the runner (the runner itself is fine)."""
 
@@ -129,7 +135,7 @@ class CandidateProcess:
         try:
             header, tensors = self.channel.receive(deadline, spin_s=spin_s)
         except WireTimeout:
-            raise RunnerFailure("timeout", f"{op}: no answer within {timeout:.0f} s{self.tail()}") from None
+            raise RunnerFailure("timeout", f"{op}: {no_answer(timeout)}{self.tail()}") from None
         except (WireError, OSError) as err:
             raise RunnerFailure("crash", f"{op}: {err}; {self.exit_status()}{self.tail()}") from None
         if not header.get("ok"):
@@ -190,7 +196,7 @@ class CandidateProcess:
         try:
             yield
         except WireTimeout:
-            raise RunnerFailure("timeout", f"{what}: no answer within {timeout:.0f} s{self.tail()}") from None
+            raise RunnerFailure("timeout", f"{what}: {no_answer(timeout)}{self.tail()}") from None
         except WireError as err:
             raise RunnerFailure("crash", f"{what}: {err}; {self.exit_status()}{self.tail()}") from None
 

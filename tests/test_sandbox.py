@@ -60,6 +60,7 @@ def test_hanging_engine_gives_timeout_within_its_limit(small_target, scratch, tm
     started = time.monotonic()
     verdict = run_judge(planted.write_faulty("hangs_in_decode", tmp_path), small_target, scratch, timeout=15)
     assert verdict["status"] == "timeout"
+    assert "left of the judgement's time" in verdict["error"], verdict["error"]
     assert time.monotonic() - started < 25
 
 
