@@ -5,8 +5,8 @@ Two formats come in: the contract's model_config.json, and a Hugging Face config
 Both become one ModelConfig, whose features (q/k/v biases, per-head q/k norms, tied
 embeddings, llama3 RoPE frequencies, mixture-of-experts MLPs) are explicit fields.
 
-Also the derived configs the gate judges a candidate on (GQA, bf16, another head_dim,
-more layers, every family's feature), each small enough to judge in seconds.
+Also the derived configs the gate judges a candidate on (GQA, the other GPU dtype, another
+head_dim, more layers, every family's feature), each small enough to judge in seconds.
 """
 import json
 from dataclasses import dataclass, replace
