@@ -247,11 +247,11 @@ def derived_configs(base: ModelConfig, small: bool = True) -> dict[str, ModelCon
     other_dim = 64 if base.head_dim != 64 else 128
     # The other GPU dtype: a bf16 target is held to fp16 too, whose 10 mantissa bits show what
     # bf16's 7 hide (a hybrid's decay or write strength a tenth off).
-    other_dtype = ("fp16", "float16") if base.torch_dtype.lower() in BF16_NAMES else ("bf16", "bfloat16")
+    dtype_label, other_dtype = ("fp16", "float16") if base.torch_dtype.lower() in BF16_NAMES else ("bf16", "bfloat16")
     return {
         "gqa": base.derive(num_attention_heads=gqa_heads, num_key_value_heads=gqa_heads // 4,
                            hidden_size=gqa_heads * base.head_dim),
-        other_dtype[0]: base.derive(torch_dtype=other_dtype[1]),
+        dtype_label: base.derive(torch_dtype=other_dtype),
         "head_dim": base.derive(head_dim=other_dim, hidden_size=heads * other_dim),
         "deeper": base.derive(num_hidden_layers=base.num_hidden_layers + 2,
                               **({"layer_types": base.layer_types + base.layer_types[-2:]} if base.layer_types else {})),

@@ -8,8 +8,9 @@ weights, then the cheap traces again with unit-scaled weights of the same shape 
 public 0.02 initialisation leaves logits so small that atol hides real faults).
 Stage "derived": cheap traces on configs the candidate was not tuned on (GQA, the other
 GPU dtype: bf16, or fp16 for a bf16 target; other head_dim, more layers, the Hugging Face
-families' features), each with its own generated weights (`judging_weights`). A failure on the families config is run again with each
-feature alone, so the verdict names the one a program gets wrong.
+families' features), each with its own generated weights (`judging_weights`). A failure on
+the families config is run again with each feature alone, so the verdict names the one a
+program gets wrong.
 A candidate that raises on a config leaves `run_gate` as a `GateFailure` naming it.
 
 The error of a call is max |s - r| / (atol + rtol * |r|): 1.0 is the evaluator's limit

@@ -276,10 +276,10 @@ def test_the_fp16_config_rejects_what_bf16_rounding_hides_as_on_a_gpu(tiny_hybri
         plan = fitness_gate.correctness_plan(config, tiny_hybrid, tmp_path / "scratch", "full")
         _, label, cfg, weight_dir, check, _ = next(row for row in plan if row[1] == "fp16")
         assert cfg.torch_dtype == "float16"
-        driver = fitness_gate.InProcessDriver(module, "cpu")
+        judging = (fitness_gate.InProcessDriver(module, "cpu"), References("cpu"), cfg, weight_dir, 1, label, tally)
         if program is None:
-            check(driver, References("cpu"), cfg, weight_dir, 1, label, tally)
+            check(*judging)
             assert tally.worst < 1
         else:
             with pytest.raises(fitness_gate.CorrectnessError):
-                check(driver, References("cpu"), cfg, weight_dir, 1, label, tally)
+                check(*judging)

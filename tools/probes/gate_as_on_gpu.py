@@ -15,6 +15,7 @@ SHAPE may be a name of target.hf_checkpoints (llama_3_2_1b, qwen3_5_35b_a3b, ...
 import argparse
 import tempfile
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -65,6 +66,15 @@ def verdict(engine, folder, seed: int = 1) -> dict:
     return {**found, "passed": True, "worst": tally.worst}
 
 
+def judged(check, driver, references, cfg, weight_dir, seed: int, label: str, tally) -> str:
+    """One config's verdict in words: ok and its worst of the limit, or the error."""
+    try:
+        check(driver, references, cfg, weight_dir, seed, label, tally)
+        return f"ok, worst {tally.worst:.3f} of the limit ({tally.worst_case})"
+    except Exception as err:  # the verdict, whichever it is
+        return f"{type(err).__name__}: {str(err)[:200]}"
+
+
 def by_config(engine, folder, seed: int = 1):
     """Each config of the full gate's plan on its own, all in a GPU's dtype: a line each, its
     verdict (ok and its worst of the limit, or the error) and its allowance; a config that fails
@@ -74,11 +84,7 @@ def by_config(engine, folder, seed: int = 1):
     with engine_as_on_gpu(module), tempfile.TemporaryDirectory() as scratch:
         for _, label, cfg, weight_dir, check, stress in gate.correctness_plan(config, folder, Path(scratch), "full"):
             tally = gate.Tally(gate.stage_limit(gate.DEFAULT_MARGIN, stress))
-            try:
-                check(driver, references, cfg, weight_dir, seed, label, tally)
-                found = f"ok, worst {tally.worst:.3f} of the limit ({tally.worst_case})"
-            except Exception as err:  # the verdict, whichever it is
-                found = f"{type(err).__name__}: {str(err)[:200]}"
+            found = judged(check, driver, references, cfg, weight_dir, seed, label, tally)
             yield f"{label:14s} {cfg.torch_dtype:9s} allowance {references.allowance(cfg, weight_dir):7.1f}  {found}"
 
 
@@ -95,12 +101,8 @@ def derived(engine, shape: str, labels: list, seeds: list):
             cfg = configs[label]
             weight_dir = gate.judging_weights(cfg, scratch)
             for seed in seeds:
-                tally = gate.Tally(gate.STRESS_MARGIN)
-                try:
-                    gate.check_traces(driver, references, cfg, weight_dir, seed, label, tally, full=False)
-                    found = f"ok, worst {tally.worst:.3f} of the limit ({tally.worst_case})"
-                except Exception as err:  # the verdict, whichever it is
-                    found = f"{type(err).__name__}: {str(err)[:200]}"
+                found = judged(partial(gate.check_traces, full=False), driver, references, cfg, weight_dir, seed,
+                               label, gate.Tally(gate.STRESS_MARGIN))
                 yield (f"{shape:16s} {label:12s} {cfg.torch_dtype:9s} seed {seed} "
                        f"allowance {references.allowance(cfg, weight_dir):6.1f}  {found}")
 
