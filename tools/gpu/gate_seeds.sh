@@ -6,13 +6,16 @@
 # bf16 toy target). One line per judgement: program, model, seed, status, stage, worst of the
 # limit, its case, the error's start. The seed and the hybrid hand recipe are judged on HYBRID's
 # checkpoint, and its planted faults with them (qwen3_5_35b_a3b_4_layers: the real width, where
-# the fp16 config's margin over the quiet faults was imitated on a CPU only). LANES (3) judgements at a time (--bench none: nothing timed;
-# 17 at once on 16 cores timed every one out, importing and compiling for 90 s and more).
+# the fp16 config's margin over the quiet faults was imitated on a CPU only). LANES (3)
+# judgements at a time (--bench none: nothing timed; 17 at once on 16 cores timed every one
+# out, importing and compiling for 90 s and more).
 #   bash tools/gpu/gate_seeds.sh OUT    # env: SEEDS (1 2 5: where one tie bound for every layer
 #       # left a hybrid config under half its rows on a CPU), LANES, ONLY (a pattern: the
 #       # judgements whose line has it), JUDGE_ONLY (1: no faults, no tests), HYBRID (a
 #       # target.hf_checkpoints name; tiny_qwen3_5_moe), FAULTS (names of the planted faults,
 #       # ';' between: those alone), NO_TESTS (1: no MoE tests);
+#       # LANES=1 at a real width: three judges at Qwen3.5-35B-A3B's filled the 64 GiB disk
+#       # (each writes its derived configs' weights) and the GPU (~50 GB each);
 #       # about 45 s a judgement alone
 set -uo pipefail
 out=$1; mkdir -p "$out"

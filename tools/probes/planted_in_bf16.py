@@ -5,8 +5,8 @@ passes is one a GPU search could keep.
 
     python -m tools.probes.planted_in_bf16 DIR [--device cpu|cuda] [--only NAME ...]
 
-Prints one line per fault and dtype: rejected (at which stage and config) or passed (its worst
-error, of the limit).
+Prints one line per fault and dtype: rejected (at which stage and config, and the error that
+failed: how near the limit a fault falls) or passed (its worst error, of the limit).
 """
 import argparse
 import tempfile
@@ -30,7 +30,7 @@ def verdict(name: str, folder: Path, device: str, as_on_gpu: bool, references: R
         result = gate.check_module(module, config, folder, device, 123, scratch, references=references)
     if result.passed:
         return f"PASSED, worst {result.worst_ratio:.2f} of the limit ({result.worst_case})"
-    return f"rejected at {result.stage}/{result.case.split('/')[0]}"
+    return f"rejected at {result.stage}/{result.case.split('/')[0]} ({result.error.rsplit(': ', 1)[-1]})"
 
 
 def main(argv=None) -> None:
@@ -41,10 +41,11 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     modes = ["cuda"] if is_cuda(args.device) else ["fp32", "bf16 as on a GPU"]
     for mode in modes:
-        references, scratch = References(args.device), Path(tempfile.mkdtemp())
-        for name in args.only:
-            line = verdict(name, args.model, args.device, mode.startswith("bf16"), references, scratch)
-            print(f"{mode:16s} {name:40s} {line}", flush=True)
+        references = References(args.device)
+        with tempfile.TemporaryDirectory() as scratch:  # derived weights: 21 GB at Qwen3.5-35B-A3B's width
+            for name in args.only:
+                line = verdict(name, args.model, args.device, mode.startswith("bf16"), references, Path(scratch))
+                print(f"{mode:16s} {name:40s} {line}", flush=True)
 
 
 if __name__ == "__main__":
