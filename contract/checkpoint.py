@@ -10,6 +10,7 @@ of each head gives the same rotation and the same q.k, so one interleaved RoPE s
 part of each head (Qwen3.5), only that part's rows move.
 """
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -48,17 +49,31 @@ def read_index(folder: Path) -> dict:
         raise ConfigError(f"{folder / SAFETENSORS_INDEX} has no readable weight_map: {err!r}") from None
 
 
+@contextmanager
+def reading(path: Path):
+    """A file that cannot be read as what its name says (a copy cut short: safetensors' or
+    torch.load's own error, a traceback) as a ConfigError naming it."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except Exception as err:
+        raise ConfigError(f"{path} cannot be read ({type(err).__name__}: {err}); was its copy cut short?") from None
+
+
 def read_weights(weight_dir, config: ModelConfig) -> dict:
     """Every tensor of the checkpoint (CPU, as stored), in the contract's names and layout."""
     files = checkpoint_files(weight_dir)
     if files[0].name == CONTRACT_FILE:
-        return torch.load(files[0], map_location="cpu", weights_only=True)
+        with reading(files[0]):
+            return torch.load(files[0], map_location="cpu", weights_only=True)
     from safetensors.torch import load_file  # only a Hugging Face checkpoint needs it
 
     stored = {}
     for path in files:
         if path.suffix == ".safetensors":
-            stored.update(load_file(path))
+            with reading(path):
+                stored.update(load_file(path))
     return from_hf_layout(stored, config)
 
 
@@ -120,7 +135,8 @@ def check_weight_files(config: ModelConfig, weight_dir) -> None:
     not read into memory to be checked)."""
     files = checkpoint_files(weight_dir)
     if files[0].name == CONTRACT_FILE:
-        stored = torch.load(files[0], map_location="cpu", weights_only=True, mmap=True)
+        with reading(files[0]):
+            stored = torch.load(files[0], map_location="cpu", weights_only=True, mmap=True)
         check_shapes({name: tuple(t.shape) for name, t in stored.items()}, config, weight_dir)
         return
     from safetensors import safe_open
@@ -128,7 +144,7 @@ def check_weight_files(config: ModelConfig, weight_dir) -> None:
     shapes = {}
     for path in files:
         if path.suffix == ".safetensors":
-            with safe_open(path, "pt") as f:
+            with reading(path), safe_open(path, "pt") as f:
                 shapes.update({contract_name(name): tuple(f.get_slice(name).get_shape()) for name in f.keys()})
     check_shapes(shapes, config, weight_dir)
 

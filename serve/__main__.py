@@ -19,8 +19,9 @@ from pathlib import Path
 import torch
 import uvicorn
 
+from contract.checkpoint import check_weight_files
 from contract.devices import is_cuda, resolve_device
-from contract.model_config import ModelConfig
+from contract.model_config import ConfigError, ModelConfig
 from serve.app import build_app
 from serve.collector import freeze_start_up_objects
 from serve.core_client import EngineCoreClient
@@ -73,7 +74,10 @@ def tokenizer_dir(args) -> Path:
 def build(args) -> tuple:
     """(the LLMEngine, the ServedModel), the engine core's process started and its engine
     made and warmed up."""
+    if not args.engine.is_file():
+        raise ConfigError(f"no engine file {args.engine}")
     config = ModelConfig.load(args.model_config)
+    check_weight_files(config, args.weight_dir)  # from the headers: a clear message, not the engine core's traceback
     tokenizer = Tokenizer(tokenizer_dir(args))
     if args.replicas is not None and args.replicas < 1:
         raise SystemExit(f"--replicas must be at least 1, got {args.replicas}")
@@ -104,7 +108,10 @@ class AnnouncingServer(uvicorn.Server):
 def main(argv=None) -> None:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper())
-    llm, model = build(args)
+    try:
+        llm, model = build(args)
+    except ConfigError as err:
+        raise SystemExit(f"serve: error: {err}") from None
     config = uvicorn.Config(build_app(llm, model), host=args.host, port=args.port,
                             log_level=args.log_level)
     freeze_start_up_objects()

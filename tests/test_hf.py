@@ -317,6 +317,18 @@ def test_unreadable_checkpoints_say_why(checkpoints, tmp_path):
         load_checked_weights(config, folder)
 
 
+def test_a_weights_file_cut_short_is_named_not_a_traceback(checkpoints, small_target, tmp_path):
+    """A copy that stopped part way: what run.sh, bench and serve check before a model loads."""
+    folder = shutil.copytree(checkpoints["llama", "fp32", False], tmp_path / "hf")
+    contract_dir = shutil.copytree(small_target[1], tmp_path / "contract")
+    for config, path in [(ModelConfig.load(folder), folder / "model.safetensors"),
+                         (ModelConfig.load(small_target[0]), contract_dir / "model.pt")]:
+        path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+        for read in (check_weight_files, load_checked_weights):
+            with pytest.raises(ConfigError, match=f"{path.name} cannot be read .*cut short"):
+                read(config, path.parent)
+
+
 def test_shapes_are_checked_from_the_headers_as_from_the_tensors(checkpoints, tmp_path):
     """What bench and run.sh check before a 65 GB model is loaded: the headers alone."""
     folder = shutil.copytree(checkpoints["llama", "fp32", False], tmp_path / "checkpoint")

@@ -15,6 +15,7 @@ import torch
 from fastapi.testclient import TestClient
 
 from serve.__main__ import build, parse_args
+from serve.__main__ import main as serve_main
 from serve.app import build_app
 from serve.core_client import PipeWriter
 from serve.engine_core import EngineCore, StepOutputs
@@ -362,6 +363,18 @@ def served(engine, small_target, tokenizer_dir) -> tuple:
     config, weights = small_target
     return build(parse_args(["--engine", str(engine), "--model-config", str(config), "--weight-dir",
                              str(weights), "--tokenizer", str(tokenizer_dir), "--device", "cpu"]))
+
+
+def test_the_server_names_a_missing_engine_or_a_weights_file_cut_short_before_it_starts(small_target, tmp_path):
+    config, weights = small_target
+    args = ["--model-config", str(config), "--device", "cpu", "--port", "0"]
+    with pytest.raises(SystemExit, match="serve: error: no engine file"):
+        serve_main(["--engine", str(tmp_path / "none.py"), "--weight-dir", str(weights), *args])
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "model.pt").write_bytes((weights / "model.pt").read_bytes()[:1000])
+    with pytest.raises(SystemExit, match="serve: error: .*model.pt cannot be read"):
+        serve_main(["--engine", str(SEED_ENGINE), "--weight-dir", str(cut), *args])
 
 
 def test_an_engine_that_fails_fails_its_requests_with_500_and_the_health_check(small_target, tokenizer_dir,
