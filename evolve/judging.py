@@ -154,6 +154,7 @@ class Evaluator:
         # The target's weights as found before any candidate of this run ran: a judge
         # started later (a replaced worker, the final's) must not trust a changed file.
         self.weights_fingerprint = fingerprint(config.weight_dir)
+        self.sources = {}  # id -> source of every program written: a rewritten file is restored
 
     def timeout(self, size: int = 1) -> float:
         """The configured timeout (half as much again for each program beyond the first of
@@ -169,7 +170,7 @@ class Evaluator:
         with self.start_lock:
             self.batches_started += 1
         paths = self.write_programs(batch)
-        options = self.judge_options(batch, len(paths))
+        options = {**self.judge_options(batch, len(paths)), "source_hashes": self.source_hashes(batch, paths)}
         started = time.monotonic()
         verdicts = self.judge(paths, options, worker)
         if self.stopping.is_set():  # killed by us, not by the candidate: nothing to record
@@ -189,12 +190,24 @@ class Evaluator:
         return self.time_left() > 0
 
     def write_programs(self, batch: ProgramBatch) -> list:
-        """The path of each program's file, written when missing."""
+        """The path of each program's file, written when missing or not its program, and the
+        baseline's restored so: a candidate runs as the search's user and can rewrite any
+        program's file (one that slowed its baseline's file was judged 1.47x the seed)."""
         paths = [self.run.candidate_path(program) for program in batch.programs]
         for program, path in zip(batch.programs, paths):
-            if not path.exists():  # atomically: a file on disk is always a whole program
-                write_atomically(path, program.source)
+            self.sources[program.id] = program.source
+            restore(path, program.source)
+        if batch.baseline_id in self.sources:
+            restore(Path(self.scores.by_id[batch.baseline_id].source_path), self.sources[batch.baseline_id])
         return paths
+
+    def source_hashes(self, batch: ProgramBatch, paths: list) -> dict:
+        """{path: the hash its program was written with}, the baseline's among them: the
+        judge judges no file a program rewrote since."""
+        hashes = {str(path.resolve()): program.id for program, path in zip(batch.programs, paths)}
+        if batch.baseline_id:
+            hashes[str(Path(self.scores.by_id[batch.baseline_id].source_path).resolve())] = batch.baseline_id
+        return hashes
 
     def judge_options(self, batch: ProgramBatch, size: int) -> dict:
         """Keyword arguments of the judgement of a batch of `size`, all but the worker."""
@@ -272,6 +285,17 @@ class Evaluator:
             "level": batch.level, "baseline_id": batch.baseline_id or "",
             "device": worker.device_name(self.config.device)})
         return fitness, verdict
+
+
+def restore(path: Path, source: str) -> None:
+    """The file holds `source`: written when missing or other (atomically: a file on disk is
+    always a whole program)."""
+    try:
+        if path.read_text() == source:
+            return
+    except (OSError, UnicodeDecodeError):
+        pass
+    write_atomically(path, source)
 
 
 def progress_line(generation: int, batch: ProgramBatch, results: list, wall: float, left: float) -> str:

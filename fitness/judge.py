@@ -234,7 +234,8 @@ class Judge:
     def judge_group(self, paths, config_path, weight_dir, seed: int, margin: float = gate.DEFAULT_MARGIN,
                     level: str = "full", bench: str = "public", baseline=None, min_rounds: int = 3,
                     max_rounds: int = 8, timeout: float = 600.0, resolution: float = RESOLUTION,
-                    rounds_within: float | None = None, weights_fingerprint=None, staged: bool = False) -> list:
+                    rounds_within: float | None = None, weights_fingerprint=None, staged: bool = False,
+                    source_hashes: dict | None = None) -> list:
         """A verdict on each of `paths` (at most MAX_GROUP), each timed beside `baseline` (a
         program judged before) in the same interleaved rounds: the baseline's runs serve
         every candidate's comparison. Their gates and warm-ups go on for all at once, each run
@@ -242,7 +243,10 @@ class Judge:
         as the caller found them before any candidate ran (fitness.weight_files); every
         verdict is `invalid` at stage `weights` if a trusted weight file changed. `staged`:
         beside a baseline, every case is also timed with its inputs staged before the clock,
-        as the evaluator's protocol has them (the verdict's `staged_ratio`)."""
+        as the evaluator's protocol has them (the verdict's `staged_ratio`). `source_hashes`:
+        {path: the source hash its caller wrote it with}; a file that differs is not judged
+        (one program may rewrite another's file: every file is read once, here, before any
+        program of the judgement runs, and each runner runs the text read)."""
         assert level in LEVELS and bench in BENCH_CHOICES and 0 < len(paths) <= MAX_GROUP, (level, bench, paths)
         group = Group.begin(paths, self.device, seed, level, timeout, rounds_within, self.references.computed_s)
         # Absolute paths: the runner works in a directory of its own.
@@ -250,10 +254,12 @@ class Judge:
         baseline_path = Path(baseline).resolve() if baseline is not None and bench != "none" else None
         try:
             group.setting = self.set_up(group, config_path, weight_path, seed, margin, level, bench,
-                                        weights_fingerprint)
+                                        weights_fingerprint, source_hashes or {})
+            with blamed_on_baseline():
+                baseline_source = None if baseline_path is None else read_source(baseline_path, source_hashes or {})
             self.import_candidates(group)
             if baseline_path is not None and group.live():
-                self.start_baseline(group, baseline_path)
+                self.start_baseline(group, baseline_path, baseline_source)
             group.mark("gate")
             self.for_each(group.live(), self.untimed, group.setting)
             if bench != "none" and group.live():
@@ -265,10 +271,10 @@ class Judge:
         return group.verdicts()
 
     def set_up(self, group: "Group", config_path, weight_dir: Path, seed: int, margin: float, level: str,
-               bench: str, weights_fingerprint) -> "Setting":
+               bench: str, weights_fingerprint, source_hashes: dict) -> "Setting":
         """Static checks of every candidate, then what they are all judged with."""
         for entry in group.entries:
-            entry.attempt(self.static_check, entry, stage="static")
+            entry.attempt(self.static_check, entry, source_hashes, stage="static")
         config = ModelConfig.load(config_path)
         weight_files.TRUSTED.trust(weight_dir, weights_fingerprint)
         weight_files.TRUSTED.check()  # nothing changed since the last judgement's end
@@ -285,12 +291,12 @@ class Judge:
         live = group.live()
         for entry, process in zip(live, self.spares.take_many(len(live))):
             entry.bind(self.driver(process, group.deadline, self.home_cpus[entry.index % len(self.home_cpus)]))
-            entry.attempt(self.load, entry.driver, entry.path, stage="import")
+            entry.attempt(self.load, entry.driver, entry.path, entry.source, stage="import")
 
-    def start_baseline(self, group: "Group", path: Path) -> None:
+    def start_baseline(self, group: "Group", path: Path, source: str) -> None:
         """The baseline's runner; on a GPU its warm-up begins beside the candidates' gates."""
         with blamed_on_baseline():
-            group.base = self.baseline(path, group.deadline)
+            group.base = self.baseline(path, source, group.deadline)
         if not group.base.warm and is_cuda(self.device):  # a CPU has no idle cores to lend it
             setting = group.setting
             group.warming = self.helpers.submit(warm_up, group.base.driver, setting.cases, setting.raw_config,
@@ -376,8 +382,8 @@ class Judge:
         self.stage.runners.add(process)
         return RunnerDriver(process, self.device, deadline, home_cpu, self.stage)
 
-    def static_check(self, entry: "Entry") -> None:
-        source = entry.path.read_text()
+    def static_check(self, entry: "Entry", source_hashes: dict) -> None:
+        entry.source = source = read_source(entry.path, source_hashes)
         entry.verdict["source_hash"] = source_hash(source)
         problems = gate.static_problems(source)
         if problems:
@@ -405,18 +411,18 @@ class Judge:
             if runs is not None:
                 entry.attempt(check_warm_up, setting.check, entry.contender.name, runs, stage="timed")
 
-    def load(self, driver: RunnerDriver, path) -> None:
-        """`path` imported in the driver's fresh runner, on its home core."""
+    def load(self, driver: RunnerDriver, path, source: str) -> None:
+        """`path`'s `source` imported in the driver's fresh runner, on its home core."""
         driver.place(driver.home_cpu)
         # One thread on a GPU: the runner is pinned to one core, where OpenMP threads
         # would only wait on each other (seen: 25 s judgements became 185 s).
         threads = 1 if is_cuda(self.device) else self.threads
-        driver.process.request("load", driver.left(), path=str(Path(path).resolve()), threads=threads)
+        driver.process.request("load", driver.left(), path=str(Path(path).resolve()), source=source, threads=threads)
 
-    def baseline(self, path: Path, deadline: float) -> "KeptRunner":
+    def baseline(self, path: Path, source: str, deadline: float) -> "KeptRunner":
         """The baseline's runner: the one kept from the last judgement when it ran the same
         program (warm: imported, its warm-up engine made) and has not served too long."""
-        key = (str(path), source_hash(path.read_text()))
+        key = (str(path), source_hash(source))
         kept = self.kept
         if kept is not None and (kept.key != key or kept.uses >= KEPT_RUNNER_USES or not kept.warm
                                  or kept.driver.process.proc.poll() is not None):
@@ -424,7 +430,7 @@ class Judge:
         if self.kept is None:  # it outlives the judgement: not among the runners closed with it
             driver = self.driver(self.spares.take_many(1)[0], deadline, self.home_cpus[-1])
             self.kept = KeptRunner(key, driver)
-            self.load(driver, path)
+            self.load(driver, path, source)
         self.kept.driver.process.resume()
         self.kept.driver.deadline = deadline
         self.kept.driver.process.spent.clear()  # this judgement's account starts now
@@ -435,6 +441,21 @@ class Judge:
         if self.kept is not None:
             self.kept.driver.process.close()
             self.kept = None
+
+
+def read_source(path: Path, source_hashes: dict) -> str:
+    """The file's text; a ChangedOnDisk error when its hash is not the one its caller wrote
+    it with (`source_hashes`: {path: hash})."""
+    source = Path(path).read_text()
+    expected = source_hashes.get(str(Path(path).resolve()))
+    if expected is not None and source_hash(source) != expected:
+        raise ChangedOnDisk(f"{path} is not the program it was written as (source hash {source_hash(source)}, "
+                            f"expected {expected}): a program judged before rewrote it")
+    return source
+
+
+class ChangedOnDisk(Exception):
+    """A program's file is not what its caller wrote."""
 
 
 class BaselineFailure(Exception):
@@ -464,6 +485,7 @@ class Entry:
     path: Path
     verdict: dict
     stage: str = "static"
+    source: str = ""  # the file's text, read once (Judge.static_check)
     driver: RunnerDriver | None = None
     contender: Contender | None = None
 
@@ -490,10 +512,13 @@ class Entry:
             self.fail(err.cause, err.stage)
             self.verdict.update(case=err.label, error=f"{err.where}: {self.verdict['error']}")
         elif isinstance(err, BaselineFailure):  # not the candidate's doing; still no verdict on it
-            status = err.cause.status if isinstance(err.cause, RunnerFailure) else "crash"
+            status = err.cause.status if isinstance(err.cause, RunnerFailure) else \
+                "invalid" if isinstance(err.cause, ChangedOnDisk) else "crash"
             self.end(status, "baseline", f"the baseline failed: {error_text(err.cause)}")
         elif isinstance(err, ConfigError):
             self.end("invalid", "config", str(err))
+        elif isinstance(err, ChangedOnDisk):
+            self.end("invalid", stage, str(err))
         elif isinstance(err, weight_files.WeightsChanged):  # by one of the programs that ran
             self.end("invalid", "weights", str(err))
             self.verdict["weights_changed"] = True

@@ -313,10 +313,11 @@ class Runner:
         self.device, self.copies, self.inputs = "cpu", OutputCopies(), None
         self.staged = []  # (header, request ids, tokens) of a staged run's calls
 
-    def load(self, path: str, threads: int | None = None) -> dict:
+    def load(self, path: str, source: str, threads: int | None = None) -> dict:
+        """The engine's module, from the text the judge read (the file may have been rewritten since)."""
         if threads:
             torch.set_num_threads(threads)
-        self.module = load_engine_module(path)
+        self.module = load_engine_module(path, source)
         gc.freeze()  # the module's and its imports' objects too (see main)
         return {}
 

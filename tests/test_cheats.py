@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from contract.loader import source_hash
 from fitness.gate import static_problems
 from fitness.sandbox import JudgeProcess, judge
 from fitness.weight_files import fingerprint
@@ -73,6 +74,25 @@ def test_a_cheat_that_rewrites_the_weights_fails_and_so_does_every_judgement_aft
             judge_process.stop()
     assert [(v["status"], v["stage"]) for v in verdicts] == [("invalid", "weights")] * 3, verdicts
     assert all(v["weights_changed"] and "changed on disk" in v["error"] for v in verdicts)
+
+
+def test_a_cheat_that_rewrites_its_rivals_files_is_timed_beside_them_as_they_were(small_target, scratch, tmp_path):
+    """Every program of a search sits in one folder, and a candidate can write there: read after
+    the cheat ran, its baseline's file slept 0.2 s a call (judged 1.47x the seed with 0.05 s).
+    The judge reads every file before any program runs; a later judgement of a file a program
+    rewrote, held to the hash it was written with, judges nothing."""
+    config_path, weight_dir = small_target
+    cheat, baseline = cheats.write_cheat("slows_its_rivals", tmp_path), tmp_path / "baseline.py"
+    baseline.write_text(SEED_ENGINE.read_text())
+    verdict = judge(cheat, config_path, weight_dir, "cpu", timeout=240, scratch=str(scratch), threads=1,
+                    level="screen", bench="public", baseline=baseline, min_rounds=2, max_rounds=3)
+    assert verdict["status"] == "ok" and verdict["ratio"] < 1.5, verdict
+    assert "_made_here = create_engine" in baseline.read_text()  # it did rewrite the file
+    hashes = {str(baseline.resolve()): source_hash(SEED_ENGINE.read_text())}
+    later = judge(SEED_ENGINE, config_path, weight_dir, "cpu", timeout=240, scratch=str(scratch), threads=1,
+                  level="screen", bench="public", baseline=baseline, source_hashes=hashes)
+    assert (later["status"], later["stage"]) == ("invalid", "baseline"), later
+    assert "a program judged before rewrote it" in later["error"]
 
 
 @pytest.mark.parametrize("name", ["precomputes_from_frames", "precomputes_from_heap", "looks_ahead_within_a_run"])

@@ -19,6 +19,7 @@ from evolve.scores import Scores, target_key
 from evolve.search import Search, run
 from evolve.program import Program
 from fitness.weight_files import fingerprint
+from contract.loader import source_hash
 from mutations.base import Declined
 from tests.conftest import SEED_ENGINE
 from tests.test_evolve_stand_in import crossover, fake_judge, random_mutation, stand_in_speed
@@ -105,6 +106,31 @@ def test_changed_weights_stop_the_run_with_its_rows_recorded(small_target, tmp_p
     assert "stopped by changed weights during generation 1" in out
     rows = history.read(config.history)
     assert (rows["stage"] == "weights").sum() == 1 and not checkpoint.load(only_run_dir(config))["finished"]
+
+
+def test_programs_rewritten_between_judgements_are_restored_and_held_to_their_hashes(small_target, tmp_path):
+    """A candidate can rewrite any program's file (fitness.adversaries.cheats.slows_its_rivals):
+    before each judgement the search writes every file it hands over as its program, the
+    baseline's too, and tells the judge each one's hash."""
+    config = make_config(small_target, tmp_path)
+    handed = []
+
+    def judge_then_scribble(path, *args, baseline=None, source_hashes=None, **kwargs):
+        for file in [path] + ([baseline] if baseline else []):  # as written, and said so
+            assert source_hash(Path(file).read_text()) == source_hashes[str(Path(file).resolve())]
+        handed.append(baseline)
+        verdict = fake_judge(path, *args, baseline=baseline, **kwargs)
+        # As a candidate could: every other program's file (the judge reads those of its own
+        # judgement before any runs: tests/test_cheats.py).
+        for other in Path(path).parent.glob("*.py"):
+            if str(other.resolve()) not in source_hashes:
+                other.write_text(other.read_text() + "stand_in_scribble = 1\n")
+        return verdict
+
+    assert run(config, **{**STAND_INS, "judge_fn": judge_then_scribble}) == 0
+    assert sum(b is not None for b in handed) >= 4  # screens, confirmations and the final, beside baselines
+    winner = (only_run_dir(config) / "winner.py").read_text()
+    assert "stand_in_scribble" not in winner and "stand_in_scribble" not in (config.workspace / "engine.py").read_text()
 
 
 def test_resume_after_an_interrupt_continues_generations_and_history(small_target, tmp_path):

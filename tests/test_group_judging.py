@@ -5,6 +5,7 @@ beside it."""
 import contextlib
 import time
 import types
+from pathlib import Path
 
 import pytest
 
@@ -43,7 +44,7 @@ def test_a_paused_runner_runs_nothing_until_resumed(tmp_path):
     path.write_text(at_import(SEED_ENGINE.read_text(), heartbeat(beats)))
     runner = CandidateProcess("cpu")
     try:
-        runner.request("load", 60, path=str(path), threads=1)
+        runner.request("load", 60, path=str(path), source=Path(path).read_text(), threads=1)
         time.sleep(0.2)
         runner.pause()
         time.sleep(0.5)

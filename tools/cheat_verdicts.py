@@ -7,7 +7,9 @@ was made from (the seed), one line a program.
 Each program is judged by `python -m fitness judge` run from `--judge-root` (default: this
 repository; another checkout judges with its own judge, for a before-and-after), beside the
 seed as baseline, on a copy of the repository's toy model of its own (one cheat rewrites
-the weights it is given), its gate's target stage only. A cheat is caught when it is not
+the weights it is given), its gate's target stage only. Each cheat sits in a folder of its
+own beside a copy of the seed, its baseline, as a search keeps every program in one folder
+(one cheat rewrites the other engine files there). A cheat is caught when it is not
 `ok`, or runs at its real speed: its ratio to the seed near 1.
 """
 import argparse
@@ -59,9 +61,13 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     directory = Path(tempfile.mkdtemp(prefix="cheats_"))
     verdicts = {}
-    programs = [("seed (honest)", SEED_ENGINE)] + [(name, cheats.write_cheat(name, directory)) for name in args.only]
-    for name, path in programs:
-        verdicts[name] = judged(path, args.judge_root.resolve(), args.device, args.bench, SEED_ENGINE)
+    for name in ["seed (honest)"] + args.only:
+        folder = directory / name.split()[0]
+        baseline = folder / "baseline.py"
+        path = SEED_ENGINE if name.startswith("seed") else cheats.write_cheat(name, folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        baseline.write_text(SEED_ENGINE.read_text())
+        verdicts[name] = judged(path, args.judge_root.resolve(), args.device, args.bench, baseline)
         print(line(name, verdicts[name]), flush=True)
     if args.json:
         args.json.write_text(json.dumps(verdicts, indent=1, default=str))

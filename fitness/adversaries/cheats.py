@@ -2,7 +2,7 @@
 
 Each passes the static stage (stdlib, torch and triton only) and does its work right
 where the gate looks; what it changes is what the judge reads (the clock, the comparison,
-the weight files), what it does when it guesses it is being timed, or when it does the
+the weight files, a rival's engine file), what it does when it guesses it is being timed, or when it does the
 work (before a call is due, from inputs it finds early). The judge must reject each, or
 time it at its real speed (tests/test_cheats.py; fitness/README.md says which defence
 closes which).
@@ -132,6 +132,36 @@ if hasattr(_runner, "Runner"):
         return _fetch(self)
 
     _runner.Runner.call, _runner.Runner.fetch = _answer_now, _run_then_fetch''')
+
+
+def slows_its_rivals(src):
+    """Rewrites every other engine file in its own folder (where a search keeps every program,
+    its baseline's among them) to sleep 0.2 s in each call: a judge that reads a rival's
+    file after this program has run times a slowed rival beside it."""
+    return at_import(src, '''import os as _os
+
+_SLOWER = """
+
+import time as _time
+_made_here = create_engine
+
+
+def create_engine(*args, **kwargs):
+    engine = _made_here(*args, **kwargs)
+    for _name in ("prefill", "decode"):
+        _call = getattr(engine, _name)
+        setattr(engine, _name, (lambda call: lambda *a, **k: (_time.sleep(0.2), call(*a, **k))[1])(_call))
+    return engine
+"""
+_mine = _os.path.abspath(__file__)
+for _name in _os.listdir(_os.path.dirname(_mine)):
+    _path = _os.path.join(_os.path.dirname(_mine), _name)
+    if _name.endswith(".py") and _path != _mine:
+        with open(_path) as _file:
+            _text = _file.read()
+        if "_made_here = create_engine" not in _text:
+            with open(_path, "a") as _file:
+                _file.write(_SLOWER)''')
 
 
 # --- inputs read before they are due ------------------------------------------------------
@@ -303,10 +333,12 @@ def _timed_by_its_look():
 
 CHEATS = ("slow_clock", "forged_comparison", "lazy_when_timed", "replays_earlier_outputs", "caches_by_input",
           "rewrites_the_weights", "answers_before_its_outputs", "precomputes_from_frames", "precomputes_from_heap",
-          "looks_ahead_within_a_run", "lazy_when_placed_for_timing")
+          "looks_ahead_within_a_run", "lazy_when_placed_for_timing", "slows_its_rivals")
 
 
 def write_cheat(name: str, directory):
+    """The cheat's file in `directory` (made when missing)."""
+    directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.py"
     path.write_text(globals()[name](SEED_ENGINE.read_text()))
     return path
