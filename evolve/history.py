@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from evolve.records import Written
 from fitness.cases import select_cases
 
 
@@ -75,18 +76,21 @@ def short_error(text: str) -> str:
 
 
 class History:
-    """Appends rows to one CSV file; safe to call from several judging threads."""
+    """Appends rows to one CSV file; safe to call from several judging threads. No one else
+    may write it meanwhile (evolve.records)."""
 
     def __init__(self, path):
         self.path = Path(path)
         self.lock = threading.Lock()
         self.columns = existing_header(self.path) or COLUMNS
+        self.written = Written(self.path)
 
     def append(self, row: dict) -> None:
         """Write one row now; values for columns the file lacks are dropped."""
         row = {**row, "timestamp": row.get("timestamp") or time.strftime("%Y-%m-%dT%H:%M:%S"),
                "error": short_error(row.get("error", "")), "schema_version": SCHEMA_VERSION}
         with self.lock:
+            self.written.check()
             self.path.parent.mkdir(parents=True, exist_ok=True)
             is_new = not self.path.exists() or self.path.stat().st_size == 0
             with open(self.path, "a", newline="") as f:
@@ -95,6 +99,12 @@ class History:
                     writer.writeheader()
                 writer.writerow({k: cell(v) for k, v in row.items()})
                 f.flush()
+            self.written.wrote()
+
+    def check(self) -> None:
+        """RecordsChanged when the file changed since this run last wrote it."""
+        with self.lock:
+            self.written.check()
 
 
 def cell(value):

@@ -27,6 +27,7 @@ from evolve.scores import Scores, geometric_mean_tps
 from evolve.workspace import write_atomically
 from fitness.judge import MAX_GROUP
 from fitness.sandbox import JudgeProcess
+from fitness.own_code import CodeChanged, OwnCode
 from fitness.weight_files import WeightsChanged, fingerprint
 
 # A judgement may run this long past the budget, so one slow candidate cannot sink it.
@@ -155,6 +156,9 @@ class Evaluator:
         # started later (a replaced worker, the final's) must not trust a changed file.
         self.weights_fingerprint = fingerprint(config.weight_dir)
         self.sources = {}  # id -> source of every program written: a rewritten file is restored
+        # The code that judges, as found before any candidate ran: a judge started after one
+        # rewrote it (one killed its judge, say) would not say so itself.
+        self.own_code = OwnCode()
 
     def timeout(self, size: int = 1) -> float:
         """The configured timeout (half as much again for each program beyond the first of
@@ -180,7 +184,9 @@ class Evaluator:
         results = [self.result(program, path, verdict, share, generation, batch, worker)
                    for program, path, verdict in zip(batch.programs, paths, verdicts)]
         print(progress_line(generation, batch, results, wall, self.time_left()), flush=True)
-        stop_if_weights_changed(verdicts, batch)
+        stop_if_files_changed(verdicts, batch, self.own_code)
+        self.history.check()  # RecordsChanged: a candidate wrote the run's records
+        self.run.checkpoint.check()
         return results
 
     def may_start(self, batch: ProgramBatch) -> bool:
@@ -314,12 +320,21 @@ def progress_line(generation: int, batch: ProgramBatch, results: list, wall: flo
     return line + f" | {wall:.0f} s | {format_duration(left)} left"
 
 
-def stop_if_weights_changed(verdicts: list, batch: ProgramBatch) -> None:
-    """WeightsChanged when a verdict says a candidate changed the target's weights: it is
-    recorded, and the run stops, for no later verdict could be trusted."""
+def stop_if_files_changed(verdicts: list, batch: ProgramBatch, own_code: OwnCode) -> None:
+    """WeightsChanged when a verdict says a candidate changed the target's weights, CodeChanged
+    when one says (or the search finds) that one changed the code that judges: the verdicts
+    are recorded, and the run stops, for no later verdict could be trusted."""
+    judging = f"(judging {', '.join(p.id for p in batch.programs)})"
     changed = next((v for v in verdicts if v and v.get("weights_changed")), None)
     if changed is not None:
-        raise WeightsChanged(f"{changed['error']} (judging {', '.join(p.id for p in batch.programs)})")
+        raise WeightsChanged(f"{changed['error']} {judging}")
+    said = next((v for v in verdicts if v and v.get("code_changed")), None)
+    try:
+        own_code.check()
+    except CodeChanged as err:
+        said = {"error": str(err)}
+    if said is not None:
+        raise CodeChanged(f"{said['error']} {judging}")
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,11 @@ from evolve.judging import MAX_GROUP, Evaluator, Judging, WorkerPool, make_worke
 from evolve.loop import Breeding, Budget, GenerationRecord, evolve
 from evolve.population import initial_population
 from evolve.recipe import LineageError, lineage_recipe
+from evolve.records import RecordsChanged
 from evolve.scores import Scores, target_key
 from evolve.toolbox import default_mate_fn, default_mutate_fn, make_hall_of_fame, make_statistics, make_toolbox
 from evolve.workspace import Workspace, device_label, roofline_tps, times_the_seed, with_header, write_atomically
+from fitness.own_code import CodeChanged
 from fitness.weight_files import WeightsChanged
 
 
@@ -391,15 +393,15 @@ class Search:
         self.workspace.put_engine(with_header(program.source, self.run.run_id, steps, table, device, note))
         return steps
 
-    def stop(self, why: str) -> None:
+    def stop(self, why: str, resumable: bool = True) -> None:
         """After an interrupt: end the judgements in flight and say how to go on."""
         self.pool.stop()
-        self.bank_spent_time()
+        if resumable:
+            self.bank_spent_time()
         if not self.workspace.engine.exists():  # nothing judged correct yet: the seed stands in
             self.workspace.put_engine(self.seed.source)
-        line = (f"stopped by {why} during generation {self.generation}; "
-                f"resume with: python -m evolve run --resume {self.run.path}")
-        self.say(line)
+        line = f"stopped by {why} during generation {self.generation}"
+        self.say(line + (f"; resume with: python -m evolve run --resume {self.run.path}" if resumable else ""))
 
 
 def format_record(r: dict) -> str:
@@ -444,6 +446,14 @@ def run(config, state: dict | None = None, run_id: str = "", spent_before_s: flo
         line = f"{err}: the references come from these files; restore them before resuming"
         search.say(line)
         search.stop("changed weights")
+        return 3
+    except CodeChanged as err:  # a candidate wrote the code a judge or a runner imports
+        search.say(f"{err}: a candidate rewrote them; restore them (git checkout, pip install) before resuming")
+        search.stop("changed code")
+        return 3
+    except RecordsChanged as err:  # a candidate wrote history.csv or the checkpoint
+        search.say(f"{err}: a candidate wrote it; this run's records are not to be trusted, nor resumed from")
+        search.stop("changed records", resumable=False)
         return 3
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -33,6 +33,7 @@ from contract.model_config import ConfigError, ModelConfig
 from fitness import gate, weight_files
 from fitness.candidate import CandidateError, RunnerFailure, Spares
 from fitness.cases import CASE_SETS, select_cases
+from fitness.own_code import CodeChanged, OwnCode
 from fitness.reference_logits import References
 from fitness.runner import output_checksum
 from fitness.timing import (CHECKED_ROWS, RESOLUTION, Contender, TimedOutputCheck, check_warm_up, measure,
@@ -200,6 +201,7 @@ class Judge:
         """`spare_ahead`: keep a runner started for the next judgement (a judge that judges once
         has no next one)."""
         self.device, self.threads = device, threads
+        self.own_code = OwnCode()  # before any candidate runs: checked after every judgement
         self.references = References(device)
         self.spares = Spares(device, {**(env or {}), "OMP_NUM_THREADS": "1"} if is_cuda(device) else env,
                              ahead=spare_ahead)
@@ -338,7 +340,7 @@ class Judge:
         for entry in group.entries:
             if entry.driver is not None:
                 entry.driver.process.close()
-        self.check_weights_after(group)
+        self.check_files_after(group)
         group.complete(self.references.computed_s)
 
     def settle_kept(self, group: "Group") -> None:
@@ -355,15 +357,16 @@ class Judge:
         if self.kept is not None:
             self.kept.driver.process.pause()  # idle until the next judgement beside it
 
-    def check_weights_after(self, group: "Group") -> None:
+    def check_files_after(self, group: "Group") -> None:
         """No candidate's code runs now (the kept baseline is paused): did one change the
-        trusted weights? Then every verdict is invalid."""
+        trusted weights, or the code that judges? Then every verdict is invalid."""
         try:
             weight_files.TRUSTED.check()
-        except weight_files.WeightsChanged as err:
+            self.own_code.check()
+        except (weight_files.WeightsChanged, CodeChanged) as err:
             self.drop_kept()
             for entry in group.entries:
-                entry.fail(err, "weights")
+                entry.fail(err, "files")
 
     @contextlib.contextmanager
     def cores_for(self, alone: bool):
@@ -522,6 +525,9 @@ class Entry:
         elif isinstance(err, weight_files.WeightsChanged):  # by one of the programs that ran
             self.end("invalid", "weights", str(err))
             self.verdict["weights_changed"] = True
+        elif isinstance(err, CodeChanged):  # so: no later judgement of this judge is trusted either
+            self.end("invalid", "code", str(err))
+            self.verdict["code_changed"] = True
         elif isinstance(err, gate.CorrectnessError):
             self.end("incorrect", stage, str(err))
         elif isinstance(err, RunnerFailure):

@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from contract.loader import source_hash
+from fitness import own_code
 from fitness.gate import static_problems
 from fitness.sandbox import JudgeProcess, judge
 from fitness.weight_files import fingerprint
@@ -93,6 +94,27 @@ def test_a_cheat_that_rewrites_its_rivals_files_is_timed_beside_them_as_they_wer
                   level="screen", bench="public", baseline=baseline, source_hashes=hashes)
     assert (later["status"], later["stage"]) == ("invalid", "baseline"), later
     assert "a program judged before rewrote it" in later["error"]
+
+
+def test_a_cheat_that_rewrites_the_judges_code_leaves_an_invalid_verdict(small_target, tmp_path):
+    """Its rewritten loader slows every engine a runner started later loads but its own: the
+    baseline's in this judgement (2.99x the seed, judged ok, before the judge watched its own
+    code) and every rival's after. Judged by a copy of the judge, which it rewrites."""
+    config_path, weight_dir = small_target
+    repo = tmp_path / "repo"
+    for package in own_code.PACKAGES:
+        shutil.copytree(REPO / package, repo / package, ignore=shutil.ignore_patterns("__pycache__", "weights"))
+    cheat = cheats.write_cheat("rewrites_the_judge", tmp_path / "programs")
+    baseline = tmp_path / "programs" / "baseline.py"
+    baseline.write_text(SEED_ENGINE.read_text())
+    done = subprocess.run([sys.executable, "-m", "fitness", "judge", str(cheat), "--baseline", str(baseline),
+                           "--model-config", str(config_path), "--weight-dir", str(weight_dir), "--device", "cpu",
+                           "--bench", "none", "--no-derived"], cwd=repo, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(repo)}, timeout=300)
+    verdict = json.loads(done.stdout)
+    assert "_load_honestly" in (repo / "contract" / "loader.py").read_text()  # it did rewrite the loader
+    assert (verdict["status"], verdict["stage"]) == ("invalid", "code"), verdict
+    assert verdict["code_changed"] and "contract/loader.py" in verdict["error"]
 
 
 @pytest.mark.parametrize("name", ["precomputes_from_frames", "precomputes_from_heap", "looks_ahead_within_a_run"])

@@ -18,6 +18,8 @@ from evolve.population import seed_sources
 from evolve.scores import Scores, target_key
 from evolve.search import Search, run
 from evolve.program import Program
+from evolve.records import RecordsChanged
+from fitness import own_code
 from fitness.weight_files import fingerprint
 from contract.loader import source_hash
 from mutations.base import Declined
@@ -131,6 +133,60 @@ def test_programs_rewritten_between_judgements_are_restored_and_held_to_their_ha
     assert sum(b is not None for b in handed) >= 4  # screens, confirmations and the final, beside baselines
     winner = (only_run_dir(config) / "winner.py").read_text()
     assert "stand_in_scribble" not in winner and "stand_in_scribble" not in (config.workspace / "engine.py").read_text()
+
+
+def test_changed_code_stops_the_run_though_no_judge_said_so(small_target, tmp_path, capsys, monkeypatch):
+    """A candidate that rewrites the judge's code and kills its judge leaves no verdict that
+    says so; the search, holding the code to what it was before any candidate ran, stops."""
+    watched = tmp_path / "judge_code"
+    watched.mkdir()
+    (watched / "gate.py").write_text("honest = True\n")
+    monkeypatch.setattr(own_code, "roots", lambda: [(watched, True)])
+    config = make_config(small_target, tmp_path, generations=3)
+    calls = []
+
+    def judge_then_rewrite_the_code(path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) == 3:
+            (watched / "gate.py").write_text("honest = False\n")
+        return fake_judge(path, *args, **kwargs)
+
+    assert run(config, **{**STAND_INS, "judge_fn": judge_then_rewrite_the_code}) == 3
+    assert len(calls) == 5  # the seed, then the batch of four in which it happened; nothing after
+    out = capsys.readouterr().out
+    assert f"the code that judges changed on disk while candidates ran: {watched / 'gate.py'} (judging " in out
+    assert "stopped by changed code during generation 1" in out
+
+
+def test_a_row_someone_else_wrote_stops_the_run_which_cannot_be_resumed(small_target, tmp_path, capsys):
+    """A candidate could append a row saying a program it wrote was judged fast and correct,
+    which a later run's --seed-from would take as confirmed."""
+    config = make_config(small_target, tmp_path, generations=3)
+    calls = []
+
+    def judge_then_forge_a_row(path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) == 3:
+            with open(config.history, "a") as f:
+                f.write("forged,0,ffffffffffffffff,,,ok\n")
+        return fake_judge(path, *args, **kwargs)
+
+    assert run(config, **{**STAND_INS, "judge_fn": judge_then_forge_a_row}) == 3
+    assert len(calls) == 5  # the batch in which it happened, and nothing after
+    out = capsys.readouterr().out
+    assert f"{config.history} changed on disk since this run last wrote it" in out
+    assert "stopped by changed records during generation 1\n" in out and "resume with" not in out.split("changed records")[1]
+
+
+def test_a_checkpoint_is_read_back_as_plain_data_only(tmp_path):
+    run_dir = RunDir(tmp_path, "run", "target")
+    run_dir.save({"generation": 2, "spent_s": 1.5})
+    assert checkpoint.load(run_dir.path)["generation"] == 2
+    (run_dir.path / checkpoint.CHECKPOINT).write_bytes(pickle.dumps({"format": checkpoint.FORMAT, "x": Path("/")}))
+    with pytest.raises(pickle.UnpicklingError, match="plain data, not pathlib"):
+        checkpoint.load(run_dir.path)
+    with pytest.raises(RecordsChanged, match="changed on disk since this run last wrote it"):
+        run_dir.save({"generation": 3})
 
 
 def test_resume_after_an_interrupt_continues_generations_and_history(small_target, tmp_path):
@@ -435,7 +491,8 @@ def test_history_skips_a_damaged_line_with_a_warning(tmp_path):
     hist.append({"run_id": "r", "generation": 0, "candidate_id": "a", "operator": "seed", "status": "ok",
                  "fitness": 5.0})
     with open(path, "a") as f:
-        f.write("r,1,b,a,op,{},ok,,0.1,1,2\n")  # cut short
+        f.write("r,1,b,a,op,{},ok,,0.1,1,2\n")  # cut short (a run killed mid-row)
+    hist = history.History(path)  # the next run's
     hist.append({"run_id": "r", "generation": 1, "candidate_id": "c", "parent_ids": ("a",),
                  "operator": "op", "status": "incorrect", "fitness": 0.0, "error": "line one\nline two"})
     warnings = []

@@ -4,8 +4,9 @@ was made from (the seed), one line a program.
     python -m tools.cheat_verdicts [--judge-root DIR] [--device cpu|cuda] [--bench public|small]
                                    [--only NAME ...] [--json OUT]
 
-Each program is judged by `python -m fitness judge` run from `--judge-root` (default: this
-repository; another checkout judges with its own judge, for a before-and-after), beside the
+Each program is judged by `python -m fitness judge` run from a copy of `--judge-root`'s
+packages (default: this repository; another checkout judges with its own judge, for a
+before-and-after; a copy, since one cheat rewrites the judge's code), beside the
 seed as baseline, on a copy of the repository's toy model of its own (one cheat rewrites
 the weights it is given), its gate's target stage only. Each cheat sits in a folder of its
 own beside a copy of the seed, its baseline, as a search keeps every program in one folder
@@ -14,6 +15,7 @@ own beside a copy of the seed, its baseline, as a search keeps every program in 
 """
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -21,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from contract.loader import SEED_ENGINE
+from fitness import own_code
 from fitness.adversaries import cheats
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,12 +32,18 @@ REPO = Path(__file__).resolve().parents[1]
 def judged(path: Path, root: Path, device: str, bench: str, seed_path: Path) -> dict:
     weights = Path(tempfile.mkdtemp(prefix="weights_"))
     shutil.copy(REPO / "target" / "weights" / "model.pt", weights / "model.pt")
+    judge = Path(tempfile.mkdtemp(prefix="judge_"))
+    for package in own_code.PACKAGES:
+        if (root / package).is_dir():
+            shutil.copytree(root / package, judge / package, ignore=shutil.ignore_patterns("__pycache__", "weights"))
     command = [sys.executable, "-m", "fitness", "judge", str(path), "--model-config",
                str(REPO / "target" / "model_config.json"), "--weight-dir", str(weights),
                "--device", device, "--bench", bench, "--baseline", str(seed_path), "--no-derived",
                "--rounds", "2", "--max-rounds", "3", "--timeout", "900"]
-    done = subprocess.run(command, cwd=root, capture_output=True, text=True)
+    done = subprocess.run(command, cwd=judge, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(judge)})
     shutil.rmtree(weights)
+    shutil.rmtree(judge)
     try:
         return json.loads(done.stdout)
     except json.JSONDecodeError:

@@ -164,6 +164,41 @@ for _name in _os.listdir(_os.path.dirname(_mine)):
                 _file.write(_SLOWER)''')
 
 
+def rewrites_the_judge(src):
+    """Rewrites the judge's own loader (found through sys.modules) so that every engine a
+    runner started later loads, but this one, sleeps 0.2 s in each call: its baseline's
+    runner, started after it was imported, and every rival's in the judgements after."""
+    return at_import(src, '''import sys as _sys
+
+_LOADER_TAIL = """
+
+_load_honestly = load_engine_module
+
+
+def load_engine_module(path, source=None):
+    import time
+    module = _load_honestly(path, source)
+    if "_rewrites_the_judge" not in (source or open(path).read()):
+        made = module.create_engine
+
+        def create_engine(*args, **kwargs):
+            engine = made(*args, **kwargs)
+            for name in ("prefill", "decode"):
+                call = getattr(engine, name)
+                setattr(engine, name, (lambda call: lambda *a, **k: (time.sleep(0.2), call(*a, **k))[1])(call))
+            return engine
+        module.create_engine = create_engine
+    return module
+"""
+_rewrites_the_judge = True
+_loader = _sys.modules["contract.loader"].__file__
+with open(_loader) as _file:
+    _text = _file.read()
+if "_load_honestly" not in _text:
+    with open(_loader, "a") as _file:
+        _file.write(_LOADER_TAIL)''')
+
+
 # --- inputs read before they are due ------------------------------------------------------
 # Each finds a run's calls (objects with an `event` and `tokens`) wherever this process
 # holds them: a judge that draws a run's inputs in the runner before the run lets it find
@@ -333,7 +368,8 @@ def _timed_by_its_look():
 
 CHEATS = ("slow_clock", "forged_comparison", "lazy_when_timed", "replays_earlier_outputs", "caches_by_input",
           "rewrites_the_weights", "answers_before_its_outputs", "precomputes_from_frames", "precomputes_from_heap",
-          "looks_ahead_within_a_run", "lazy_when_placed_for_timing", "slows_its_rivals")
+          "looks_ahead_within_a_run", "lazy_when_placed_for_timing", "slows_its_rivals",
+          "rewrites_the_judge")
 
 
 def write_cheat(name: str, directory):

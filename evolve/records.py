@@ -1,0 +1,39 @@
+"""The files a run keeps for later runs (history.csv, its checkpoint), held to what it last
+wrote them as.
+
+A candidate runs as the search's user and can write them: a row saying a program it wrote
+was judged correct and fast (a later run's --seed-from takes it as confirmed, and its final
+keeps it), a checkpoint that --resume unpickles. Each is checked before the run writes it
+again and after every batch of judgements; any write changes a file's ctime, which no
+process can set back.
+"""
+import os
+from pathlib import Path
+
+
+class RecordsChanged(Exception):
+    """A file only this run writes changed on disk: a candidate wrote it."""
+
+
+def file_mark(path: Path):
+    """Device, inode, size, mtime and ctime; None when there is no file."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+class Written:
+    """One file as this run found it or last wrote it (callers hold their own locks)."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.mark = file_mark(self.path)
+
+    def wrote(self) -> None:
+        self.mark = file_mark(self.path)
+
+    def check(self) -> None:
+        if file_mark(self.path) != self.mark:
+            raise RecordsChanged(f"{self.path} changed on disk since this run last wrote it")
