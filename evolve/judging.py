@@ -26,8 +26,8 @@ from evolve.config import format_duration, visible_gpus
 from evolve.scores import Scores, geometric_mean_tps
 from evolve.workspace import write_atomically
 from fitness.judge import MAX_GROUP
-from fitness.sandbox import JudgeProcess
 from fitness.own_code import CodeChanged, OwnCode
+from fitness.sandbox import JudgeProcess
 from fitness.weight_files import WeightsChanged, fingerprint
 
 # A judgement may run this long past the budget, so one slow candidate cannot sink it.

@@ -254,11 +254,12 @@ class Judge:
         # Absolute paths: the runner works in a directory of its own.
         weight_path = Path(weight_dir).resolve()
         baseline_path = Path(baseline).resolve() if baseline is not None and bench != "none" else None
+        hashes = source_hashes or {}
         try:
             group.setting = self.set_up(group, config_path, weight_path, seed, margin, level, bench,
-                                        weights_fingerprint, source_hashes or {})
+                                        weights_fingerprint, hashes)
             with blamed_on_baseline():
-                baseline_source = None if baseline_path is None else read_source(baseline_path, source_hashes or {})
+                baseline_source = None if baseline_path is None else read_source(baseline_path, hashes)
             self.import_candidates(group)
             if baseline_path is not None and group.live():
                 self.start_baseline(group, baseline_path, baseline_source)
