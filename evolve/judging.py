@@ -155,6 +155,7 @@ class Evaluator:
         # The target's weights as found before any candidate of this run ran: a judge
         # started later (a replaced worker, the final's) must not trust a changed file.
         self.weights_fingerprint = fingerprint(config.weight_dir)
+        self.config_fingerprint = fingerprint(config.model_config)
         self.sources = {}  # id -> source of every program written: a rewritten file is restored
         # The code that judges, as found before any candidate ran: a judge started after one
         # rewrote it (one killed its judge, say) would not say so itself.
@@ -220,7 +221,7 @@ class Evaluator:
         is_final = batch.label == FINAL
         baseline = self.scores.by_id[batch.baseline_id].source_path if batch.baseline_id else None
         options = dict(timeout=self.timeout(size), baseline=baseline, seed=None if is_final else self.gate_seed,
-                       weights_fingerprint=self.weights_fingerprint,
+                       weights_fingerprint=self.weights_fingerprint, config_fingerprint=self.config_fingerprint,
                        **self.config.judge_options(batch.level, final=is_final))
         # Fewer rounds rather than the final's time: a last batch of near-equal children would
         # run every round it may and leave no final (docs/log/2026-11-23-cv-of-a-judgement.md).

@@ -237,13 +237,14 @@ class Judge:
                     level: str = "full", bench: str = "public", baseline=None, min_rounds: int = 3,
                     max_rounds: int = 8, timeout: float = 600.0, resolution: float = RESOLUTION,
                     rounds_within: float | None = None, weights_fingerprint=None, staged: bool = False,
-                    source_hashes: dict | None = None) -> list:
+                    source_hashes: dict | None = None, config_fingerprint=None) -> list:
         """A verdict on each of `paths` (at most MAX_GROUP), each timed beside `baseline` (a
         program judged before) in the same interleaved rounds: the baseline's runs serve
         every candidate's comparison. Their gates and warm-ups go on for all at once, each run
         alone on the stage. `weights_fingerprint`: weight_dir's weight files
-        as the caller found them before any candidate ran (fitness.weight_files); every
-        verdict is `invalid` at stage `weights` if a trusted weight file changed. `staged`:
+        as the caller found them before any candidate ran (fitness.weight_files), and
+        `config_fingerprint` the config file so; every verdict is `invalid` at stage `weights`
+        if a trusted file changed. `staged`:
         beside a baseline, every case is also timed with its inputs staged before the clock,
         as the evaluator's protocol has them (the verdict's `staged_ratio`). `source_hashes`:
         {path: the source hash its caller wrote it with}; a file that differs is not judged
@@ -257,7 +258,7 @@ class Judge:
         hashes = source_hashes or {}
         try:
             group.setting = self.set_up(group, config_path, weight_path, seed, margin, level, bench,
-                                        weights_fingerprint, hashes)
+                                        (weights_fingerprint, config_fingerprint), hashes)
             with blamed_on_baseline():
                 baseline_source = None if baseline_path is None else read_source(baseline_path, hashes)
             self.import_candidates(group)
@@ -274,10 +275,13 @@ class Judge:
         return group.verdicts()
 
     def set_up(self, group: "Group", config_path, weight_dir: Path, seed: int, margin: float, level: str,
-               bench: str, weights_fingerprint, source_hashes: dict) -> "Setting":
-        """Static checks of every candidate, then what they are all judged with."""
+               bench: str, fingerprints: tuple, source_hashes: dict) -> "Setting":
+        """Static checks of every candidate, then what they are all judged with
+        (`fingerprints`: the weights' and the config's, as judge_group's)."""
         for entry in group.entries:
             entry.attempt(self.static_check, entry, source_hashes, stage="static")
+        weights_fingerprint, config_fingerprint = fingerprints
+        weight_files.TRUSTED.trust(config_path, config_fingerprint)
         config = ModelConfig.load(config_path)
         weight_files.TRUSTED.trust(weight_dir, weights_fingerprint)
         weight_files.TRUSTED.check()  # nothing changed since the last judgement's end

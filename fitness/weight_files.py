@@ -1,4 +1,5 @@
-"""The weight files a judge compares with, held to what they were when it first trusted them.
+"""The weight files a judge compares with (and the model's config), held to what they were
+when it first trusted them.
 
 A candidate runs as its judge's user and is handed the weight directories, so it can
 rewrite model.pt. Its own judgement is unharmed (the judge loaded the reference first), but
@@ -6,9 +7,10 @@ a reference loaded later, by another judge process or after an eviction, would b
 candidate's model: a planted engine that zeroed the file and answered zeros was judged
 `ok` at 500x the seed on its second judgement. So a file is trusted once: generated weights
 when the judge has read back what it generates (`holds`), the target when first read, or
-as the search found it before any candidate ran. Every trusted file is checked before a
-reference is loaded and after every judgement; any write changes a file's ctime, which no
-process can set back.
+as the search found it before any candidate ran. The config file too: a judge reads it anew
+for each judgement, and one a candidate cut to fewer layers would judge every later program
+on another model. Every trusted file is checked before a reference is loaded and after every
+judgement; any write changes a file's ctime, which no process can set back.
 """
 import os
 import threading
@@ -26,8 +28,10 @@ class WeightsChanged(Exception):
 
 def fingerprint(weight_dir) -> tuple:
     """What identifies each weight file of `weight_dir` (model.pt, or a Hugging Face
-    checkpoint's safetensors and index) as written: device, inode, size, mtime, ctime."""
-    stats = [os.stat(path) for path in checkpoint_files(weight_dir)]
+    checkpoint's safetensors and index), or the one file it names, as written: device, inode,
+    size, mtime, ctime."""
+    files = [weight_dir] if Path(weight_dir).is_file() else checkpoint_files(weight_dir)
+    stats = [os.stat(path) for path in files]
     # Flat, so that it survives a trip through JSON to a judge process unchanged.
     return tuple(n for st in stats for n in (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
 
@@ -51,7 +55,7 @@ class TrustedFiles:
                 self.known[key] = vouched
             trusted = self.known.setdefault(key, vouched)
         if trusted != now:
-            raise WeightsChanged(f"the weights in {key} changed on disk since the judge trusted them")
+            raise WeightsChanged(f"{key} changed on disk since the judge trusted it")
 
     def intact(self, weight_dir) -> bool:
         """Trusted, and unchanged since."""
@@ -65,7 +69,7 @@ class TrustedFiles:
         with self.lock:
             changed = [key for key, trusted in self.known.items() if current(key) != trusted]
         if changed:
-            raise WeightsChanged(f"the weights in {', '.join(changed)} changed on disk while candidates ran")
+            raise WeightsChanged(f"{', '.join(changed)} changed on disk while candidates ran")
 
 
 def holds(weight_dir, wanted: dict, config) -> bool:

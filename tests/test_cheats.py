@@ -117,6 +117,24 @@ def test_a_cheat_that_rewrites_the_judges_code_leaves_an_invalid_verdict(small_t
     assert verdict["code_changed"] and "contract/loader.py" in verdict["error"]
 
 
+def test_a_config_rewritten_since_the_search_began_judges_nothing(small_target, tmp_path):
+    """A judge reads the config anew for each judgement: one a candidate cut to a layer
+    would judge every later program on another model."""
+    config_path, weight_dir = small_target
+    config = tmp_path / "model_config.json"
+    config.write_text(config_path.read_text())
+    before = fingerprint(config)
+    config.write_text(json.dumps({**json.loads(config.read_text()), "num_hidden_layers": 1}))
+    judge_process = JudgeProcess("cpu", scratch=tmp_path / "scratch")  # a process of its own: it keeps distrusting
+    try:
+        verdict = judge_process.judge(SEED_ENGINE, config, weight_dir, timeout=120, level="screen", bench="none",
+                                      config_fingerprint=before)
+    finally:
+        judge_process.stop()
+    assert (verdict["status"], verdict["stage"]) == ("invalid", "weights"), verdict
+    assert f"{config} changed on disk" in verdict["error"]
+
+
 @pytest.mark.parametrize("name", ["precomputes_from_frames", "precomputes_from_heap", "looks_ahead_within_a_run"])
 def test_a_cheat_that_reads_inputs_before_they_are_due_finds_none_and_runs_at_its_real_speed(
         name, small_target, scratch, tmp_path):
