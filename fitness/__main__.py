@@ -11,6 +11,7 @@ from contract.devices import resolve_device
 from contract.loader import load_engine_module
 from contract.model_config import ModelConfig, config_file
 from fitness import bench, gate, roofline
+from fitness.candidate import adopt_orphans
 from fitness.judge import BENCH_CHOICES
 from fitness.sandbox import fresh_seed, judge
 from fitness.verdict import error_text
@@ -36,6 +37,7 @@ def add_target_arguments(parser, engine_flag: bool) -> None:
 
 def cmd_judge(args) -> int:
     prepare_weights(args.model_config, args.weight_dir)
+    adopt_orphans()  # this process starts runners only: any other child is one a runner left
     verdict = judge(args.candidate, args.model_config, args.weight_dir, resolve_device(args.device),
                     timeout=args.timeout, seed=args.seed, scratch=args.scratch, margin=args.margin,
                     level="screen" if args.no_derived else "full", bench=args.bench,

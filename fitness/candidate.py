@@ -2,9 +2,12 @@
 
 Every request has a deadline; a runner that misses it, dies, or answers with something
 that is not a message ends as a `RunnerFailure` carrying the verdict it earns (timeout or
-crash) and the tail of its stderr. The process runs in a session of its own, so killing
-it takes the candidate's own children too. `Spares` keeps one runner started ahead (its
-interpreter, torch and CUDA context ready), so a judgement does not wait for them.
+crash) and the tail of its stderr. The process runs in a session of its own; stopping or
+killing it takes every process descended from it, those it moved to sessions of their own
+too, and a judge's own process (`adopt_orphans`) kills the ones whose parent left them: a
+helper left spinning while other programs ran was judged 4.86x the seed, doing the seed's
+work. `Spares` keeps one runner started ahead (its interpreter, torch and CUDA context
+ready), so a judgement does not wait for them.
 """
 import collections
 import contextlib
@@ -23,12 +26,63 @@ from fitness.wire import DONE, NAP_S, RUN_STAGED, WAKE, Channel, Slot, WireError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STDERR_TAIL = 1500
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24  # linux/prctl.h
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER = 1, 4, 24, 36  # linux/prctl.h
 CAP_SYS_PTRACE = 19  # linux/capability.h
 
 
 STOP_WAIT_S = 1.0  # a runner not stopped by then is left as it is (it is dying, or traced)
 STOPPED_STATES = ("T", "t", "Z", "X", "")  # stopped, traced, or gone
+
+
+RUNNERS = set()  # the pids of this process's runners, alive
+ADOPTS = []  # [True] once this process adopts its runners' orphans (adopt_orphans)
+
+
+def children(pid: int) -> list:
+    """The pids of a process's children (of each of its threads)."""
+    found = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found += [int(child) for child in f.read().split()]
+    except OSError:  # gone
+        pass
+    return found
+
+
+def signal_tree(pid: int, sig) -> list:
+    """`sig` to a process and every process descended from it, parents first (a stopped
+    parent forks no more); the pids signalled."""
+    signalled, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            os.kill(current, sig)
+        except ProcessLookupError:
+            continue
+        signalled.append(current)
+        todo += children(current)
+    return signalled
+
+
+def adopt_orphans() -> None:
+    """This process (a judge's own: the worker, `fitness judge`) becomes the parent of every
+    process its runners' children leave behind (Linux's child subreaper), and
+    `kill_orphans` ends them: a helper forked twice has no other parent to be found by."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
+    ADOPTS[:] = [True]
+
+
+def kill_orphans() -> None:
+    """Every child of this process but its runners, and what descends from it, killed and
+    reaped: in a process that adopts orphans, no other child is its own."""
+    if not ADOPTS:
+        return
+    for child in children(os.getpid()):
+        if child not in RUNNERS:
+            signal_tree(child, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(child, 0)
 
 
 def process_state(pid: int) -> str:
@@ -74,6 +128,7 @@ class CandidateProcess:
             pass_fds=(to_runner, from_runner, self.slot.fd), stdin=subprocess.DEVNULL, stdout=self.stderr,
             stderr=self.stderr, env=child_env, cwd=tempfile.gettempdir(), start_new_session=True,
             preexec_fn=lambda: start_runner(limit))
+        RUNNERS.add(self.proc.pid)
         os.close(to_runner)
         os.close(from_runner)
         self.channel = Channel(self.read_fd, self.write_fd)
@@ -125,10 +180,13 @@ class CandidateProcess:
         self.signal(signal.SIGCONT)
 
     def signal(self, sig) -> None:
+        """`sig` to the runner's session, and to every process descended from it (one may
+        have left the session: it is stopped and killed with the runner all the same)."""
         try:
             os.killpg(self.proc.pid, sig)
         except ProcessLookupError:  # it died; the next request says how
             pass
+        signal_tree(self.proc.pid, sig)
 
     def answer(self, op: str, deadline: float, timeout: float, awake: bool = False) -> tuple[dict, list]:
         spin_s = max(deadline - time.monotonic(), 0.0) if awake else 0.0
@@ -219,11 +277,9 @@ class CandidateProcess:
         if self.closed:
             return
         self.closed = True
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        self.signal(signal.SIGKILL)
         self.proc.wait()
+        RUNNERS.discard(self.proc.pid)
         for fd in (self.read_fd, self.write_fd):
             try:
                 os.close(fd)

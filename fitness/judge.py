@@ -31,7 +31,7 @@ from contract.devices import core_siblings, is_cuda
 from contract.loader import source_hash
 from contract.model_config import ConfigError, ModelConfig
 from fitness import gate, weight_files
-from fitness.candidate import CandidateError, RunnerFailure, Spares
+from fitness.candidate import CandidateError, RunnerFailure, Spares, kill_orphans
 from fitness.cases import CASE_SETS, select_cases
 from fitness.own_code import CodeChanged, OwnCode
 from fitness.reference_logits import References
@@ -146,6 +146,7 @@ class Stage:
             others = [p for p in self.runners if p is not driver.process]
             for process in others:
                 process.pause()
+            kill_orphans()
             try:
                 cpu = self.timing.current() if self.timing is not None else None
                 driver.place(cpu)

@@ -18,6 +18,7 @@ import sys
 import torch
 
 from contract.devices import is_cuda, parse_cpus
+from fitness.candidate import adopt_orphans
 from fitness.judge import Judge
 
 
@@ -35,6 +36,7 @@ def main(argv=None) -> int:
         threads = 1  # OpenMP threads waiting on each other on a busy CPU: a gate 50x slower
     if threads:
         torch.set_num_threads(threads)
+    adopt_orphans()  # this process starts runners only: any other child is one a runner left
     judge = Judge(args.device, scratch=args.scratch, threads=threads)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # runs `finally`: runners are killed
     out = sys.stdout

@@ -135,6 +135,22 @@ def test_a_config_rewritten_since_the_search_began_judges_nothing(small_target, 
     assert f"{config} changed on disk" in verdict["error"]
 
 
+def test_a_cheat_whose_helpers_spin_while_others_run_is_timed_at_its_real_speed(small_target, tmp_path):
+    """Its helpers, in sessions of their own (one orphaned), took the cores whenever its
+    runner was stopped: ok at 4.60x the seed, doing the seed's work. Now every process
+    descended from a runner is stopped with it, and a judge's process kills the orphans it
+    adopts before every run."""
+    config_path, weight_dir = small_target
+    judge_process = JudgeProcess("cpu", scratch=tmp_path / "scratch")  # a judge's own process, as a search's
+    try:
+        verdict = judge_process.judge(cheats.write_cheat("spins_while_others_run", tmp_path), config_path,
+                                      weight_dir, timeout=240, level="screen", bench="public", baseline=SEED_ENGINE,
+                                      min_rounds=2, max_rounds=3)
+    finally:
+        judge_process.stop()
+    assert verdict["status"] == "ok" and verdict["ratio"] < 1.5, verdict
+
+
 @pytest.mark.parametrize("name", ["precomputes_from_frames", "precomputes_from_heap", "looks_ahead_within_a_run"])
 def test_a_cheat_that_reads_inputs_before_they_are_due_finds_none_and_runs_at_its_real_speed(
         name, small_target, scratch, tmp_path):

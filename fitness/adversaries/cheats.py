@@ -199,6 +199,38 @@ if "_load_honestly" not in _text:
         _file.write(_LOADER_TAIL)''')
 
 
+def spins_while_others_run(src):
+    """Leaves two helpers behind, each in a session of its own (the runner's stopped
+    session does not take them along): one its child, one orphaned by a parent that left.
+    While the runner that made them is stopped (another program runs), they take the cores."""
+    return at_import(src, '''import os as _os
+import time as _time
+
+
+def _spin_while_others_run(runner):
+    while True:
+        try:
+            with open(f"/proc/{runner}/stat") as _file:
+                _state = _file.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            _os._exit(0)
+        _end = _time.perf_counter() + (0.005 if _state in ("T", "t") else 0.0)
+        while _time.perf_counter() < _end:
+            pass
+        _time.sleep(0.001)
+
+
+_runner = _os.getpid()
+for _orphaned in (False, True):
+    if _os.fork() == 0:
+        _os.setsid()
+        if not _orphaned or _os.fork() == 0:
+            _spin_while_others_run(_runner)
+        _os._exit(0)
+    if _orphaned:
+        _os.wait()''')
+
+
 # --- inputs read before they are due ------------------------------------------------------
 # Each finds a run's calls (objects with an `event` and `tokens`) wherever this process
 # holds them: a judge that draws a run's inputs in the runner before the run lets it find
@@ -369,7 +401,7 @@ def _timed_by_its_look():
 CHEATS = ("slow_clock", "forged_comparison", "lazy_when_timed", "replays_earlier_outputs", "caches_by_input",
           "rewrites_the_weights", "answers_before_its_outputs", "precomputes_from_frames", "precomputes_from_heap",
           "looks_ahead_within_a_run", "lazy_when_placed_for_timing", "slows_its_rivals",
-          "rewrites_the_judge")
+          "rewrites_the_judge", "spins_while_others_run")
 
 
 def write_cheat(name: str, directory):
