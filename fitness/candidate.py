@@ -50,19 +50,27 @@ def children(pid: int) -> list:
     return found
 
 
-def signal_tree(pid: int, sig) -> list:
-    """`sig` to a process and every process descended from it, parents first (a stopped
-    parent forks no more); the pids signalled."""
-    signalled, todo = [], [pid]
+def signal_tree(pid: int, sig) -> None:
+    """`sig` to a process and every process descended from it: parents first, a parent's
+    children read once it has the signal (a stopped parent forks no more); for SIGKILL the
+    whole tree read first (a killed parent's children go to another)."""
+    if sig == signal.SIGKILL:
+        tree, todo = [], [pid]
+        while todo:
+            tree.append(todo.pop())
+            todo += children(tree[-1])
+        for member in tree:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(member, sig)
+        return
+    todo = [pid]
     while todo:
         current = todo.pop()
         try:
             os.kill(current, sig)
         except ProcessLookupError:
             continue
-        signalled.append(current)
         todo += children(current)
-    return signalled
 
 
 def adopt_orphans() -> None:
@@ -182,11 +190,11 @@ class CandidateProcess:
     def signal(self, sig) -> None:
         """`sig` to the runner's session, and to every process descended from it (one may
         have left the session: it is stopped and killed with the runner all the same)."""
+        signal_tree(self.proc.pid, sig)
         try:
             os.killpg(self.proc.pid, sig)
         except ProcessLookupError:  # it died; the next request says how
             pass
-        signal_tree(self.proc.pid, sig)
 
     def answer(self, op: str, deadline: float, timeout: float, awake: bool = False) -> tuple[dict, list]:
         spin_s = max(deadline - time.monotonic(), 0.0) if awake else 0.0
