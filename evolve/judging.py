@@ -159,7 +159,7 @@ class Evaluator:
         self.sources = {}  # id -> source of every program written: a rewritten file is restored
         # The code that judges, as found before any candidate ran: a judge started after one
         # rewrote it (one killed its judge, say) would not say so itself.
-        self.own_code = OwnCode()
+        self.own_code = OwnCode.of_this_process()
 
     def timeout(self, size: int = 1) -> float:
         """The configured timeout (half as much again for each program beyond the first of

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -35,6 +36,7 @@ STOPPED_STATES = ("T", "t", "Z", "X", "")  # stopped, traced, or gone
 
 
 RUNNERS = set()  # the pids of this process's runners, alive
+RUNNERS_LOCK = threading.Lock()  # a runner just started is in RUNNERS before kill_orphans looks
 ADOPTS = []  # [True] once this process adopts its runners' orphans (adopt_orphans)
 
 
@@ -86,11 +88,12 @@ def kill_orphans() -> None:
     reaped: in a process that adopts orphans, no other child is its own."""
     if not ADOPTS:
         return
-    for child in children(os.getpid()):
-        if child not in RUNNERS:
-            signal_tree(child, signal.SIGKILL)
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(child, 0)
+    with RUNNERS_LOCK:
+        orphans = [child for child in children(os.getpid()) if child not in RUNNERS]
+    for child in orphans:
+        signal_tree(child, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(child, 0)
 
 
 def process_state(pid: int) -> str:
@@ -131,12 +134,13 @@ class CandidateProcess:
         child_env = {**os.environ, **(env or {}), "JUDGE_DEVICE": device}
         child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), child_env.get("PYTHONPATH")]))
         limit = cpu_memory_limit() if not is_cuda(device) else None
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "fitness.runner", str(to_runner), str(from_runner), str(self.slot.fd)],
-            pass_fds=(to_runner, from_runner, self.slot.fd), stdin=subprocess.DEVNULL, stdout=self.stderr,
-            stderr=self.stderr, env=child_env, cwd=tempfile.gettempdir(), start_new_session=True,
-            preexec_fn=lambda: start_runner(limit))
-        RUNNERS.add(self.proc.pid)
+        with RUNNERS_LOCK:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "fitness.runner", str(to_runner), str(from_runner), str(self.slot.fd)],
+                pass_fds=(to_runner, from_runner, self.slot.fd), stdin=subprocess.DEVNULL, stdout=self.stderr,
+                stderr=self.stderr, env=child_env, cwd=tempfile.gettempdir(), start_new_session=True,
+                preexec_fn=lambda: start_runner(limit))
+            RUNNERS.add(self.proc.pid)
         os.close(to_runner)
         os.close(from_runner)
         self.channel = Channel(self.read_fd, self.write_fd)

@@ -202,7 +202,7 @@ class Judge:
         """`spare_ahead`: keep a runner started for the next judgement (a judge that judges once
         has no next one)."""
         self.device, self.threads = device, threads
-        self.own_code = OwnCode()  # before any candidate runs: checked after every judgement
+        self.own_code = OwnCode.of_this_process()  # before any candidate runs: checked after every judgement
         self.references = References(device)
         self.spares = Spares(device, {**(env or {}), "OMP_NUM_THREADS": "1"} if is_cuda(device) else env,
                              ahead=spare_ahead)

@@ -86,7 +86,7 @@ def test_a_cheat_that_rewrites_its_rivals_files_is_timed_beside_them_as_they_wer
     cheat, baseline = cheats.write_cheat("slows_its_rivals", tmp_path), tmp_path / "baseline.py"
     baseline.write_text(SEED_ENGINE.read_text())
     verdict = judge(cheat, config_path, weight_dir, "cpu", timeout=240, scratch=str(scratch), threads=1,
-                    level="screen", bench="public", baseline=baseline, min_rounds=2, max_rounds=3)
+                    level="screen", bench="small", baseline=baseline, min_rounds=2, max_rounds=2)
     assert verdict["status"] == "ok" and verdict["ratio"] < 1.5, verdict
     assert "_made_here = create_engine" in baseline.read_text()  # it did rewrite the file
     hashes = {str(baseline.resolve()): source_hash(SEED_ENGINE.read_text())}
@@ -144,8 +144,8 @@ def test_a_cheat_whose_helpers_spin_while_others_run_is_timed_at_its_real_speed(
     judge_process = JudgeProcess("cpu", scratch=tmp_path / "scratch")  # a judge's own process, as a search's
     try:
         verdict = judge_process.judge(cheats.write_cheat("spins_while_others_run", tmp_path), config_path,
-                                      weight_dir, timeout=240, level="screen", bench="public", baseline=SEED_ENGINE,
-                                      min_rounds=2, max_rounds=3)
+                                      weight_dir, timeout=240, level="screen", bench="small", baseline=SEED_ENGINE,
+                                      min_rounds=2, max_rounds=2)
     finally:
         judge_process.stop()
     assert verdict["status"] == "ok" and verdict["ratio"] < 1.5, verdict
