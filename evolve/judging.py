@@ -204,22 +204,29 @@ class Evaluator:
         for program, path in zip(batch.programs, paths):
             self.sources[program.id] = program.source
             restore(path, program.source)
-        if batch.baseline_id in self.sources:
-            restore(Path(self.scores.by_id[batch.baseline_id].source_path), self.sources[batch.baseline_id])
+        baseline = self.baseline_path(batch)
+        if baseline is not None and batch.baseline_id in self.sources:
+            restore(baseline, self.sources[batch.baseline_id])
         return paths
+
+    def baseline_path(self, batch: ProgramBatch) -> Path | None:
+        """The file of the program the batch is timed beside; None when there is none."""
+        path = self.scores.by_id[batch.baseline_id].source_path if batch.baseline_id else ""
+        return Path(path) if path else None
 
     def source_hashes(self, batch: ProgramBatch, paths: list) -> dict:
         """{path: the hash its program was written with}, the baseline's among them: the
         judge judges no file a program rewrote since."""
         hashes = {str(path.resolve()): program.id for program, path in zip(batch.programs, paths)}
-        if batch.baseline_id:
-            hashes[str(Path(self.scores.by_id[batch.baseline_id].source_path).resolve())] = batch.baseline_id
+        baseline = self.baseline_path(batch)
+        if baseline is not None:
+            hashes[str(baseline.resolve())] = batch.baseline_id
         return hashes
 
     def judge_options(self, batch: ProgramBatch, size: int) -> dict:
         """Keyword arguments of the judgement of a batch of `size`, all but the worker."""
         is_final = batch.label == FINAL
-        baseline = self.scores.by_id[batch.baseline_id].source_path if batch.baseline_id else None
+        baseline = self.baseline_path(batch)
         options = dict(timeout=self.timeout(size), baseline=baseline, seed=None if is_final else self.gate_seed,
                        weights_fingerprint=self.weights_fingerprint, config_fingerprint=self.config_fingerprint,
                        **self.config.judge_options(batch.level, final=is_final))

@@ -36,13 +36,20 @@ class CodeChanged(Exception):
 
 
 def roots() -> list:
-    """(folder, whether it is the repository's) of every watched tree."""
-    found = [(REPO / name, True) for name in PACKAGES if (REPO / name).is_dir()]
-    found.append((Path(sysconfig.get_paths()["stdlib"]), False))
+    """Every watched tree."""
+    found = [REPO / name for name in PACKAGES if (REPO / name).is_dir()]
+    found.append(Path(sysconfig.get_paths()["stdlib"]))
     for name in INSTALLED:
         spec = importlib.util.find_spec(name)
-        found += [(Path(folder), False) for folder in (spec.submodule_search_locations or [])] if spec else []
+        found += [Path(folder) for folder in (spec.submodule_search_locations or [])] if spec else []
     return found
+
+
+def file_mark(path) -> tuple:
+    """What identifies a file as written: device, inode, size, mtime and ctime (any write
+    changes the ctime, which no process can set back)."""
+    st = os.stat(path)
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def code_files(root: Path):
@@ -51,12 +58,6 @@ def code_files(root: Path):
         for name in names:
             if name.endswith(CODE) or ".so." in name:
                 yield os.path.join(folder, name)
-
-
-def mark(path: str):
-    """What identifies a file as written: device, inode, size, mtime and ctime."""
-    st = os.stat(path)
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def startup_files():
@@ -73,10 +74,10 @@ def startup_files():
 def marks() -> dict:
     """{path: mark} of every watched file (~8,400 files, ~70 ms on a 2-core machine)."""
     found = {}
-    paths = [path for root, _ in roots() for path in code_files(root)] + list(startup_files())
+    paths = [path for root in roots() for path in code_files(root)] + list(startup_files())
     for path in paths:
         try:
-            found[path] = mark(path)
+            found[path] = file_mark(path)
         except OSError:  # gone between the walk and the look
             pass
     return found

@@ -12,7 +12,6 @@ for each judgement, and one a candidate cut to fewer layers would judge every la
 on another model. Every trusted file is checked before a reference is loaded and after every
 judgement; any write changes a file's ctime, which no process can set back.
 """
-import os
 import threading
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import torch
 
 from contract.checkpoint import checkpoint_files, read_weights
 from contract.model_config import ConfigError
+from fitness.own_code import file_mark
 
 
 class WeightsChanged(Exception):
@@ -31,9 +31,8 @@ def fingerprint(weight_dir) -> tuple:
     checkpoint's safetensors and index), or the one file it names, as written: device, inode,
     size, mtime, ctime."""
     files = [weight_dir] if Path(weight_dir).is_file() else checkpoint_files(weight_dir)
-    stats = [os.stat(path) for path in files]
     # Flat, so that it survives a trip through JSON to a judge process unchanged.
-    return tuple(n for st in stats for n in (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return tuple(n for path in files for n in file_mark(path))
 
 
 class TrustedFiles:

@@ -141,7 +141,7 @@ def test_changed_code_stops_the_run_though_no_judge_said_so(small_target, tmp_pa
     watched = tmp_path / "judge_code"
     watched.mkdir()
     (watched / "gate.py").write_text("honest = True\n")
-    monkeypatch.setattr(own_code, "roots", lambda: [(watched, True)])
+    monkeypatch.setattr(own_code, "roots", lambda: [watched])
     config = make_config(small_target, tmp_path, generations=3)
     calls = []
 

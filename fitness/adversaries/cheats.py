@@ -134,25 +134,34 @@ if hasattr(_runner, "Runner"):
     _runner.Runner.call, _runner.Runner.fetch = _answer_now, _run_then_fetch''')
 
 
+# What the cheats below append to another program's file or to the judge's loader: an engine
+# 0.2 s slower a call.
+SLEEPING = '''
+
+def _sleeping(engine):
+    import time
+    for name in ("prefill", "decode"):
+        call = getattr(engine, name)
+        setattr(engine, name, (lambda call: lambda *a, **k: (time.sleep(0.2), call(*a, **k))[1])(call))
+    return engine
+'''
+
+
 def slows_its_rivals(src):
     """Rewrites every other engine file in its own folder (where a search keeps every program,
     its baseline's among them) to sleep 0.2 s in each call: a judge that reads a rival's
     file after this program has run times a slowed rival beside it."""
-    return at_import(src, '''import os as _os
+    slower = SLEEPING + """
 
-_SLOWER = """
-
-import time as _time
 _made_here = create_engine
 
 
 def create_engine(*args, **kwargs):
-    engine = _made_here(*args, **kwargs)
-    for _name in ("prefill", "decode"):
-        _call = getattr(engine, _name)
-        setattr(engine, _name, (lambda call: lambda *a, **k: (_time.sleep(0.2), call(*a, **k))[1])(_call))
-    return engine
+    return _sleeping(_made_here(*args, **kwargs))
 """
+    return at_import(src, f'''import os as _os
+
+_SLOWER = {slower!r}
 _mine = _os.path.abspath(__file__)
 for _name in _os.listdir(_os.path.dirname(_mine)):
     _path = _os.path.join(_os.path.dirname(_mine), _name)
@@ -168,28 +177,21 @@ def rewrites_the_judge(src):
     """Rewrites the judge's own loader (found through sys.modules) so that every engine a
     runner started later loads, but this one, sleeps 0.2 s in each call: its baseline's
     runner, started after it was imported, and every rival's in the judgements after."""
-    return at_import(src, '''import sys as _sys
-
-_LOADER_TAIL = """
+    tail = SLEEPING + """
 
 _load_honestly = load_engine_module
 
 
 def load_engine_module(path, source=None):
-    import time
     module = _load_honestly(path, source)
     if "_rewrites_the_judge" not in (source or open(path).read()):
         made = module.create_engine
-
-        def create_engine(*args, **kwargs):
-            engine = made(*args, **kwargs)
-            for name in ("prefill", "decode"):
-                call = getattr(engine, name)
-                setattr(engine, name, (lambda call: lambda *a, **k: (time.sleep(0.2), call(*a, **k))[1])(call))
-            return engine
-        module.create_engine = create_engine
+        module.create_engine = lambda *args, **kwargs: _sleeping(made(*args, **kwargs))
     return module
 """
+    return at_import(src, f'''import sys as _sys
+
+_LOADER_TAIL = {tail!r}
 _rewrites_the_judge = True
 _loader = _sys.modules["contract.loader"].__file__
 with open(_loader) as _file:
