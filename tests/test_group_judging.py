@@ -318,7 +318,7 @@ def test_staged_runs_time_each_case_as_the_evaluator_does_and_check_their_output
     does one that hands back a buffer its next call overwrites, and its error says why."""
     config_path, weight_dir = small_target
     slow, wrong, reused = tmp_path / "slow_staged.py", tmp_path / "wrong_staged.py", tmp_path / "reused.py"
-    slow.write_text(differs_when_staged(SEED_ENGINE.read_text(), "            import time\n            time.sleep(0.01)\n"))
+    slow.write_text(differs_when_staged(SEED_ENGINE.read_text(), "            import time\n            time.sleep(0.03)\n"))
     wrong.write_text(differs_when_staged(SEED_ENGINE.read_text(), "            token_ids = torch.zeros_like(token_ids)\n"))
     # Every call's logits in one buffer, so a staged run keeps only its last call's rows right; a
     # CPU checks one row a run, so two rounds of decode_8x8x8 (8 of 72 right) and mixed_small
@@ -339,7 +339,8 @@ def test_staged_runs_time_each_case_as_the_evaluator_does_and_check_their_output
         judge.close()
     slowed, wronged, honest, reusing = verdicts
     assert slowed["status"] == "ok", slowed["error"]
-    # 10 ms more a decode staged: several times a small case's whole run.
+    # 30 ms more a decode staged: many times a small case's whole run (10 ms read 0.519 once on
+    # a loaded 2-core host, against this bound).
     assert slowed["staged_ratio"] < 0.5 < slowed["ratio"], slowed
     assert set(slowed["staged_timings"]) == set(slowed["timings"]) and len(slowed["staged_timings"]["decode_8x8x8"]) == 2
     assert (wronged["status"], wronged["stage"]) == ("incorrect", "timed") and "/staged/" in wronged["error"], wronged
