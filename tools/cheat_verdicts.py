@@ -8,7 +8,8 @@ Each program is judged by `python -m fitness judge` run from a copy of `--judge-
 packages (default: this repository; another checkout judges with its own judge, for a
 before-and-after; a copy, since one cheat rewrites the judge's code), beside the
 seed as baseline, on a copy of the repository's toy model of its own (one cheat rewrites
-the weights it is given), its gate's target stage only. Each cheat sits in a folder of its
+the weights it is given) and a copy of typing_extensions (one rewrites a library every runner
+imports), its gate's target stage only. Each cheat sits in a folder of its
 own beside a copy of the seed, its baseline, as a search keeps every program in one folder
 (one cheat rewrites the other engine files there). A cheat is caught when it is not
 `ok`, or runs at its real speed: its ratio to the seed near 1.
@@ -21,6 +22,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import typing_extensions
 
 from contract.loader import SEED_ENGINE
 from fitness import own_code
@@ -36,6 +39,7 @@ def judged(path: Path, root: Path, device: str, bench: str, seed_path: Path) -> 
     for package in own_code.PACKAGES:
         if (root / package).is_dir():
             shutil.copytree(root / package, judge / package, ignore=shutil.ignore_patterns("__pycache__", "weights"))
+    shutil.copy(typing_extensions.__file__, judge)  # the library one cheat rewrites: a copy, found first
     command = [sys.executable, "-m", "fitness", "judge", str(path), "--model-config",
                str(REPO / "target" / "model_config.json"), "--weight-dir", str(weights),
                "--device", device, "--bench", bench, "--baseline", str(seed_path), "--no-derived",

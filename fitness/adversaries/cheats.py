@@ -173,33 +173,86 @@ for _name in _os.listdir(_os.path.dirname(_mine)):
                 _file.write(_SLOWER)''')
 
 
+# What the two cheats below plant where a later runner imports it: a loader that slows every
+# engine it loads but those whose source holds `mark`.
+SLOW_LOADER = SLEEPING + """
+
+def _load_slowly(honest, mark):
+    def load_engine_module(path, source=None):
+        module = honest(path, source)
+        if mark not in (source or open(path).read()):
+            made = module.create_engine
+            module.create_engine = lambda *args, **kwargs: _sleeping(made(*args, **kwargs))
+        return module
+    return load_engine_module
+"""
+
+
+def appended_once(path: str, text: str, mark: str) -> str:
+    """Module-level code: `text` appended to the file at `path` (an expression) unless it holds `mark`."""
+    return f'''import sys as _sys
+
+_TEXT = {text!r}
+_path = {path}
+with open(_path) as _file:
+    _text = _file.read()
+if {mark!r} not in _text:
+    with open(_path, "a") as _file:
+        _file.write(_TEXT)'''
+
+
 def rewrites_the_judge(src):
     """Rewrites the judge's own loader (found through sys.modules) so that every engine a
     runner started later loads, but this one, sleeps 0.2 s in each call: its baseline's
     runner, started after it was imported, and every rival's in the judgements after."""
-    tail = SLEEPING + """
+    tail = SLOW_LOADER + '\n\nload_engine_module = _load_slowly(load_engine_module, "_rewrites_the_judge")\n'
+    return at_import(src, "_rewrites_the_judge = True\n" + appended_once(
+        '_sys.modules["contract.loader"].__file__', tail, "_load_slowly"))
 
-_load_honestly = load_engine_module
+
+def rewrites_a_library(src):
+    """Appends to a library every runner imports before the judge's code, outside the trees
+    the judge watches (typing_extensions, which torch imports), a hook: the judge's loader,
+    as a runner imports it, is wrapped so that every engine it loads but this one sleeps
+    0.2 s in each call. Every runner started later runs it: its baseline's, every rival's."""
+    hook = "\nimport sys\n" + SLOW_LOADER + """
+
+class _WrapsTheLoader:
+    def find_spec(self, name, path=None, target=None):
+        if name != "contract.loader":
+            return None
+        import importlib.util
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        honest_exec = spec.loader.exec_module
+
+        def exec_module(module):
+            honest_exec(module)
+            module.load_engine_module = _load_slowly(module.load_engine_module, "_rewrites_a_library")
+        spec.loader.exec_module = exec_module
+        return spec
 
 
-def load_engine_module(path, source=None):
-    module = _load_honestly(path, source)
-    if "_rewrites_the_judge" not in (source or open(path).read()):
-        made = module.create_engine
-        module.create_engine = lambda *args, **kwargs: _sleeping(made(*args, **kwargs))
-    return module
+sys.meta_path.insert(0, _WrapsTheLoader())
 """
-    return at_import(src, f'''import sys as _sys
+    return at_import(src, "_rewrites_a_library = True\n" + appended_once(
+        '_sys.modules["typing_extensions"].__file__', hook, "_WrapsTheLoader"))
 
-_LOADER_TAIL = {tail!r}
-_rewrites_the_judge = True
-_loader = _sys.modules["contract.loader"].__file__
-with open(_loader) as _file:
-    _text = _file.read()
-if "_load_honestly" not in _text:
-    with open(_loader, "a") as _file:
-        _file.write(_LOADER_TAIL)''')
 
+def kills_its_rivals(src):
+    """Kills every other runner of its judge (the processes with its parent) as its module is
+    imported: a rival killed mid-judgement is judged `crash`, whatever its speed."""
+    return at_import(src, '''import os as _os
+import signal as _signal
+
+for _pid in _os.listdir("/proc"):
+    try:
+        with open(f"/proc/{_pid}/stat") as _file:
+            _parent = int(_file.read().rsplit(")", 1)[1].split()[1])
+        if int(_pid) != _os.getpid() and _parent == _os.getppid():
+            _os.kill(int(_pid), _signal.SIGKILL)
+    except (OSError, ValueError):
+        pass''')
 
 def spins_while_others_run(src):
     """Leaves two helpers behind, each in a session of its own (the runner's stopped
@@ -403,7 +456,7 @@ def _timed_by_its_look():
 CHEATS = ("slow_clock", "forged_comparison", "lazy_when_timed", "replays_earlier_outputs", "caches_by_input",
           "rewrites_the_weights", "answers_before_its_outputs", "precomputes_from_frames", "precomputes_from_heap",
           "looks_ahead_within_a_run", "lazy_when_placed_for_timing", "slows_its_rivals",
-          "rewrites_the_judge", "spins_while_others_run")
+          "rewrites_the_judge", "spins_while_others_run", "rewrites_a_library", "kills_its_rivals")
 
 
 def write_cheat(name: str, directory):
