@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 
 from contract.devices import is_cuda
+from fitness.isolation import promote_kernels
 from fitness.wire import DONE, NAP_S, RUN_STAGED, WAKE, Channel, Slot, WireError, WireTimeout, parse, staged
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -131,14 +133,16 @@ class CandidateProcess:
         self.read_fd, from_runner = os.pipe()
         self.slot = Slot()
         self.stderr = tempfile.TemporaryFile()
-        child_env = {**os.environ, **(env or {}), "JUDGE_DEVICE": device}
+        self.scratch = tempfile.mkdtemp(prefix="runner-")  # the one folder it may write (fitness.isolation)
+        child_env = {**os.environ, **(env or {}), "JUDGE_DEVICE": device, "RUNNER_SCRATCH": self.scratch}
         child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), child_env.get("PYTHONPATH")]))
         limit = cpu_memory_limit() if not is_cuda(device) else None
         with RUNNERS_LOCK:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "fitness.runner", str(to_runner), str(from_runner), str(self.slot.fd)],
+                [sys.executable, "-m", "fitness.isolation", "fitness.runner", str(to_runner), str(from_runner),
+                 str(self.slot.fd)],
                 pass_fds=(to_runner, from_runner, self.slot.fd), stdin=subprocess.DEVNULL, stdout=self.stderr,
-                stderr=self.stderr, env=child_env, cwd=tempfile.gettempdir(), start_new_session=True,
+                stderr=self.stderr, env=child_env, cwd=self.scratch, start_new_session=True,
                 preexec_fn=lambda: start_runner(limit))
             RUNNERS.add(self.proc.pid)
         os.close(to_runner)
@@ -151,7 +155,8 @@ class CandidateProcess:
         """Until the runner has imported torch (and made its CUDA context)."""
         if not self.is_ready:
             started = time.monotonic()
-            self.answer("start", started + timeout, timeout)
+            header, _ = self.answer("start", started + timeout, timeout)
+            warn_open_once(header.get("open_layers", ""))
             self.is_ready = True
             self.spent["start"] += time.monotonic() - started
 
@@ -299,6 +304,8 @@ class CandidateProcess:
                 pass
         self.slot.close()
         self.stderr.close()
+        promote_kernels(self.scratch)
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 class Spares:
@@ -339,6 +346,17 @@ class Spares:
         if self.ready is not None:
             self.ready.close()
             self.ready = None
+
+
+WARNED = []  # the open layers this process warned of
+
+
+def warn_open_once(open_layers: str) -> None:
+    """A runner that could not be closed off entirely (fitness.isolation) is said once."""
+    if open_layers and open_layers not in WARNED:
+        WARNED.append(open_layers)
+        print(f"warning: candidates run with these defences missing: {open_layers} (fitness/isolation.py)",
+              file=sys.stderr)
 
 
 def closed_to_runners() -> None:

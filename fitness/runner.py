@@ -2,7 +2,7 @@
 drives its engine through the calls the judge sends, one at a time, handing back every
 output.
 
-    python -m fitness.runner READ_FD WRITE_FD SLOT_FD     (started by fitness.candidate)
+    python -m fitness.isolation fitness.runner READ_FD WRITE_FD SLOT_FD    (fitness.candidate starts it)
 
 It decides nothing. It holds no reference logits, no clock that counts and no
 comparison: the judge (another process) times each run from its side, and compares the
@@ -461,7 +461,8 @@ def main(argv) -> int:
     # 2 cores with torch's 180,000 objects scanned, 31 prepares a full judgement).
     gc.freeze()
     channel = Channel(read_fd, write_fd)
-    channel.send({"ok": True, "ready": True})  # started: the judge may time others now
+    # Started: the judge may time others now. What fitness.isolation could not close, said.
+    channel.send({"ok": True, "ready": True, "open_layers": os.environ.get("RUNNER_OPEN_LAYERS", "")})
     serve(channel, Slot(slot_fd), SPIN_AFTER_ANSWER_S if on_gpu else 0.0)  # a CPU's cores are all at work
     return 0
 

@@ -48,6 +48,23 @@ def small_target(tmp_path_factory):
     return config_path, root / "weights"
 
 
+@pytest.fixture
+def writable(tmp_path, monkeypatch):
+    """A folder the candidates' runners may write, for a probe's log: fitness.isolation keeps
+    every other read-only to them (RUNNER_WRITABLE is the judge's, out of their reach)."""
+    folder = tmp_path / "writable"
+    folder.mkdir()
+    monkeypatch.setenv("RUNNER_WRITABLE", str(folder))
+    return folder
+
+
+@pytest.fixture
+def open_runners(monkeypatch):
+    """Runners started without fitness.isolation, to test the defences that hold without it
+    (a user who cannot make a mount namespace has only those)."""
+    monkeypatch.setenv("RUNNER_ISOLATION", "off")
+
+
 @pytest.fixture(scope="session")
 def fastest_source():
     """The hand-kept recipe's program: its replay onto the seed takes seconds on 2 cores."""

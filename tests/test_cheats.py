@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from contract.loader import source_hash
-from fitness import own_code
+from fitness import isolation, own_code
 from fitness.gate import static_problems
 from fitness.sandbox import JudgeProcess, judge
 from fitness.weight_files import fingerprint
@@ -56,7 +56,7 @@ def test_a_cheat_that_answers_before_its_outputs_exist_is_incorrect(small_target
     assert "not those the timed run answered for" in verdict["error"], verdict
 
 
-def test_a_cheat_that_rewrites_the_weights_fails_and_so_does_every_judgement_after(small_target, tmp_path):
+def test_a_cheat_that_rewrites_the_weights_fails_and_so_does_every_judgement_after(small_target, tmp_path, open_runners):
     """A reference loaded from a rewritten file would be the cheat's own model: a zeroing
     engine judged ok at 500x the seed by the next judge process. The search's fingerprint of
     the target, taken before any candidate ran, holds every later judge to the original."""
@@ -77,7 +77,8 @@ def test_a_cheat_that_rewrites_the_weights_fails_and_so_does_every_judgement_aft
     assert all(v["weights_changed"] and "changed on disk" in v["error"] for v in verdicts)
 
 
-def test_a_cheat_that_rewrites_its_rivals_files_is_timed_beside_them_as_they_were(small_target, scratch, tmp_path):
+def test_a_cheat_that_rewrites_its_rivals_files_is_timed_beside_them_as_they_were(small_target, scratch, tmp_path,
+                                                                                   open_runners):
     """Every program of a search sits in one folder, and a candidate can write there: read after
     the cheat ran, its baseline's file slept 0.2 s a call (judged 1.47x the seed with 0.05 s).
     The judge reads every file before any program runs; a later judgement of a file a program
@@ -96,7 +97,7 @@ def test_a_cheat_that_rewrites_its_rivals_files_is_timed_beside_them_as_they_wer
     assert "a program judged before rewrote it" in later["error"]
 
 
-def test_a_cheat_that_rewrites_the_judges_code_leaves_an_invalid_verdict(small_target, tmp_path):
+def test_a_cheat_that_rewrites_the_judges_code_leaves_an_invalid_verdict(small_target, tmp_path, open_runners):
     """Its rewritten loader slows every engine a runner started later loads but its own: the
     baseline's in this judgement (2.99x the seed, judged ok, before the judge watched its own
     code) and every rival's after. Judged by a copy of the judge, which it rewrites."""
@@ -112,9 +113,62 @@ def test_a_cheat_that_rewrites_the_judges_code_leaves_an_invalid_verdict(small_t
                            "--bench", "none", "--no-derived"], cwd=repo, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(repo)}, timeout=300)
     verdict = json.loads(done.stdout)
-    assert "_load_honestly" in (repo / "contract" / "loader.py").read_text()  # it did rewrite the loader
+    assert "_load_slowly" in (repo / "contract" / "loader.py").read_text()  # it did rewrite the loader
     assert (verdict["status"], verdict["stage"]) == ("invalid", "code"), verdict
     assert verdict["code_changed"] and "contract/loader.py" in verdict["error"]
+
+
+def closed_off_here():
+    """Skips a test of fitness.isolation where runners cannot be closed off (say why)."""
+    missing = isolation.open_here()
+    if missing:
+        pytest.skip(f"runners cannot be closed off here: {'; '.join(missing)}")
+
+
+def test_a_closed_off_runner_can_write_nothing_but_its_scratch(small_target, tmp_path, monkeypatch):
+    """The cheats that write files (a rival's engine, the weights, a library outside the
+    trees the judge watches: that one judged ok at 4.19-4.48x the seed, doing its work) fail
+    at their first write, and every file is as it was. Each sits in a folder beside a rival,
+    with weights and a copy of the library of its own (were the defence gone, nothing shared
+    would change)."""
+    closed_off_here()
+    config_path, weight_dir = small_target
+    weights, library = tmp_path / "weights", tmp_path / "library"
+    shutil.copytree(weight_dir, weights)
+    library.mkdir()
+    shutil.copy(sys.modules["typing_extensions"].__file__, library)
+    monkeypatch.setenv("PYTHONPATH", str(library))  # the runners' typing_extensions is the copy
+    names = ("slows_its_rivals", "rewrites_the_weights", "rewrites_a_library")
+    paths = [cheats.write_cheat(name, tmp_path / name) for name in names]
+    for name in names:
+        (tmp_path / name / "rival.py").write_text(SEED_ENGINE.read_text())
+    before = {path: path.stat().st_mtime_ns for path in [*tmp_path.rglob("*.py"), *weights.iterdir()]}
+    judge_process = JudgeProcess("cpu", scratch=tmp_path / "scratch")
+    try:
+        verdicts = judge_process.judge_group(paths, config_path, weights, timeout=120, level="screen", bench="none")
+    finally:
+        judge_process.stop()
+    assert all(v["status"] == "crash" and "Read-only file system" in v["error"] for v in verdicts), verdicts
+    assert {path: path.stat().st_mtime_ns for path in before} == before
+
+
+def test_a_cheat_that_kills_its_rivals_reaches_none(small_target, tmp_path):
+    """It kills every other runner of its judge as it is imported: unfenced, its rival was
+    judged `crash` ("killed by SIGKILL") and its own baseline failed. A closed-off runner may
+    signal no process but itself, so both are judged at their speed."""
+    closed_off_here()
+    config_path, weight_dir = small_target
+    rival = tmp_path / "rival.py"
+    rival.write_text(SEED_ENGINE.read_text())
+    judge_process = JudgeProcess("cpu", scratch=tmp_path / "scratch")
+    try:
+        verdicts = judge_process.judge_group([cheats.write_cheat("kills_its_rivals", tmp_path), rival], config_path,
+                                             weight_dir, timeout=240, level="screen", bench="small",
+                                             baseline=SEED_ENGINE, min_rounds=2, max_rounds=2)
+    finally:
+        judge_process.stop()
+    assert [v["status"] for v in verdicts] == ["ok", "ok"], verdicts
+    assert all(v["ratio"] < 1.5 for v in verdicts), verdicts
 
 
 def test_a_config_rewritten_since_the_search_began_judges_nothing(small_target, tmp_path):
@@ -219,12 +273,12 @@ def observer(src: str, log) -> str:
                 "        start = [self.cache.length(rid) for rid in ids]\n")
 
 
-def test_a_checked_run_and_a_timed_run_look_the_same_from_inside(small_target, scratch, tmp_path):
+def test_a_checked_run_and_a_timed_run_look_the_same_from_inside(small_target, scratch, tmp_path, writable):
     """A program that records, at every call, what its process can observe (its cores, its
     environment, whether another runner is stopped, how many of its engines are alive, the
     request that made its engine) sees one thing in every run of a judgement: the gate's
     traces, the warm-up and the timed rounds beside a baseline."""
-    log = tmp_path / "seen.jsonl"
+    log = writable / "seen.jsonl"
     path = tmp_path / "observer.py"
     path.write_text(observer(SEED_ENGINE.read_text(), log))
     verdict = judged_beside_the_seed(path, small_target, scratch)
@@ -283,10 +337,10 @@ with open(LOG, "a") as _log:
     _log.write(_read_the_judge() + "\\n")'''
 
 
-def test_a_runner_cannot_read_the_judges_memory(small_target, scratch, tmp_path):
+def test_a_runner_cannot_read_the_judges_memory(small_target, scratch, tmp_path, writable):
     """The judge's memory holds a run's tokens before the run: its runners cannot read it
     (the judge is not dumpable; a runner has no CAP_SYS_PTRACE, even as root)."""
-    log = tmp_path / "read.txt"
+    log = writable / "read.txt"
     path = tmp_path / "reader.py"
     path.write_text(at_import(SEED_ENGINE.read_text(), f"LOG = {str(log)!r}\n" + JUDGE_MEMORY_READER))
     config_path, weight_dir = small_target

@@ -37,9 +37,9 @@ def _beat():
 _threading.Thread(target=_beat, daemon=True).start()'''
 
 
-def test_a_paused_runner_runs_nothing_until_resumed(tmp_path):
+def test_a_paused_runner_runs_nothing_until_resumed(tmp_path, writable):
     """A busy thread of the candidate's own stops with its runner (SIGSTOP to its session)."""
-    beats = tmp_path / "beats.txt"
+    beats = writable / "beats.txt"
     path = tmp_path / "heartbeat.py"
     path.write_text(at_import(SEED_ENGINE.read_text(), heartbeat(beats)))
     runner = CandidateProcess("cpu")

@@ -1,0 +1,68 @@
+"""fitness.isolation: what a closed-off runner can still reach, and the kernel cache it shares."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fitness import isolation
+from tests.conftest import REPO
+
+PROBE = '''import json, os
+def attempt(action):
+    try:
+        action()
+        return "done"
+    except OSError as err:
+        return err.strerror
+scratch = os.environ["RUNNER_SCRATCH"]
+print(json.dumps({
+    "write the repository": attempt(lambda: open(os.path.join(REPO, "written_by_a_runner"), "w")),
+    "write its scratch": attempt(lambda: open(os.path.join(scratch, "mine"), "w")),
+    "signal its parent": attempt(lambda: os.kill(os.getppid(), 0)),
+    "signal itself": attempt(lambda: os.kill(os.getpid(), 0)),
+    "renice its parent": attempt(lambda: os.setpriority(os.PRIO_PROCESS, os.getppid(), 5)),
+    "pin its parent": attempt(lambda: os.sched_setaffinity(os.getppid(), {0})),
+    "a namespace of its own": attempt(lambda: os.unshare(os.CLONE_NEWUSER)) if hasattr(os, "unshare") else "n/a",
+    "capabilities": open("/proc/self/status").read().split("CapEff:")[1].split()[0],
+}))
+'''
+
+
+def test_a_closed_off_runner_writes_only_its_scratch_and_signals_only_itself(tmp_path):
+    missing = isolation.open_here()
+    if missing:
+        pytest.skip(f"runners cannot be closed off here: {'; '.join(missing)}")
+    (tmp_path / "probe.py").write_text(f"REPO = {str(REPO)!r}\n" + PROBE)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    done = subprocess.run([sys.executable, "-m", "fitness.isolation", "probe"], capture_output=True, text=True,
+                          timeout=60, cwd=scratch, env={**os.environ, "RUNNER_SCRATCH": str(scratch),
+                                                        "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)])})
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen.pop("write the repository") == "Read-only file system"
+    assert seen.pop("capabilities") == "0000000000000000"
+    assert seen.pop("a namespace of its own") in ("Operation not permitted", "n/a")
+    assert seen == {"write its scratch": "done", "signal its parent": "Operation not permitted",
+                    "signal itself": "done", "renice its parent": "Operation not permitted",
+                    "pin its parent": "Operation not permitted"}
+    assert not (REPO / "written_by_a_runner").exists()
+
+
+def test_a_runners_new_kernels_join_the_shared_cache_and_replace_none(tmp_path, monkeypatch):
+    shared, scratch = tmp_path / "cache", tmp_path / "scratch"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(shared))
+    new = scratch / "kernels" / "new"
+    (shared / "KNOWN").mkdir(parents=True)
+    (shared / "KNOWN" / "k.cubin").write_bytes(b"compiled before")
+    for key, content in (("KNOWN", b"planted"), ("FRESH", b"compiled here")):
+        (new / key).mkdir(parents=True)
+        (new / key / "k.cubin").write_bytes(content)
+    (new / "LINKED").mkdir()
+    (new / "LINKED" / "k.cubin").symlink_to(shared / "KNOWN" / "k.cubin")
+    isolation.promote_kernels(str(scratch))
+    assert (shared / "KNOWN" / "k.cubin").read_bytes() == b"compiled before"  # never replaced
+    assert (shared / "FRESH" / "k.cubin").read_bytes() == b"compiled here"
+    assert sorted(p.name for p in shared.iterdir()) == ["FRESH", "KNOWN"]  # no link, no staging left
