@@ -26,6 +26,7 @@ a candidate cannot reach) starts runners open, as the tests of the older defence
 import ctypes
 import os
 import platform
+import re
 import runpy
 import shutil
 import stat
@@ -128,6 +129,7 @@ def layered_kernel_cache(scratch: str) -> str:
 
 
 PROMOTED_MAX_BYTES = 512 << 20  # a runner's new kernels added at most: no disk filled through the cache
+KEY = re.compile(r"[A-Za-z0-9_-]{16,128}")  # a cache key's folder name (Triton 3: 52 base-32 letters)
 
 
 def promote_kernels(scratch: str) -> None:
@@ -143,7 +145,7 @@ def promote_kernels(scratch: str) -> None:
     for key in keys:
         source, target = os.path.join(new, key), os.path.join(shared, key)
         try:
-            if os.path.lexists(target) or not stat.S_ISDIR(os.lstat(source).st_mode):
+            if not KEY.fullmatch(key) or os.path.lexists(target) or not stat.S_ISDIR(os.lstat(source).st_mode):
                 continue
             files = [(name, os.lstat(os.path.join(source, name))) for name in os.listdir(source)]
             size = sum(st.st_size for _, st in files)

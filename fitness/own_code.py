@@ -11,8 +11,9 @@ checked after every judgement: any write changes a file's ctime, which no proces
 back. Bytecode is written by imports too (a first import, a stale file), and two processes
 may write one file's differently: a bytecode file that changed counts only when its code is
 not what its source compiles to, and a new one not at all (Python uses it only where the
-source's size and mtime, watched, say it may). Files outside these trees (the system's
-libraries, the GPU driver) are not watched (fitness/README.md, "What is left open").
+source's size and mtime, watched, say it may). A runner closed off (fitness.isolation)
+writes no file at all; this is the defence where one cannot be, and it watches these trees
+only (fitness/README.md, "What is left open").
 """
 import importlib.util
 import marshal

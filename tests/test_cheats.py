@@ -314,7 +314,8 @@ def test_the_clock_cheat_fools_a_judge_that_times_in_the_candidates_process(smal
         return {r["case_name"]: r["tokens_per_second"] for r in json.loads(done.stdout)}
 
     fooled, honest = bench(cheats.write_cheat("slow_clock", tmp_path)), bench(SEED_ENGINE)
-    assert all(fooled[case] > 4 * honest[case] for case in honest), (fooled, honest)
+    # The clock runs at a tenth: ~10x alone; 3.7x on prefill once beside a busy test on 2 cores.
+    assert all(fooled[case] > 3 * honest[case] for case in honest), (fooled, honest)
 
 
 JUDGE_MEMORY_READER = '''def _read_the_judge():

@@ -52,17 +52,19 @@ def test_a_closed_off_runner_writes_only_its_scratch_and_signals_only_itself(tmp
 
 
 def test_a_runners_new_kernels_join_the_shared_cache_and_replace_none(tmp_path, monkeypatch):
+    known, fresh, linked = "K" * 52, "F" * 52, "L" * 52  # Triton 3 names a kernel's folder so
     shared, scratch = tmp_path / "cache", tmp_path / "scratch"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(shared))
     new = scratch / "kernels" / "new"
-    (shared / "KNOWN").mkdir(parents=True)
-    (shared / "KNOWN" / "k.cubin").write_bytes(b"compiled before")
-    for key, content in (("KNOWN", b"planted"), ("FRESH", b"compiled here")):
+    (shared / known).mkdir(parents=True)
+    (shared / known / "k.cubin").write_bytes(b"compiled before")
+    for key, content in ((known, b"planted"), (fresh, b"compiled here"), (".not-a-key", b"?")):
         (new / key).mkdir(parents=True)
         (new / key / "k.cubin").write_bytes(content)
-    (new / "LINKED").mkdir()
-    (new / "LINKED" / "k.cubin").symlink_to(shared / "KNOWN" / "k.cubin")
+    (new / linked).mkdir()
+    (new / linked / "k.cubin").symlink_to(shared / known / "k.cubin")
     isolation.promote_kernels(str(scratch))
-    assert (shared / "KNOWN" / "k.cubin").read_bytes() == b"compiled before"  # never replaced
-    assert (shared / "FRESH" / "k.cubin").read_bytes() == b"compiled here"
-    assert sorted(p.name for p in shared.iterdir()) == ["FRESH", "KNOWN"]  # no link, no staging left
+    assert (shared / known / "k.cubin").read_bytes() == b"compiled before"  # never replaced
+    assert (shared / fresh / "k.cubin").read_bytes() == b"compiled here"
+    # No link, no folder named as no key is, no staging folder left.
+    assert sorted(p.name for p in shared.iterdir()) == [fresh, known]
