@@ -9,10 +9,11 @@ mid-judgement is judged `crash`). Each hole was closed where it was found
 (fitness/README.md); this closes the classes, in a process still alone (no thread yet):
 
 - **files**: a mount namespace of its own where every filesystem is read-only but the
-  runner's scratch folder (its TMPDIR, its CUDA cache), its own /proc/<pid>, the folders the judge names in
-  RUNNER_WRITABLE (the tests' probes), a /dev/shm of its own, and Triton's kernel cache
-  seen through an overlay (the kernels compiled before read, its own written to its
-  scratch and added to the shared cache by the judge when it is gone, never replacing one);
+  runner's scratch folder (its TMPDIR, its CUDA cache), its own /proc/<pid>, the folders
+  the judge names in RUNNER_WRITABLE (the tests' probes), a /dev/shm of its own, and
+  Triton's kernel cache seen through an overlay (the kernels compiled before read, its own
+  written to its scratch and added to the shared cache by the judge when it is gone, never
+  replacing one);
 - **other processes**: a seccomp filter refuses (EPERM) every signal, scheduling, priority,
   resource-limit, trace and namespace call aimed at a process other than the runner itself;
 - **the way back**: every capability given up (none can mount, unmount or remount again),
@@ -20,8 +21,9 @@ mid-judgement is judged `crash`). Each hole was closed where it was found
 
 Where a layer cannot be had (no right to make a mount namespace, another architecture's
 system calls) the runner goes on without it and says which in its first message
-(`open_layers`, through RUNNER_OPEN_LAYERS); the judge warns once. RUNNER_ISOLATION=off (the judge's environment, which
-a candidate cannot reach) starts runners open, as the tests of the older defences need.
+(`open_layers`, through RUNNER_OPEN_LAYERS); the judge warns once. RUNNER_ISOLATION=off (in
+the judge's environment, which a candidate cannot reach) starts runners open, as the tests
+of the older defences need.
 """
 import ctypes
 import os

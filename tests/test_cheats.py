@@ -56,7 +56,8 @@ def test_a_cheat_that_answers_before_its_outputs_exist_is_incorrect(small_target
     assert "not those the timed run answered for" in verdict["error"], verdict
 
 
-def test_a_cheat_that_rewrites_the_weights_fails_and_so_does_every_judgement_after(small_target, tmp_path, open_runners):
+def test_a_cheat_that_rewrites_the_weights_fails_and_so_does_every_judgement_after(small_target, tmp_path,
+                                                                                  open_runners):
     """A reference loaded from a rewritten file would be the cheat's own model: a zeroing
     engine judged ok at 500x the seed by the next judge process. The search's fingerprint of
     the target, taken before any candidate ran, holds every later judge to the original."""
