@@ -149,6 +149,7 @@ class CandidateProcess:
         os.close(from_runner)
         self.channel = Channel(self.read_fd, self.write_fd)
         self.closed = self.is_ready = False
+        self.open_layers = ""  # what fitness.isolation could not close, as the runner's first message says
         self.spent = collections.Counter()  # seconds per request kind, on the judge's clock
 
     def wait_ready(self, timeout: float = 120.0) -> None:
@@ -156,7 +157,8 @@ class CandidateProcess:
         if not self.is_ready:
             started = time.monotonic()
             header, _ = self.answer("start", started + timeout, timeout)
-            warn_open_once(header.get("open_layers", ""))
+            self.open_layers = str(header.get("open_layers", ""))
+            warn_open_once(self.open_layers)
             self.is_ready = True
             self.spent["start"] += time.monotonic() - started
 

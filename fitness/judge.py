@@ -635,7 +635,10 @@ class Group:
                 entry.end("ok", "", "")
             entry.verdict["seconds"] = round(time.monotonic() - self.started, 3)
             runners = [entry.driver.process] if entry.driver else []
-            entry.verdict["phases"] = phases(self.marks, runners + ([self.base.driver.process] if self.base else []))
+            runners += [self.base.driver.process] if self.base else []
+            entry.verdict["phases"] = phases(self.marks, runners)
+            # What fitness.isolation could not close in the runners this verdict rests on ("": nothing).
+            entry.verdict["open_layers"] = "; ".join(sorted({r.open_layers for r in runners if r.open_layers}))
             entry.verdict["phases"]["references"] = round(references_s - self.references_from, 3)
 
     def verdicts(self) -> list:

@@ -90,6 +90,7 @@ def test_a_cheat_that_rewrites_its_rivals_files_is_timed_beside_them_as_they_wer
     verdict = judge(cheat, config_path, weight_dir, "cpu", timeout=240, scratch=str(scratch), threads=1,
                     level="screen", bench="small", baseline=baseline, min_rounds=2, max_rounds=2)
     assert verdict["status"] == "ok" and verdict["ratio"] < 1.5, verdict
+    assert verdict["open_layers"] == "all: RUNNER_ISOLATION=off"  # the verdict says its runners were open
     assert "_made_here = create_engine" in baseline.read_text()  # it did rewrite the file
     hashes = {str(baseline.resolve()): source_hash(SEED_ENGINE.read_text())}
     later = judge(SEED_ENGINE, config_path, weight_dir, "cpu", timeout=240, scratch=str(scratch), threads=1,
@@ -169,7 +170,7 @@ def test_a_cheat_that_kills_its_rivals_reaches_none(small_target, tmp_path):
     finally:
         judge_process.stop()
     assert [v["status"] for v in verdicts] == ["ok", "ok"], verdicts
-    assert all(v["ratio"] < 1.5 for v in verdicts), verdicts
+    assert all(v["ratio"] < 1.5 and v["open_layers"] == "" for v in verdicts), verdicts  # closed off, all
 
 
 def test_a_config_rewritten_since_the_search_began_judges_nothing(small_target, tmp_path):
