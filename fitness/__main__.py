@@ -78,6 +78,10 @@ def print_failed(case: str, error: str, seed: int) -> int:
 
 
 # What the derived configs hold a program to, and why: in `judge --help` and `check --help`.
+CLOSED_OFF = ("The runner closes itself off before the candidate's code runs (fitness/isolation.py): it can "
+              "write no file but its scratch and Triton's kernel cache, seen through an overlay; it can signal or "
+              "reschedule no other process; it holds no capability. A verdict's open_layers names what could not "
+              "be closed on this machine (\"\" when nothing).")
 DERIVED_CONFIGS = (
     "Past the target config, the gate runs derived configs: GQA, the other GPU dtype (bf16; fp16 for a bf16 "
     "target), other head_dims, more layers, and "
@@ -95,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     judge_parser = sub.add_parser("judge", help="judge one file in a runner process, print a JSON verdict "
                                                 "(for code you did not write)",
                                   description="Judge one file in a runner process of its own and print a JSON "
-                                              "verdict. " + DERIVED_CONFIGS)
+                                              "verdict. " + CLOSED_OFF + " " + DERIVED_CONFIGS)
     judge_parser.add_argument("candidate", type=Path)
     add_target_arguments(judge_parser, engine_flag=False)
     judge_parser.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
