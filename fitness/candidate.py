@@ -133,7 +133,9 @@ class CandidateProcess:
         self.read_fd, from_runner = os.pipe()
         self.slot = Slot()
         self.stderr = tempfile.TemporaryFile()
-        self.scratch = tempfile.mkdtemp(prefix="runner-")  # the one folder it may write (fitness.isolation)
+        remove_left_scratch()
+        # The one folder it may write (fitness.isolation), named by this judge's pid.
+        self.scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
         child_env = {**os.environ, **(env or {}), "JUDGE_DEVICE": device, "RUNNER_SCRATCH": self.scratch}
         child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), child_env.get("PYTHONPATH")]))
         limit = cpu_memory_limit() if not is_cuda(device) else None
@@ -348,6 +350,22 @@ class Spares:
         if self.ready is not None:
             self.ready.close()
             self.ready = None
+
+
+SCRATCH_PREFIX = "runner-"
+SWEPT = []  # [True] once this process removed the scratch folders dead judges left
+
+
+def remove_left_scratch() -> None:
+    """Once a process: the runners' scratch folders (their compiled kernels among them) that a
+    judge killed before it could close its runners left behind, found by their judge's pid."""
+    if SWEPT:
+        return
+    SWEPT.append(True)
+    for folder in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
+        judge_pid = folder.name[len(SCRATCH_PREFIX):].split("-")[0]
+        if judge_pid.isdigit() and not Path(f"/proc/{judge_pid}").exists():
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 WARNED = []  # the open layers this process warned of

@@ -68,3 +68,15 @@ def test_a_runners_new_kernels_join_the_shared_cache_and_replace_none(tmp_path, 
     assert (shared / fresh / "k.cubin").read_bytes() == b"compiled here"
     # No link, no folder named as no key is, no staging folder left.
     assert sorted(p.name for p in shared.iterdir()) == [fresh, known]
+
+
+def test_scratch_a_killed_judge_left_is_removed_once_its_judge_is_gone(tmp_path, monkeypatch):
+    from fitness import candidate
+    monkeypatch.setattr(candidate.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(candidate, "SWEPT", [])
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    left, alive = tmp_path / f"runner-{int(gone.stdout)}-abc", tmp_path / f"runner-{os.getpid()}-abc"
+    for folder in (left, alive):
+        (folder / "kernels").mkdir(parents=True)
+    candidate.remove_left_scratch()
+    assert not left.exists() and alive.exists()
