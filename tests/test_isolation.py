@@ -30,18 +30,23 @@ print(json.dumps({
 '''
 
 
-def test_a_closed_off_runner_writes_only_its_scratch_and_signals_only_itself(tmp_path):
+def closed_off(tmp_path, probe: str, **env) -> dict:
+    """What `probe` (module code printing JSON) prints, run in a runner closed off."""
     missing = isolation.open_here()
     if missing:
         pytest.skip(f"runners cannot be closed off here: {'; '.join(missing)}")
-    (tmp_path / "probe.py").write_text(f"REPO = {str(REPO)!r}\n" + PROBE)
+    (tmp_path / "probe.py").write_text(f"REPO = {str(REPO)!r}\n" + probe)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     done = subprocess.run([sys.executable, "-m", "fitness.isolation", "probe"], capture_output=True, text=True,
-                          timeout=60, cwd=scratch, env={**os.environ, "RUNNER_SCRATCH": str(scratch),
+                          timeout=60, cwd=scratch, env={**os.environ, "RUNNER_SCRATCH": str(scratch), **env,
                                                         "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)])})
     assert done.returncode == 0, done.stderr
-    seen = json.loads(done.stdout)
+    return json.loads(done.stdout)
+
+
+def test_a_closed_off_runner_writes_only_its_scratch_and_signals_only_itself(tmp_path):
+    seen = closed_off(tmp_path, PROBE)
     assert seen.pop("write the repository") == "Read-only file system"
     assert seen.pop("capabilities") == "0000000000000000"
     assert seen.pop("a namespace of its own") in ("Operation not permitted", "n/a")
@@ -49,6 +54,18 @@ def test_a_closed_off_runner_writes_only_its_scratch_and_signals_only_itself(tmp
                     "signal itself": "done", "renice its parent": "Operation not permitted",
                     "pin its parent": "Operation not permitted"}
     assert not (REPO / "written_by_a_runner").exists()
+
+
+def test_without_the_shared_kernel_cache_a_runner_compiles_into_its_own_and_says_so(tmp_path):
+    """Where the overlay cannot be made (here: Triton's cache folder under a file), the runner
+    still closes the rest and names what it went without."""
+    (tmp_path / "a_file").write_text("")
+    seen = closed_off(tmp_path, "import json, os\nprint(json.dumps([os.environ[k] for k in (\"RUNNER_OPEN_LAYERS\", "
+                                "\"TRITON_CACHE_DIR\")] + [os.access(REPO, os.W_OK)]))",
+                      TRITON_CACHE_DIR=str(tmp_path / "a_file" / "cache"))
+    open_layers, cache, repo_writable = seen
+    assert open_layers.startswith("the shared kernel cache (each runner compiles into ") and "kernels/own" in cache
+    assert not repo_writable
 
 
 def test_a_runners_new_kernels_join_the_shared_cache_and_replace_none(tmp_path, monkeypatch):
