@@ -7,7 +7,8 @@
 # Every minute, each run's last progress lines; it returns when every DONE file exists
 # (paths below STATE) or SECONDS pass. STATE's small files (no weights) go to $OUT/state.tgz
 # every minute and at the end, so a call cut short by the session's device time, or a lost
-# machine, still brings back what was done.
+# machine, still brings back what was done. A DONE file left by earlier work on a warm
+# machine ends the wait at once: the call that starts the work removes its DONE first.
 set -uo pipefail
 state=$1 seconds=$2; shift 2
 [ -d "$state" ] || { echo "no $state: this machine is fresh, the earlier call's work is gone"; exit 3; }
