@@ -11,7 +11,6 @@ ready), so a judgement does not wait for them.
 """
 import collections
 import contextlib
-import ctypes
 import os
 import resource
 import shutil
@@ -24,12 +23,12 @@ import time
 from pathlib import Path
 
 from contract.devices import is_cuda
-from fitness.isolation import promote_kernels
+from fitness.isolation import LIBC, PR_CAPBSET_DROP, PR_SET_DUMPABLE, promote_kernels
 from fitness.wire import DONE, NAP_S, RUN_STAGED, WAKE, Channel, Slot, WireError, WireTimeout, parse, staged
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STDERR_TAIL = 1500
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER = 1, 4, 24, 36  # linux/prctl.h
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36  # linux/prctl.h
 CAP_SYS_PTRACE = 19  # linux/capability.h
 
 
@@ -81,7 +80,7 @@ def adopt_orphans() -> None:
     """This process (a judge's own: the worker, `fitness judge`) becomes the parent of every
     process its runners' children leave behind (Linux's child subreaper), and
     `kill_orphans` ends them: a helper forked twice has no other parent to be found by."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
+    LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1)
     ADOPTS[:] = [True]
 
 
@@ -384,16 +383,15 @@ def closed_to_runners() -> None:
     and a runner of the same user (root, on the GPU machines) could read them through
     /proc/<judge>/mem. Not dumpable, it may be read only with CAP_SYS_PTRACE, which a
     runner is started without (`start_runner`)."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0)
+    LIBC.prctl(PR_SET_DUMPABLE, 0)
 
 
 def start_runner(memory_limit: int | None) -> None:
     """In the runner, before it starts: die with the judge (a runner left behind by a
     killed judge would hold its GPU), give up CAP_SYS_PTRACE (it could read the judge's
     memory; unprivileged, it never had it) and cap a CPU runner's memory."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    libc.prctl(PR_CAPBSET_DROP, CAP_SYS_PTRACE)
+    LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    LIBC.prctl(PR_CAPBSET_DROP, CAP_SYS_PTRACE)
     if memory_limit:
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
 

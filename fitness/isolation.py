@@ -26,6 +26,7 @@ the judge's environment, which a candidate cannot reach) starts runners open, as
 of the older defences need.
 """
 import ctypes
+import json
 import os
 import platform
 import re
@@ -33,6 +34,7 @@ import runpy
 import shutil
 import stat
 import struct
+import subprocess
 import sys
 import tempfile
 
@@ -40,15 +42,14 @@ LIBC = ctypes.CDLL(None, use_errno=True)
 
 CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
 NAMESPACES = 0x02000000 | 0x04000000 | 0x08000000 | CLONE_NEWUSER | 0x20000000 | 0x40000000 | CLONE_NEWNS
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
-    1, 2, 4, 8, 32, 4096, 16384, 1 << 18)
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
 PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 4, 24, 22, 38, 47
 PR_CAP_AMBIENT_CLEAR_ALL, SECCOMP_MODE_FILTER = 4, 2
 CAPABILITY_VERSION_3 = 0x20080522
 
 X86_64 = {  # system call numbers (arch/x86/entry/syscalls/syscall_64.tbl)
-    "mount_setattr": 442, "capset": 126, "kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129,
+    "mount_setattr": 442, "kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129,
     "rt_tgsigqueueinfo": 297, "setpriority": 141, "sched_setparam": 142, "sched_setscheduler": 144,
     "sched_setaffinity": 203, "sched_setattr": 314, "prlimit64": 302, "ioprio_set": 251, "migrate_pages": 256,
     "move_pages": 279, "pidfd_open": 434, "pidfd_send_signal": 424, "pidfd_getfd": 438, "ptrace": 101,
@@ -122,10 +123,10 @@ def layered_kernel_cache(scratch: str) -> str:
     cold: the recipe's program judged so took 97 s where the shared cache took 30 (H200)."""
     shared = shared_kernel_cache()
     os.makedirs(shared, exist_ok=True)
-    work = os.path.join(scratch, "kernels", "work")
-    os.makedirs(new_kernels(scratch))
+    new, work = new_kernels(scratch), os.path.join(scratch, "kernels", "work")
+    os.makedirs(new)
     os.makedirs(work)
-    data = f"lowerdir={shared},upperdir={new_kernels(scratch)},workdir={work}"
+    data = f"lowerdir={shared},upperdir={new},workdir={work}"
     call("overlay", LIBC.mount(b"overlay", os.fsencode(shared), b"overlay", 0, data.encode()))
     return shared
 
@@ -327,8 +328,6 @@ def close_off(scratch: str, also_writable=()) -> list:
 
 def open_here() -> list:
     """The layers a runner started now would go without (one closed off to see, then gone)."""
-    import json
-    import subprocess
     if os.environ.get("RUNNER_ISOLATION") == "off":
         return ["all: RUNNER_ISOLATION=off"]
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -341,7 +340,7 @@ def open_here() -> list:
 
 def main(argv) -> None:
     if argv == ["--report"]:
-        print(__import__("json").dumps(close_off(os.environ["RUNNER_SCRATCH"])))
+        print(json.dumps(close_off(os.environ["RUNNER_SCRATCH"])))
         return
     module, args = argv[0], argv[1:]
     if os.environ.get("RUNNER_ISOLATION") == "off":

@@ -58,6 +58,14 @@ def writable(tmp_path, monkeypatch):
     return folder
 
 
+def closed_off_here() -> None:
+    """Skips a test of fitness.isolation where runners cannot be closed off (says why)."""
+    from fitness import isolation
+    missing = isolation.open_here()
+    if missing:
+        pytest.skip(f"runners cannot be closed off here: {'; '.join(missing)}")
+
+
 @pytest.fixture
 def open_runners(monkeypatch):
     """Runners started without fitness.isolation, to test the defences that hold without it

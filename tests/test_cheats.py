@@ -15,13 +15,13 @@ import sys
 import pytest
 
 from contract.loader import source_hash
-from fitness import isolation, own_code
+from fitness import own_code
 from fitness.gate import static_problems
 from fitness.sandbox import JudgeProcess, judge
 from fitness.weight_files import fingerprint
 from fitness.adversaries import cheats
 from fitness.adversaries.cheats import at_import
-from tests.conftest import REPO, SEED_ENGINE
+from tests.conftest import REPO, SEED_ENGINE, closed_off_here
 from fitness.adversaries.planted import edit
 
 
@@ -118,13 +118,6 @@ def test_a_cheat_that_rewrites_the_judges_code_leaves_an_invalid_verdict(small_t
     assert "_load_slowly" in (repo / "contract" / "loader.py").read_text()  # it did rewrite the loader
     assert (verdict["status"], verdict["stage"]) == ("invalid", "code"), verdict
     assert verdict["code_changed"] and "contract/loader.py" in verdict["error"]
-
-
-def closed_off_here():
-    """Skips a test of fitness.isolation where runners cannot be closed off (say why)."""
-    missing = isolation.open_here()
-    if missing:
-        pytest.skip(f"runners cannot be closed off here: {'; '.join(missing)}")
 
 
 def test_a_closed_off_runner_can_write_nothing_but_its_scratch(small_target, tmp_path, monkeypatch):

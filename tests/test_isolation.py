@@ -4,10 +4,9 @@ import os
 import subprocess
 import sys
 
-import pytest
 
 from fitness import isolation
-from tests.conftest import REPO
+from tests.conftest import REPO, closed_off_here
 
 PROBE = '''import json, os
 def attempt(action):
@@ -32,9 +31,7 @@ print(json.dumps({
 
 def closed_off(tmp_path, probe: str, **env) -> dict:
     """What `probe` (module code printing JSON) prints, run in a runner closed off."""
-    missing = isolation.open_here()
-    if missing:
-        pytest.skip(f"runners cannot be closed off here: {'; '.join(missing)}")
+    closed_off_here()
     (tmp_path / "probe.py").write_text(f"REPO = {str(REPO)!r}\n" + probe)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
