@@ -254,6 +254,7 @@ for _pid in _os.listdir("/proc"):
     except (OSError, ValueError):
         pass''')
 
+
 def spins_while_others_run(src):
     """Leaves two helpers behind, each in a session of its own (the runner's stopped
     session does not take them along): one its child, one orphaned by a parent that left.
