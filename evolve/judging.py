@@ -23,6 +23,7 @@ from pathlib import Path
 
 from evolve import history
 from evolve.config import format_duration, visible_gpus
+from evolve.program import made_here
 from evolve.scores import Scores, geometric_mean_tps
 from evolve.workspace import write_atomically
 from fitness.judge import MAX_GROUP
@@ -138,7 +139,7 @@ class Evaluator:
     keep the scores."""
 
     def __init__(self, config, run, scores, hist: history.History, stopping: threading.Event,
-                 time_left, judge_fn=None, final_reserve=lambda: 0.0):
+                 time_left, judge_fn=None, final_reserve=lambda: 0.0, known=lambda program_id: None):
         self.config, self.run, self.scores, self.history = config, run, scores, hist
         self.stopping, self.time_left = stopping, time_left
         # Seconds kept for the final comparison: no other batch starts inside them, or a last
@@ -157,6 +158,8 @@ class Evaluator:
         self.weights_fingerprint = fingerprint(config.weight_dir)
         self.config_fingerprint = fingerprint(config.model_config)
         self.sources = {}  # id -> source of every program written: a rewritten file is restored
+        self.known = known  # id -> the program, or None: the search's memo, which holds lineages
+        self.made_here = {}  # id -> whether its code is the repository's alone (evolve.program.made_here)
         # The code that judges, as found before any candidate ran: a judge started after one
         # rewrote it (one killed its judge, say) would not say so itself.
         self.own_code = OwnCode.of_this_process()
@@ -175,7 +178,8 @@ class Evaluator:
         with self.start_lock:
             self.batches_started += 1
         paths = self.write_programs(batch)
-        options = {**self.judge_options(batch, len(paths)), "source_hashes": self.source_hashes(batch, paths)}
+        options = {**self.judge_options(batch, len(paths)), "source_hashes": self.source_hashes(batch, paths),
+                   "vouched": self.vouched(batch)}
         started = time.monotonic()
         verdicts = self.judge(paths, options, worker)
         if self.stopping.is_set():  # killed by us, not by the candidate: nothing to record
@@ -222,6 +226,15 @@ class Evaluator:
         if baseline is not None:
             hashes[str(baseline.resolve())] = batch.baseline_id
         return hashes
+
+    def vouched(self, batch: ProgramBatch) -> list:
+        """The ids (source hashes) of the batch's programs, its baseline among them, whose code
+        is the repository's alone: only their runners add the kernels they compile to Triton's
+        shared cache (fitness.judge)."""
+        for program in [*batch.programs, self.known(batch.baseline_id)]:
+            if program is not None and program.id not in self.made_here:
+                self.made_here[program.id] = made_here(program, self.known)
+        return sorted({i for i in [*(p.id for p in batch.programs), batch.baseline_id] if self.made_here.get(i)})
 
     def judge_options(self, batch: ProgramBatch, size: int) -> dict:
         """Keyword arguments of the judgement of a batch of `size`, all but the worker."""

@@ -74,11 +74,14 @@ def initial_population(config, make) -> tuple[list, list]:
     seed = Path(config.seed_engine).read_text()
     from_library, not_taken = library.seed_programs(config, seed)
     programs, sources = [make(seed, (), "seed", {})], {seed}
+    # A --seed-from program a recipe also makes is the repository's code (evolve.program.made_here)
+    # and its lineage a recipe (evolve.recipe): its args name the recipe and its steps.
+    recipes = dict(from_library)
     for operator, found in (("seed_from", seed_sources(config)), (library.LIBRARY, from_library)):
         for source, args in found:
             if source not in sources:
                 sources.add(source)
-                programs.append(make(source, (), operator, args))
+                programs.append(make(source, (), operator, {**args, **recipes.get(source, {})}))
     distinct = len(programs)
     while len(programs) < config.population:
         original = programs[len(programs) % distinct]

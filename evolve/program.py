@@ -1,7 +1,11 @@
-"""A program (an engine's source and how it was made), and whether an operator made one."""
+"""A program (an engine's source and how it was made), whether an operator made one, and
+whether its code is the repository's alone."""
 import mutations
 from contract.loader import source_hash
+from evolve.library import LIBRARY
 from evolve.memo import Memo
+
+ROOTS = ("seed", LIBRARY)  # the first programs whose code is the repository's: the seed, a recipe replayed on it
 
 
 class Program:
@@ -33,3 +37,24 @@ def admitted(result, parent_ids: tuple, make, memo: Memo, extra_args=None):
     if not made(result):
         return result
     return memo.admit(make(result.source, parent_ids, result.operator, {**result.args, **(extra_args or {})}))
+
+
+def made_here(program, known) -> bool:
+    """Whether `program`'s code is the repository's alone: made by its operators from the
+    seed and the library's recipes, every ancestor known (`known`: id -> program or None).
+    A --seed-from program came from outside (unless a recipe makes it too: its args name
+    the recipe), and so did every program with it among its ancestors; an ancestor not
+    known (a lineage a resumed run does not hold) counts so too."""
+    seen, frontier = {program.id}, [program]
+    while frontier:
+        current = frontier.pop()
+        if not current.parent_ids and current.operator not in ROOTS and "recipe" not in current.operator_args:
+            return False
+        for parent_id in current.parent_ids:
+            if parent_id not in seen:
+                parent = known(parent_id)
+                if parent is None:
+                    return False
+                seen.add(parent_id)
+                frontier.append(parent)
+    return True

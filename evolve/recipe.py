@@ -54,9 +54,10 @@ def lineage_recipe(frame: pd.DataFrame, candidate_id: str, history_path) -> str:
 
 def first_lines(first: dict, candidate_id: str) -> list:
     """The recipe lines of a lineage's first program: none for the seed; for a program of
-    the library (evolve/library.py), its recipe's, as the history recorded them."""
-    if first["operator"] == LIBRARY:
-        args = recorded_args(first["operator_args"])
+    the library (evolve/library.py), or a --seed-from program a recipe also makes, its
+    recipe's, as the history recorded them."""
+    args = recorded_args(first["operator_args"]) if first["operator"] in (LIBRARY, "seed_from") else {}
+    if first["operator"] == LIBRARY or "recipe" in args:
         return [f"# from the library: {Path(args.get('recipe', '?')).name}", *args.get("steps", [])]
     if first["operator"] != "seed" or first["candidate_id"] != source_hash(program.SEED_PATH.read_text()):
         raise LineageError(f"the lineage of {candidate_id} starts at {first['candidate_id']} ({first['operator']}), "

@@ -22,6 +22,7 @@ from evolve.config import format_duration
 from evolve.final import choose_winner, table_of
 from evolve.judging import MAX_GROUP, Evaluator, Judging, WorkerPool, make_workers, screen, unjudged
 from evolve.loop import Breeding, Budget, GenerationRecord, evolve
+from evolve.memo import Memo
 from evolve.population import initial_population
 from evolve.recipe import LineageError, lineage_recipe
 from evolve.records import RecordsChanged
@@ -90,11 +91,12 @@ class Search:
         self.clock = Clock(config.budget_s, (state["spent_s"] if state else 0.0) + spent_before_s)
         # Functions, not values: the time left and the final's reserve (with the hall of fame
         # and the mean judgement) change between one batch and the next.
+        memo = Memo()  # every program made, with its lineage: the evaluator reads whose code each is
         self.evaluator = Evaluator(config, run, self.scores, self.history, self.pool.stopping,
-                                   self.clock.left, judge_fn, final_reserve=self.final_reserve_s)
+                                   self.clock.left, judge_fn, final_reserve=self.final_reserve_s, known=memo.program)
         model = ModelConfig.load(config.model_config)
         self.toolbox = make_toolbox(config, self.hall_of_fame, self.evaluator, self.pool.map, self.rng,
-                                    mutate_fn, mate_fn, idle_genes(model), own_genes(model))
+                                    mutate_fn, mate_fn, idle_genes(model), own_genes(model), memo)
         self.judging = Judging(self.toolbox, self.scores, config.workers)
         make = self.toolbox.individual
         self.seed = make(Path(config.seed_engine).read_text(), (), "seed", {})

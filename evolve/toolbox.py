@@ -189,12 +189,12 @@ def clone_of(program, individuals):
 
 def make_toolbox(config, hall_of_fame, evaluate, map_fn, rng: random.Random,
                  mutate_fn=default_mutate_fn, mate_fn=default_mate_fn, idle_genes=frozenset(),
-                 own_genes=frozenset()) -> base.Toolbox:
+                 own_genes=frozenset(), memo: Memo | None = None) -> base.Toolbox:
     """The algorithm by role: each operation bound to its settings; `idle_genes`, genes the
     target never runs, are never swapped; `own_genes`, those its family brings, are swept first."""
     toolbox = base.Toolbox()
     toolbox.register("individual", individual_type(config.nsga2))
-    toolbox.selector, toolbox.memo = OperatorSelector(), Memo()  # the search's learning: plain state
+    toolbox.selector, toolbox.memo = OperatorSelector(), memo or Memo()  # the search's learning: plain state
     vocabulary = Vocabulary(operator_module(mutate_fn), mutate_fn, mate_fn, idle_genes, own_genes)
     breeding = {"make": toolbox.individual, "vocabulary": vocabulary, "memo": toolbox.memo, "rng": rng}
     toolbox.register("mutate", mutate, **breeding, selector=toolbox.selector, device=config.device)

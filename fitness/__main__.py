@@ -8,7 +8,7 @@ from pathlib import Path
 
 from contract.families import FEATURES
 from contract.devices import resolve_device
-from contract.loader import load_engine_module
+from contract.loader import load_engine_module, source_hash
 from contract.model_config import ModelConfig, config_file
 from fitness import bench, gate, roofline
 from fitness.candidate import adopt_orphans
@@ -42,9 +42,15 @@ def cmd_judge(args) -> int:
                     timeout=args.timeout, seed=args.seed, scratch=args.scratch, margin=args.margin,
                     level="screen" if args.no_derived else "full", bench=args.bench,
                     baseline=args.baseline, min_rounds=args.rounds, max_rounds=max(args.rounds, args.max_rounds),
-                    staged=args.staged)
+                    staged=args.staged, vouched=vouched_hashes(args))
     print(json.dumps(verdict, indent=2))
     return 0 if verdict["status"] == "ok" else 1
+
+
+def vouched_hashes(args) -> list:
+    """With --vouch, the source hashes of the candidate and its baseline."""
+    paths = [args.candidate, args.baseline] if args.vouch else []
+    return [source_hash(path.read_text()) for path in paths if path is not None]
 
 
 def cmd_check(args) -> int:
@@ -79,7 +85,8 @@ def print_failed(case: str, error: str, seed: int) -> int:
 
 # What the derived configs hold a program to, and why: in `judge --help` and `check --help`.
 CLOSED_OFF = ("The runner closes itself off before the candidate's code runs (fitness/isolation.py): it can "
-              "write no file but its scratch and Triton's kernel cache, seen through an overlay; it can signal or "
+              "write no file but its scratch and Triton's kernel cache, seen through an overlay (what it compiles "
+              "joins the shared cache only with --vouch); it can signal or "
               "reschedule no other process; it holds no capability. A verdict's open_layers names what could not "
               "be closed on this machine (\"\" when nothing).")
 DERIVED_CONFIGS = (
@@ -113,6 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
                                    "the device before the clock, as the evaluator's protocol has them "
                                    "(staged_ratio; an engine could read ahead there, so a run only uses it to "
                                    "keep the floor)")
+    judge_parser.add_argument("--vouch", action="store_true",
+                              help="the candidate and the baseline are code you trust: the Triton kernels their "
+                                   "runners compile join the shared cache (by default a program's new kernels "
+                                   "are compiled anew each judgement: one could plant a kernel under a key "
+                                   "another program compiles later)")
     judge_parser.set_defaults(run=cmd_judge, margin=gate.DEFAULT_MARGIN)
 
     check = sub.add_parser("check", help="the evaluator's correctness check, in this process",

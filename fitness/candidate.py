@@ -151,6 +151,7 @@ class CandidateProcess:
         self.channel = Channel(self.read_fd, self.write_fd)
         self.closed = self.is_ready = False
         self.open_layers = ""  # what fitness.isolation could not close, as the runner's first message says
+        self.vouched = None  # whether every program it loaded was one its caller vouched for (None: none loaded)
         self.spent = collections.Counter()  # seconds per request kind, on the judge's clock
 
     def wait_ready(self, timeout: float = 120.0) -> None:
@@ -162,6 +163,10 @@ class CandidateProcess:
             warn_open_once(self.open_layers)
             self.is_ready = True
             self.spent["start"] += time.monotonic() - started
+
+    def loaded(self, vouched: bool) -> None:
+        """It runs a program now; `vouched`: its caller vouched for that program's code."""
+        self.vouched = vouched and self.vouched is not False
 
     def request(self, op: str, timeout: float, **fields) -> tuple[dict, list]:
         """Send one request and wait for its answer; CandidateError if the candidate raised."""
@@ -307,7 +312,8 @@ class CandidateProcess:
                 pass
         self.slot.close()
         self.stderr.close()
-        promote_kernels(self.scratch)
+        if self.vouched:  # an unvouched program could plant a kernel under a key a rival compiles later
+            promote_kernels(self.scratch)
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 

@@ -13,7 +13,8 @@ mid-judgement is judged `crash`). Each hole was closed where it was found
   the judge names in RUNNER_WRITABLE (the tests' probes), a /dev/shm of its own, and
   Triton's kernel cache seen through an overlay (the kernels compiled before read, its own
   written to its scratch and added to the shared cache by the judge when it is gone, never
-  replacing one);
+  replacing one, and only when its caller vouched for the code of every program it ran: a
+  program could plant a kernel under a key a rival compiles later);
 - **other processes**: a seccomp filter refuses (EPERM) every signal, scheduling, priority,
   resource-limit, trace and namespace call aimed at a process other than the runner itself;
 - **the way back**: every capability given up (none can mount, unmount or remount again),
@@ -119,8 +120,10 @@ def new_kernels(scratch: str) -> str:
 def layered_kernel_cache(scratch: str) -> str:
     """Triton's shared cache seen through an overlay: the kernels every runner compiled before
     read from it, this one's written to its scratch; `promote_kernels` adds the new ones to
-    the shared cache once the runner is gone. A cache of its own would compile every kernel
-    cold: the recipe's program judged so took 97 s where the shared cache took 30 (H200)."""
+    the shared cache once the runner is gone, when its caller vouched for the programs it
+    ran (fitness.candidate; the others' are compiled anew each time). A cache of its own
+    would compile every kernel cold: the recipe's program judged so took 97 s where the
+    shared cache took 30 (H200)."""
     shared = shared_kernel_cache()
     os.makedirs(shared, exist_ok=True)
     new, work = new_kernels(scratch), os.path.join(scratch, "kernels", "work")

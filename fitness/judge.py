@@ -212,6 +212,7 @@ class Judge:
         self.own_scratch = scratch is None
         self.scratch = Path(scratch or tempfile.mkdtemp(prefix="judge_weights_")).resolve()
         self.kept = None  # the last baseline's runner, warm, for the next judgement beside it
+        self.vouched = frozenset()  # the judgement's vouched-for source hashes (judge_group)
         # Threads that only wait on runners: the untimed work of a group runs at once.
         self.helpers = ThreadPoolExecutor(MAX_GROUP + 1, thread_name_prefix="untimed")
         # On a GPU: each runner on a core of its own between its runs (imports and fetches
@@ -238,7 +239,7 @@ class Judge:
                     level: str = "full", bench: str = "public", baseline=None, min_rounds: int = 3,
                     max_rounds: int = 8, timeout: float = 600.0, resolution: float = RESOLUTION,
                     rounds_within: float | None = None, weights_fingerprint=None, staged: bool = False,
-                    source_hashes: dict | None = None, config_fingerprint=None) -> list:
+                    source_hashes: dict | None = None, config_fingerprint=None, vouched=()) -> list:
         """A verdict on each of `paths` (at most MAX_GROUP), each timed beside `baseline` (a
         program judged before) in the same interleaved rounds: the baseline's runs serve
         every candidate's comparison. Their gates and warm-ups go on for all at once, each run
@@ -250,13 +251,17 @@ class Judge:
         as the evaluator's protocol has them (the verdict's `staged_ratio`). `source_hashes`:
         {path: the source hash its caller wrote it with}; a file that differs is not judged
         (one program may rewrite another's file: every file is read once, here, before any
-        program of the judgement runs, and each runner runs the text read)."""
+        program of the judgement runs, and each runner runs the text read). `vouched`: the
+        source hashes of programs whose code the caller vouches for (the repository's, made by
+        its operators); only a runner that ran none but these adds the kernels it compiled to
+        Triton's shared cache, for any other could plant one under a key a rival compiles later."""
         assert level in LEVELS and bench in BENCH_CHOICES and 0 < len(paths) <= MAX_GROUP, (level, bench, paths)
         group = Group.begin(paths, self.device, seed, level, timeout, rounds_within, self.references.computed_s)
         # Absolute paths: the runner works in a directory of its own.
         weight_path = Path(weight_dir).resolve()
         baseline_path = Path(baseline).resolve() if baseline is not None and bench != "none" else None
         hashes = source_hashes or {}
+        self.vouched = frozenset(vouched)
         try:
             group.setting = self.set_up(group, config_path, weight_path, seed, margin, level, bench,
                                         (weights_fingerprint, config_fingerprint), hashes)
@@ -426,6 +431,7 @@ class Judge:
         # One thread on a GPU: the runner is pinned to one core, where OpenMP threads
         # would only wait on each other (seen: 25 s judgements became 185 s).
         threads = 1 if is_cuda(self.device) else self.threads
+        driver.process.loaded(source_hash(source) in self.vouched)
         driver.process.request("load", driver.left(), path=str(Path(path).resolve()), source=source, threads=threads)
 
     def baseline(self, path: Path, source: str, deadline: float) -> "KeptRunner":

@@ -166,6 +166,24 @@ def test_a_cheat_that_kills_its_rivals_reaches_none(small_target, tmp_path):
     assert all(v["ratio"] < 1.5 and v["open_layers"] == "" for v in verdicts), verdicts  # closed off, all
 
 
+def test_a_kernel_planted_in_the_cache_reaches_no_later_runner(small_target, tmp_path, monkeypatch):
+    """It writes a kernel into Triton's cache under a key of its choosing (a rival's, were it
+    to compute one). A closed-off runner writes to its scratch only, and before this the judge
+    added what it wrote there to the shared cache, where every later runner would have read
+    it; now only a runner of programs the caller vouched for adds its kernels."""
+    closed_off_here()
+    config_path, weight_dir = small_target
+    shared = tmp_path / "cache"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(shared))
+    path = cheats.write_cheat("plants_a_kernel", tmp_path)
+    planted = shared / cheats.PLANTED_KEY / "planted.cubin"
+    for vouched in ([], [source_hash(path.read_text())]):
+        verdict = judge(path, config_path, weight_dir, "cpu", timeout=120, scratch=str(tmp_path / "scratch"),
+                        threads=1, level="screen", bench="none", vouched=vouched)
+        assert verdict["status"] == "ok" and verdict["open_layers"] == "", verdict
+        assert planted.exists() == bool(vouched)  # the mechanism is the same: only the vouching differs
+
+
 def test_a_config_rewritten_since_the_search_began_judges_nothing(small_target, tmp_path):
     """A judge reads the config anew for each judgement: one a candidate cut to a layer
     would judge every later program on another model."""

@@ -17,7 +17,7 @@ from evolve.judging import FINAL, BatchPhases, Judging, ProgramBatch, make_worke
 from evolve.population import seed_sources
 from evolve.scores import Scores, target_key
 from evolve.search import Search, run
-from evolve.program import Program
+from evolve.program import Program, made_here
 from evolve.records import RecordsChanged
 from fitness import own_code
 from fitness.weight_files import fingerprint
@@ -445,6 +445,45 @@ def test_seed_from_a_run_directory_and_a_file(small_target, tmp_path):
     assert sources[-1].endswith("# mine\n")
     with pytest.raises(SettingsError, match="no such"):
         seed_sources(make_config(small_target, tmp_path, seed_from=(tmp_path / "nothing.csv",)))
+
+
+def test_only_programs_of_the_repositorys_code_are_vouched_for(small_target, tmp_path):
+    """The judge adds a runner's compiled kernels to the shared cache only for programs the
+    search vouches for: the seed's lineage, never a --seed-from program's nor any program
+    with one among its ancestors (its code came from outside and could plant a kernel)."""
+    outside = tmp_path / "outside.py"
+    outside.write_text(SEED_ENGINE.read_text() + "stand_in_outside = 456\n")  # 1,996 tok/s: a parent often
+    vouched_for = {}
+
+    def judge_fn(path, *args, vouched=(), **options):
+        vouched_for[source_hash(Path(path).read_text())] = source_hash(Path(path).read_text()) in vouched
+        return fake_judge(path, *args, **options)
+
+    config = make_config(small_target, tmp_path, seed_from=(outside,), generations=3)
+    run(config, mutate_fn=random_mutation, mate_fn=crossover, judge_fn=judge_fn)
+    frame = history.read(config.history)
+    rows = frame[frame["candidate_id"] != ""].drop_duplicates("candidate_id").set_index("candidate_id")
+
+    def from_outside(candidate_id) -> bool:
+        row = rows.loc[candidate_id]
+        parents = [p for p in str(row.parent_ids).split(";") if p]
+        return row.operator == "seed_from" or any(from_outside(p) for p in parents)
+
+    expected = {cid: not from_outside(cid) for cid in vouched_for}
+    assert vouched_for == expected
+    children = rows.index[rows["operator"] != "seed_from"]
+    assert {expected[cid] for cid in children if cid in expected} == {True, False}  # both kinds were judged
+
+
+def test_a_program_with_an_ancestor_not_known_is_not_vouched_for():
+    """A resumed run holds its population, not every ancestor: a lineage it cannot walk back
+    to the seed counts as code from outside."""
+    seed, outside = Program("a = 1\n"), Program("a = 9\n", (), "seed_from")
+    child = Program("a = 2\n", (seed.id,), "stand_in_comment")
+    crossed = Program("a = 3\n", (child.id, outside.id), "stand_in_crossover")
+    known = {p.id: p for p in (seed, outside, child)}.get
+    assert made_here(child, known) and not made_here(child, {}.get)
+    assert not made_here(crossed, known) and not made_here(outside, known)
 
 
 def test_nsga2_runs_on_both_objectives(small_target, tmp_path):

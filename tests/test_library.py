@@ -8,7 +8,9 @@ from contract.loader import source_hash
 from evolve import history, library
 from evolve.__main__ import build_parser, given_settings
 from evolve.config import RunConfig
-from evolve.recipe import lineage_recipe
+from evolve.population import initial_population
+from evolve.program import Program, made_here
+from evolve.recipe import first_lines, lineage_recipe
 from evolve.workspace import describe_step
 from fitness.gate import static_problems
 from mutations import recipe
@@ -125,6 +127,23 @@ def test_a_cpu_run_takes_what_replays_there_and_declines_the_rest_with_the_reaso
     shipped = {r.name for r in library.read_all([library.SHIPPED])}
     assert all(reasons[name].startswith("needs a GPU: ") for name in shipped)
     assert library.seed_programs(small_config(small_target, tmp_path, library=False), SEED) == ([], [])
+
+
+def test_a_seed_from_program_a_recipe_also_makes_is_vouched_for_and_named_by_its_recipe(small_target, tmp_path):
+    """A --seed-from file holding what a recipe makes is the repository's code: its kernels
+    may join the shared cache (evolve.program.made_here), and its lineage is that recipe."""
+    config = small_config(small_target, tmp_path, library_dir=tmp_path / "lib")
+    target = library.RunTarget.of(config)
+    write_recipe(config.library_dir, "paged.txt", [PAGED], device="cpu", model=target.model, dtype=target.dtype)
+    paged, other = tmp_path / "paged.py", tmp_path / "other.py"
+    paged.write_text(recipe.apply([recipe.RecipeStep(PAGED)]))
+    other.write_text(SEED + "\n# mine\n")
+    config = small_config(small_target, tmp_path, library_dir=tmp_path / "lib", seed_from=(paged, other))
+    programs, _ = initial_population(config, Program)
+    by_file = {p.operator_args.get("from"): p for p in programs if p.operator == "seed_from"}
+    assert made_here(by_file[str(paged)], {}.get) and not made_here(by_file[str(other)], {}.get)
+    first = {"operator": "seed_from", "operator_args": json.dumps(by_file[str(paged)].operator_args)}
+    assert first_lines(first, by_file[str(paged)].id) == ["# from the library: paged.txt", PAGED]
 
 
 def test_the_hand_kept_recipe_is_taken_wherever_it_ranks(small_target, tmp_path):

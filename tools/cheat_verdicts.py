@@ -12,7 +12,8 @@ the weights it is given) and a copy of typing_extensions (one rewrites a library
 imports), its gate's target stage only. Each cheat sits in a folder of its
 own beside a copy of the seed, its baseline, as a search keeps every program in one folder
 (one cheat rewrites the other engine files there). A cheat is caught when it is not
-`ok`, or runs at its real speed: its ratio to the seed near 1.
+`ok`, or runs at its real speed: its ratio to the seed near 1, and when no kernel it planted
+joined the kernel cache later runners read (a cache of each judgement's own).
 """
 import argparse
 import json
@@ -44,14 +45,17 @@ def judged(path: Path, root: Path, device: str, bench: str, seed_path: Path) -> 
                str(REPO / "target" / "model_config.json"), "--weight-dir", str(weights),
                "--device", device, "--bench", bench, "--baseline", str(seed_path), "--no-derived",
                "--rounds", "2", "--max-rounds", "3", "--timeout", "900"]
+    kernels = Path(tempfile.mkdtemp(prefix="kernels_"))  # a kernel cache of its own: one cheat plants a kernel
     done = subprocess.run(command, cwd=judge, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(judge)})
-    shutil.rmtree(weights)
-    shutil.rmtree(judge)
+                          env={**os.environ, "PYTHONPATH": str(judge), "TRITON_CACHE_DIR": str(kernels)})
+    planted = (kernels / cheats.PLANTED_KEY).exists()
+    for folder in (weights, judge, kernels):
+        shutil.rmtree(folder)
     try:
-        return json.loads(done.stdout)
+        verdict = json.loads(done.stdout)
     except json.JSONDecodeError:
-        return {"status": "no verdict", "error": (done.stderr or done.stdout)[-300:]}
+        verdict = {"status": "no verdict", "error": (done.stderr or done.stdout)[-300:]}
+    return {**verdict, "planted_kernel_shared": planted}
 
 
 def line(name: str, verdict: dict) -> str:
@@ -61,7 +65,8 @@ def line(name: str, verdict: dict) -> str:
     error = " ".join(str(verdict.get("error", "")).split())[:110]
     return (f"{name:28s} {verdict.get('status', '?'):10s} {verdict.get('stage', ''):7s} "
             f"ratio {ratio if ratio is None else round(ratio, 3)!s:6s} {speed}  {verdict.get('seconds', '')} s"
-            + (f"  [{error}]" if error else ""))
+            + (f"  [{error}]" if error else "")
+            + ("  [its planted kernel joined the shared cache]" if verdict.get("planted_kernel_shared") else ""))
 
 
 def main(argv=None) -> int:

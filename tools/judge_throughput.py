@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from contract.devices import resolve_device
+from contract.loader import source_hash
 from evolve.config import visible_gpus
 from evolve.judging import core_shares
 from fitness.sandbox import JudgeProcess
@@ -40,7 +41,8 @@ def run(num_workers: int, args, device: str) -> dict:
                                     "OMP_NUM_THREADS": str(max(1, len(cpus)))}, ",".join(map(str, cpus)))
               for i, cpus in enumerate(shares)]
     options = dict(config_path=args.model_config, weight_dir=args.weight_dir, level=args.level, bench=args.bench,
-                   baseline=args.baseline, seed=1234, timeout=600)
+                   baseline=args.baseline, seed=1234, timeout=600,
+                   vouched=[source_hash(Path(p).read_text()) for p in (args.engine, args.baseline) if p])
     group = [args.engine] * args.group
     with ThreadPoolExecutor(num_workers) as pool:  # warm every judge: references, weights, runners
         list(pool.map(lambda j: j.judge_group(group, **options), judges))

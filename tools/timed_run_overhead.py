@@ -387,6 +387,7 @@ def judged(engine_path, raw_config, weight_dir, device, events, rounds, gap, var
         fitness.wire.MAX_NAP_S = fitness.wire.NAP_S
     try:
         driver.place(cores[0])  # as the judge loads: on the runner's home core, one thread
+        process.loaded(vouched=True)  # the repository's programs: their kernels join the shared cache
         process.request("load", 120, path=str(Path(engine_path).resolve()), source=Path(engine_path).read_text(),
                         threads=1)
         driver.run_trace(raw_config, weight_dir, events, 0)  # the warm-up engine

@@ -255,6 +255,22 @@ for _pid in _os.listdir("/proc"):
         pass''')
 
 
+PLANTED_KEY = "PLANTED" + "0" * 45  # 52 letters, as Triton 3 names a kernel's folder in its cache
+
+
+def plants_a_kernel(src):
+    """Writes a kernel into Triton's cache as its module is imported, under a key of its
+    choosing: a rival's kernel's key, computed from the rival's source as Triton computes
+    it (here a fixed one). Every runner after it that compiles that key loads the planted
+    kernel instead, slow or wrong, unless the key was compiled before."""
+    return at_import(src, f'''import os as _os
+
+_folder = _os.path.join(_os.environ.get("TRITON_CACHE_DIR") or _os.path.expanduser("~/.triton/cache"), {PLANTED_KEY!r})
+_os.makedirs(_folder, exist_ok=True)
+with open(_os.path.join(_folder, "planted.cubin"), "wb") as _file:
+    _file.write(b"the cheat's kernel")''')
+
+
 def spins_while_others_run(src):
     """Leaves two helpers behind, each in a session of its own (the runner's stopped
     session does not take them along): one its child, one orphaned by a parent that left.
@@ -457,7 +473,8 @@ def _timed_by_its_look():
 CHEATS = ("slow_clock", "forged_comparison", "lazy_when_timed", "replays_earlier_outputs", "caches_by_input",
           "rewrites_the_weights", "answers_before_its_outputs", "precomputes_from_frames", "precomputes_from_heap",
           "looks_ahead_within_a_run", "lazy_when_placed_for_timing", "slows_its_rivals",
-          "rewrites_the_judge", "spins_while_others_run", "rewrites_a_library", "kills_its_rivals")
+          "rewrites_the_judge", "spins_while_others_run", "rewrites_a_library", "kills_its_rivals",
+          "plants_a_kernel")
 
 
 def write_cheat(name: str, directory):

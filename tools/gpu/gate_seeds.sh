@@ -34,7 +34,7 @@ judge() {  # PROGRAM MODEL_NAME CONFIG WEIGHT_DIR SEED [flags]: one line
   local program=$1 name=$2 config=$3 weights=$4 seed=$5; shift 5
   local file=$out/$program.$name.$seed.json
   python3 -m fitness judge $programs/$program.py --model-config "$config" --weight-dir "$weights" --device cuda \
-      --bench none --seed "$seed" "$@" > "$file" 2> "$file.err"
+      --bench none --vouch --seed "$seed" "$@" > "$file" 2> "$file.err"
   python3 -c "import json,sys; v=json.load(open(sys.argv[1])); print(*sys.argv[2:], v['status'], v['stage'], \
 v['worst_ratio'], v['worst_case'], (v.get('error') or '')[:200])" "$file" "$program" "$name" "seed $seed" \
       || echo "$program $name seed $seed: no verdict ($(tail -1 "$file.err"))"

@@ -26,7 +26,7 @@ tiny=/tmp/hf/tiny_qwen3_5_moe four=/tmp/hf/qwen3_5_35b_a3b_4_layers full=/tmp/hf
 
 stage gate on the tiny hybrid
 CUDA_VISIBLE_DEVICES=0 python3 -m fitness judge "$seed" --model-config "$tiny" --weight-dir "$tiny" --device cuda \
-    --bench none > "$out/gate_tiny.json" 2> "$out/gate_tiny.err"
+    --bench none --vouch > "$out/gate_tiny.json" 2> "$out/gate_tiny.err"
 python3 -c "import json,sys; v=json.load(open(sys.argv[1])); print(v['status'], v['stage'], v['worst_ratio'], v['worst_case'], v['error'][:300])" "$out/gate_tiny.json"
 
 stage four layers

@@ -63,7 +63,7 @@ tiny=/tmp/hf/tiny_qwen3_5_moe four=/tmp/hf/qwen3_5_35b_a3b_4_layers full=/tmp/hf
 stage gate on the tiny hybrid
 for name in ${GATE:-all shared}; do
   python3 -m fitness judge $p/$name.py --model-config "$tiny" --weight-dir "$tiny" --device cuda --bench none \
-      --seed 1364846281 > "$out/gate_$name.json" 2> "$out/gate_$name.err"
+      --vouch --seed 1364846281 > "$out/gate_$name.json" 2> "$out/gate_$name.err"
   python3 -c "import json,sys; v=json.load(open(sys.argv[1])); print(sys.argv[2], v['status'], v['stage'], v['worst_ratio'], v['worst_case'], v['error'][:300])" \
       "$out/gate_$name.json" $name | tee -a "$out/gates.txt"
 done

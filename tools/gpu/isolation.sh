@@ -14,7 +14,7 @@ uname -r; grep -E "CapEff|CapBnd" /proc/self/status
 python3 -c "from fitness import isolation; print('layers left open:', isolation.open_here())"
 python3 -m mutations recipe mutations/recipes/fastest.txt -o /tmp/fastest.py > /dev/null || exit 1
 judged() {  # NAME ISOLATION
-  RUNNER_ISOLATION=$2 python3 -m fitness judge /tmp/fastest.py --baseline seed_engine/engine.py $T \
+  RUNNER_ISOLATION=$2 python3 -m fitness judge /tmp/fastest.py --baseline seed_engine/engine.py --vouch $T \
     > "$out/$1.json" 2> "$out/$1.err"
   python3 -c "import json, sys; v = json.load(open(sys.argv[1]))
 print(sys.argv[2], v['status'], v['stage'], 'ratio', v.get('ratio') and round(v['ratio'], 2), 'rounds', v.get('rounds'),
