@@ -233,7 +233,7 @@ class Evaluator:
         shared cache (fitness.judge)."""
         for program in [*batch.programs, self.known(batch.baseline_id)]:
             if program is not None and program.id not in self.made_here:
-                self.made_here[program.id] = made_here(program, self.known)
+                self.made_here[program.id] = made_here(program, self.known, self.made_here)
         return sorted({i for i in [*(p.id for p in batch.programs), batch.baseline_id] if self.made_here.get(i)})
 
     def judge_options(self, batch: ProgramBatch, size: int) -> dict:

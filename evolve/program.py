@@ -39,22 +39,29 @@ def admitted(result, parent_ids: tuple, make, memo: Memo, extra_args=None):
     return memo.admit(make(result.source, parent_ids, result.operator, {**result.args, **(extra_args or {})}))
 
 
-def made_here(program, known) -> bool:
+def made_here(program, known, decided=None) -> bool:
     """Whether `program`'s code is the repository's alone: made by its operators from the
-    seed and the library's recipes, every ancestor known (`known`: id -> program or None).
+    seed and the library's recipes, every ancestor known (`known`: id -> program or None)
+    or decided before (`decided`: id -> bool; a resumed run's checkpoint holds its own).
     A --seed-from program came from outside (unless a recipe makes it too: its args name
-    the recipe), and so did every program with it among its ancestors; an ancestor not
-    known (a lineage a resumed run does not hold) counts so too."""
+    the recipe), and so did every program with it among its ancestors; an ancestor neither
+    known nor decided counts so too."""
+    decided = decided or {}
+    if program.id in decided:
+        return decided[program.id]
     seen, frontier = {program.id}, [program]
     while frontier:
         current = frontier.pop()
         if not current.parent_ids and current.operator not in ROOTS and "recipe" not in current.operator_args:
             return False
-        for parent_id in current.parent_ids:
-            if parent_id not in seen:
-                parent = known(parent_id)
-                if parent is None:
+        for parent_id in set(current.parent_ids) - seen:
+            seen.add(parent_id)
+            if parent_id in decided:
+                if not decided[parent_id]:
                     return False
-                seen.add(parent_id)
-                frontier.append(parent)
+                continue
+            parent = known(parent_id)
+            if parent is None:
+                return False
+            frontier.append(parent)
     return True

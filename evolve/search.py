@@ -329,7 +329,8 @@ class Search:
             "hall_of_fame": [p.to_dict() for p in self.hall_of_fame],
             "logbook": [dict(r) for r in self.logbook], "best_id": self.best_id, "floor": self.floor.to_dict(),
             "rng_state": self.rng.getstate(), "random_state": random.getstate(),
-            "operator_selector": self.toolbox.selector.to_dict()})
+            "operator_selector": self.toolbox.selector.to_dict(),
+            "made_here": sorted(i for i, made in self.evaluator.made_here.items() if made)})
 
     def bank_spent_time(self) -> None:
         """The last checkpoint (the start of this generation), with the time spent until now,
@@ -346,6 +347,8 @@ class Search:
             self.floor = make(**state["floor"])
         self.rng.setstate(state["rng_state"])
         self.toolbox.selector.load(state.get("operator_selector"))  # what the bandit learnt
+        # Whose code is the repository's: the memo holds no lineage from before the resume.
+        self.evaluator.made_here.update(dict.fromkeys(state.get("made_here", ()), True))
         random.setstate(state["random_state"])
         for record in state["logbook"]:
             self.logbook.record(**record)

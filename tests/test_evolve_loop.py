@@ -207,9 +207,18 @@ def test_resume_after_an_interrupt_continues_generations_and_history(small_targe
     rows_before = len(history.read(config.history))
     restored = Search(config, RunDir(config.runs_dir, state["run_id"], target_key(config)), state, **STAND_INS)
     assert all(p.fitness.valid for p in restored.population)  # tournaments need fitness at once
+    children = [p for p in restored.population if p.parent_ids]
+    assert children and all(made_here(p, {}.get, restored.evaluator.made_here) for p in children)
     restored.pool.executor.shutdown()
 
-    assert run(config, state, run_id=state["run_id"], **STAND_INS) == 0
+    vouched_for = []  # a resumed run holds no lineage from before; its checkpoint says whose code is whose
+
+    def judge_and_see_vouched(path, *args, vouched=(), **kwargs):
+        vouched_for.append(source_hash(Path(path).read_text()) in vouched)
+        return fake_judge(path, *args, **kwargs)
+
+    assert run(config, state, run_id=state["run_id"], **{**STAND_INS, "judge_fn": judge_and_see_vouched}) == 0
+    assert vouched_for and all(vouched_for)
     assert checkpoint.load(run_dir)["spent_s"] > state["spent_s"] > 0  # the budget carries on
     frame = history.read(config.history)
     assert len(frame) > rows_before
@@ -476,13 +485,14 @@ def test_only_programs_of_the_repositorys_code_are_vouched_for(small_target, tmp
 
 
 def test_a_program_with_an_ancestor_not_known_is_not_vouched_for():
-    """A resumed run holds its population, not every ancestor: a lineage it cannot walk back
-    to the seed counts as code from outside."""
+    """A lineage the search can walk back to the seed neither through its memo nor through
+    what it decided before (a resumed run's checkpoint) counts as code from outside."""
     seed, outside = Program("a = 1\n"), Program("a = 9\n", (), "seed_from")
     child = Program("a = 2\n", (seed.id,), "stand_in_comment")
     crossed = Program("a = 3\n", (child.id, outside.id), "stand_in_crossover")
     known = {p.id: p for p in (seed, outside, child)}.get
     assert made_here(child, known) and not made_here(child, {}.get)
+    assert made_here(child, {}.get, {seed.id: True}) and not made_here(crossed, known, {child.id: False})
     assert not made_here(crossed, known) and not made_here(outside, known)
 
 
