@@ -16,6 +16,7 @@ Users read histories across runs and versions, so each row carries `schema_versi
 | 5 | 2026-11-25 | the large and long cases |
 | 6 | 2026-11-26 | judge_phases |
 | 7 | 2026-11-28 | schema_version |
+| 8 | 2026-12-01 | open_layers (what of fitness/isolation.py its runners went without; "" when nothing) |
 
 A file keeps the header it was started with: a run appending to an older history writes
 its rows in that layout.
@@ -47,16 +48,16 @@ BASE_COLUMNS = ("run_id", "generation", "candidate_id", "parent_ids", "operator"
                 "status", "stage", "worst_ratio")
 TAIL_COLUMNS = ("peak_memory_mb", "fitness", "level", "baseline_id", "ratio", "ratio_low", "ratio_high",
                 "rounds", "fitness_cv", "judge_seconds", "judge_phases", "device", "source_path", "timestamp", "error",
-                "target", "schema_version")
+                "target", "schema_version", "open_layers")
 COLUMNS = BASE_COLUMNS + tuple(tps_column(c) for c in case_names()) + TAIL_COLUMNS
 NUMERIC = ("generation", "worst_ratio", "peak_memory_mb", "fitness", "ratio", "ratio_low", "ratio_high",
            "rounds", "fitness_cv", "judge_seconds", "schema_version")
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 # A header without schema_version is told by the newest column it has (the docstring's table).
 SCHEMA_MARKERS = ((6, "judge_phases"), (5, "tps_mixed_long"), (4, "tps_mixed_small"), (3, "baseline_id"),
                   (1, "tps_hidden_mixed"))
 TEXT = ("run_id", "candidate_id", "parent_ids", "operator", "operator_args", "status", "stage", "source_path",
-        "level", "baseline_id", "device", "timestamp", "error", "target", "judge_phases")
+        "level", "baseline_id", "device", "timestamp", "error", "target", "judge_phases", "open_layers")
 # Rows that judge a program already in the history again rather than add one: the full
 # gate after a screen, and the final re-measure against the seed ("retime": the elite's
 # re-timing, in histories of older runs).
@@ -133,7 +134,7 @@ def verdict_row(verdict: dict, fitness: float) -> dict:
            "ratio_low": verdict.get("ratio_low"), "ratio_high": verdict.get("ratio_high"),
            "rounds": verdict.get("rounds"), "fitness_cv": verdict.get("fitness_cv"),
            "judge_seconds": verdict.get("seconds"), "judge_phases": verdict.get("phases"),
-           "device": verdict.get("device"),
+           "device": verdict.get("device"), "open_layers": verdict.get("open_layers", ""),
            "error": verdict.get("error", "")}
     for case, tps in (verdict.get("tokens_per_second") or {}).items():
         row[tps_column(case)] = tps

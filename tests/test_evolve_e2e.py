@@ -16,6 +16,7 @@ from evolve.__main__ import main
 from evolve.config import RunConfig
 from evolve.search import run
 from evolve.merge import MERGE_EVERY_GAIN
+from fitness import isolation
 from fitness.sandbox import judge
 from mutations import recipe
 from mutations.crossover import MERGE_NAME, NAME as CROSSOVER
@@ -59,6 +60,8 @@ def test_two_generations_with_the_real_operators_and_judge(small_target, tmp_pat
     assert set(judged["operator"].iloc[1:]) <= known  # every child made by a real operator
     assert not judged["candidate_id"].duplicated().any()
     assert frame["tps_prefill_4x32"].notna().any()  # a CPU run times the small cases
+    # Each row says what its runners went without: what this machine leaves open, "" when nothing.
+    assert set(judged["open_layers"]) == {"; ".join(isolation.open_here())}
     phases = json.loads(judged["judge_phases"].iloc[0])  # the seed's: where its seconds went
     assert {"import", "gate", "timing", "runner_prepare", "runner_run", "references"} <= set(phases)
     assert 0 < phases["gate"] + phases["timing"] <= judged["judge_seconds"].iloc[0]

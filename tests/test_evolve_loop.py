@@ -484,6 +484,16 @@ def test_only_programs_of_the_repositorys_code_are_vouched_for(small_target, tmp
     assert {expected[cid] for cid in children if cid in expected} == {True, False}  # both kinds were judged
 
 
+def test_each_row_says_what_its_runners_went_without(small_target, tmp_path):
+    def judge_fn(path, *args, **options):
+        return {**fake_judge(path, *args, **options), "open_layers": "files: no mount namespace"}
+
+    config = make_config(small_target, tmp_path, generations=1)
+    run(config, **{**STAND_INS, "judge_fn": judge_fn})
+    judged = history.judged_rows(history.read(config.history))
+    assert len(judged) and (judged["open_layers"] == "files: no mount namespace").all()
+
+
 def test_a_program_with_an_ancestor_not_known_is_not_vouched_for():
     """A lineage the search can walk back to the seed neither through its memo nor through
     what it decided before (a resumed run's checkpoint) counts as code from outside."""

@@ -137,12 +137,12 @@ HISTORIES = REPO / "tests" / "histories"
 def test_the_report_reads_every_history_layout_the_tool_has_written(tmp_path, capsys):
     """Users read histories across versions (evolve/history.py's table of schema versions).
     tests/histories/vN.csv: version N's header, as that version wrote it (its COLUMNS at the
-    commit that made it, from git), over the rows of one CPU run of today's tool; version 7,
+    commit that made it, from git), over the rows of one CPU run of today's tool; version 8,
     today's, is written here. Each reads with every column of today's (a 2026-11-22 history
     once raised KeyError), its version told, and the report prints its winner and draws the
     lineage."""
-    today = tmp_path / "v7.csv"
-    rows = history.read(HISTORIES / "v6.csv")
+    today = tmp_path / "v8.csv"
+    rows = history.read(HISTORIES / "v7.csv")
     writer = history.History(today)
     for row in rows.to_dict("records"):
         writer.append({k: ("" if isinstance(v, float) and v != v else v) for k, v in row.items()})
