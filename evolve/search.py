@@ -89,9 +89,9 @@ class Search:
         self.pool = WorkerPool(make_workers(config))
         # spent_before_s: what the process spent before it (the imports, the target's checks)
         self.clock = Clock(config.budget_s, (state["spent_s"] if state else 0.0) + spent_before_s)
+        memo = Memo()  # every program made, with its lineage: the evaluator reads whose code each is
         # Functions, not values: the time left and the final's reserve (with the hall of fame
         # and the mean judgement) change between one batch and the next.
-        memo = Memo()  # every program made, with its lineage: the evaluator reads whose code each is
         self.evaluator = Evaluator(config, run, self.scores, self.history, self.pool.stopping,
                                    self.clock.left, judge_fn, final_reserve=self.final_reserve_s, known=memo.program)
         model = ModelConfig.load(config.model_config)
