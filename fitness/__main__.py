@@ -8,11 +8,11 @@ from pathlib import Path
 
 from contract.families import FEATURES
 from contract.devices import resolve_device
-from contract.loader import load_engine_module, source_hash
+from contract.loader import load_engine_module
 from contract.model_config import ModelConfig, config_file
 from fitness import bench, gate, roofline
 from fitness.candidate import adopt_orphans
-from fitness.judge import BENCH_CHOICES
+from fitness.judge import BENCH_CHOICES, vouched_for
 from fitness.sandbox import fresh_seed, judge
 from fitness.verdict import error_text
 from target.toy_weights import HERE as TARGET_DIR, ensure as ensure_toy_weights
@@ -42,15 +42,9 @@ def cmd_judge(args) -> int:
                     timeout=args.timeout, seed=args.seed, scratch=args.scratch, margin=args.margin,
                     level="screen" if args.no_derived else "full", bench=args.bench,
                     baseline=args.baseline, min_rounds=args.rounds, max_rounds=max(args.rounds, args.max_rounds),
-                    staged=args.staged, vouched=vouched_hashes(args))
+                    staged=args.staged, vouched=vouched_for([args.candidate, args.baseline] if args.vouch else []))
     print(json.dumps(verdict, indent=2))
     return 0 if verdict["status"] == "ok" else 1
-
-
-def vouched_hashes(args) -> list:
-    """With --vouch, the source hashes of the candidate and its baseline."""
-    paths = [args.candidate, args.baseline] if args.vouch else []
-    return [source_hash(path.read_text()) for path in paths if path is not None]
 
 
 def cmd_check(args) -> int:

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from contract.devices import is_cuda
-from fitness.isolation import LIBC, PR_CAPBSET_DROP, PR_SET_DUMPABLE, promote_kernels
+from fitness.isolation import LIBC, PR_CAPBSET_DROP, PR_SET_DUMPABLE, SCRATCH_PREFIX, promote_kernels
 from fitness.wire import DONE, NAP_S, RUN_STAGED, WAKE, Channel, Slot, WireError, WireTimeout, parse, staged
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -357,7 +357,6 @@ class Spares:
             self.ready = None
 
 
-SCRATCH_PREFIX = "runner-"
 SWEPT = []  # [True] once this process removed the scratch folders dead judges left
 
 

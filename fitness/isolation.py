@@ -40,6 +40,7 @@ import sys
 import tempfile
 
 LIBC = ctypes.CDLL(None, use_errno=True)
+SCRATCH_PREFIX = "runner-"  # a runner's scratch folder: runner-<its judge's pid>-... (fitness.candidate)
 
 CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
 NAMESPACES = 0x02000000 | 0x04000000 | 0x08000000 | CLONE_NEWUSER | 0x20000000 | 0x40000000 | CLONE_NEWNS
@@ -334,7 +335,7 @@ def open_here() -> list:
     if os.environ.get("RUNNER_ISOLATION") == "off":
         return ["all: RUNNER_ISOLATION=off"]
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    with tempfile.TemporaryDirectory(prefix="runner-") as scratch:
+    with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX) as scratch:
         done = subprocess.run([sys.executable, "-m", "fitness.isolation", "--report"], capture_output=True, text=True,
                               env={**os.environ, "RUNNER_SCRATCH": scratch, "PYTHONPATH": repo}, cwd=scratch,
                               timeout=60)

@@ -19,8 +19,7 @@ import time
 from pathlib import Path
 
 from contract.devices import resolve_device
-from contract.loader import source_hash
-from fitness.judge import Judge
+from fitness.judge import Judge, vouched_for
 from fitness.sandbox import fresh_seed
 from tools.arguments import target_arguments
 
@@ -47,7 +46,7 @@ def main(argv=None) -> int:
     rows, seed = [], fresh_seed()
     # The engines are the repository's programs: their runners' kernels join the shared cache.
     target = dict(config_path=args.model_config, weight_dir=args.weight_dir, bench=args.bench, timeout=600,
-                  vouched=[source_hash(Path(engine).read_text()) for engine in args.engines])
+                  vouched=vouched_for(args.engines))
 
     def record(label, engine, verdict, seconds):
         fitness = geometric_mean((verdict.get("tokens_per_second") or {}).values())

@@ -22,9 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from contract.devices import resolve_device
-from contract.loader import source_hash
 from evolve.config import visible_gpus
 from evolve.judging import core_shares
+from fitness.judge import vouched_for
 from fitness.sandbox import JudgeProcess
 from tools.arguments import target_arguments
 from tools.judge_probe import geometric_mean
@@ -42,7 +42,7 @@ def run(num_workers: int, args, device: str) -> dict:
               for i, cpus in enumerate(shares)]
     options = dict(config_path=args.model_config, weight_dir=args.weight_dir, level=args.level, bench=args.bench,
                    baseline=args.baseline, seed=1234, timeout=600,
-                   vouched=[source_hash(Path(p).read_text()) for p in (args.engine, args.baseline) if p])
+                   vouched=vouched_for([args.engine, args.baseline]))
     group = [args.engine] * args.group
     with ThreadPoolExecutor(num_workers) as pool:  # warm every judge: references, weights, runners
         list(pool.map(lambda j: j.judge_group(group, **options), judges))

@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from contract.devices import resolve_device
-from contract.loader import source_hash
+from fitness.judge import vouched_for
 from fitness.sandbox import JudgeProcess
 from tools.arguments import target_arguments
 
@@ -64,7 +64,7 @@ def judge_ratios(programs: list, baseline: Path, rounds: int, config, weight_dir
     the staged runs, empty unless `staged`), one group judgement."""
     cores = sorted(os.sched_getaffinity(0))  # as a search's one worker has them (evolve.judging)
     judge = JudgeProcess(device, {"OMP_NUM_THREADS": str(len(cores))}, ",".join(map(str, cores)), scratch)
-    vouched = [source_hash(Path(p).read_text()) for p in [*programs, baseline]]  # the library's: kernels shared
+    vouched = vouched_for([*programs, baseline])  # the library's: their kernels shared
     try:
         verdicts = judge.judge_group(programs, config, weight_dir, level="screen", bench="public",
                                      baseline=baseline, min_rounds=rounds, max_rounds=rounds, timeout=900,

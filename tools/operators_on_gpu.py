@@ -19,11 +19,11 @@ import tempfile
 from pathlib import Path
 
 import mutations
-from contract.loader import source_hash
 from contract.model_config import ModelConfig
 from fitness import roofline
 from fitness.__main__ import prepare_weights
 from fitness.cases import public_cases
+from fitness.judge import vouched_for
 from fitness.sandbox import judge as sandbox_judge
 from mutations import program
 
@@ -49,7 +49,7 @@ def judge(path, args) -> dict:
     # The seed and what the repository's operators make of it: their runners' kernels are shared.
     return sandbox_judge(path, args.model_config, args.weight_dir, args.device, timeout=args.timeout, seed=args.seed,
                          level="screen" if args.no_derived else "full", bench=args.bench, min_rounds=args.rounds,
-                         vouched=[source_hash(Path(path).read_text())])
+                         vouched=vouched_for([path]))
 
 
 def row(name, verdict, seed_tps) -> str:
