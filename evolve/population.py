@@ -8,6 +8,7 @@ a source is judged once.
 """
 from pathlib import Path
 
+from contract.loader import source_hash
 from evolve import checkpoint, history, library
 from evolve.config import SettingsError
 from mutations import Declined
@@ -21,7 +22,8 @@ def seed_sources(config) -> list[tuple[str, dict]]:
         if not origin.exists():
             raise SettingsError(f"--seed-from {origin}: no such engine file, run directory or history")
         if origin.is_dir():
-            found += [(s, {"from": str(origin)}) for s in run_dir_sources(origin)[:config.seed_from_top]]
+            found += [(s, {"from": str(origin), **({"made_here": True} if made else {})})
+                      for s, made in run_dir_sources(origin)[:config.seed_from_top]]
         elif origin.suffix == ".csv":
             found += [(s, {"from": str(origin), "candidate_id": cid})
                       for cid, s in history_sources(origin)[:config.seed_from_top]]
@@ -33,8 +35,13 @@ def seed_sources(config) -> list[tuple[str, dict]]:
     return list(unique.items())
 
 
-def run_dir_sources(run_dir: Path) -> list[str]:
-    """An earlier run's winner, then its hall of fame, best first."""
+def run_dir_sources(run_dir: Path) -> list[tuple[str, bool]]:
+    """An earlier run's winner, then its hall of fame, best first, each with whether that
+    run found its code the repository's (evolve.program.made_here). Only a finished run's
+    checkpoint is taken at its word: the run held it to what it last wrote until the end,
+    and no candidate of it runs since. The others' programs count as code from outside,
+    whose kernels each runner compiles anew: an H200 judged the recipe's program in 28 s
+    from the shared cache, and it with one kernel edited in 99 s."""
     sources = []
     if (run_dir / "winner.py").is_file():
         sources.append((run_dir / "winner.py").read_text())
@@ -43,8 +50,10 @@ def run_dir_sources(run_dir: Path) -> list[str]:
     except (FileNotFoundError, ValueError) as err:
         if not sources:
             raise SettingsError(f"--seed-from {run_dir}: {err}") from None
-        return sources
-    return sources + [p["source"] for p in state.get("hall_of_fame", [])]
+        return [(s, False) for s in sources]
+    made_here = set(state.get("made_here", ())) if state.get("finished") else set()
+    sources += [p["source"] for p in state.get("hall_of_fame", [])]
+    return [(s, source_hash(s) in made_here) for s in sources]
 
 
 def history_sources(path: Path) -> list[tuple[str, str]]:

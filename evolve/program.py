@@ -43,16 +43,18 @@ def made_here(program, known, decided=None) -> bool:
     """Whether `program`'s code is the repository's alone: made by its operators from the
     seed and the library's recipes, every ancestor known (`known`: id -> program or None)
     or decided before (`decided`: id -> bool; a resumed run's checkpoint holds its own).
-    A --seed-from program came from outside (unless a recipe makes it too: its args name
-    the recipe), and so did every program with it among its ancestors; an ancestor neither
-    known nor decided counts so too."""
+    A --seed-from program came from outside (unless a recipe makes it too, or the finished
+    run it comes from found it made here: its args say which), and so did every program with
+    it among its ancestors; an ancestor neither known nor decided counts so too."""
     decided = decided or {}
     if program.id in decided:
         return decided[program.id]
     seen, frontier = {program.id}, [program]
     while frontier:
         current = frontier.pop()
-        if not current.parent_ids and current.operator not in ROOTS and "recipe" not in current.operator_args:
+        args = current.operator_args
+        if not current.parent_ids and current.operator not in ROOTS and "recipe" not in args \
+                and not args.get("made_here"):
             return False
         for parent_id in set(current.parent_ids) - seen:
             seen.add(parent_id)

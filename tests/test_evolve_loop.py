@@ -14,7 +14,7 @@ from evolve import checkpoint, final, history
 from evolve.checkpoint import RunDir
 from evolve.config import RunConfig, SettingsError, parse_duration
 from evolve.judging import FINAL, BatchPhases, Judging, ProgramBatch, make_workers, progress_line
-from evolve.population import seed_sources
+from evolve.population import initial_population, seed_sources
 from evolve.scores import Scores, target_key
 from evolve.search import Search, run
 from evolve.program import Program, made_here
@@ -454,6 +454,28 @@ def test_seed_from_a_run_directory_and_a_file(small_target, tmp_path):
     assert sources[-1].endswith("# mine\n")
     with pytest.raises(SettingsError, match="no such"):
         seed_sources(make_config(small_target, tmp_path, seed_from=(tmp_path / "nothing.csv",)))
+
+
+def test_a_finished_runs_programs_are_vouched_for_as_its_checkpoint_says(small_target, tmp_path):
+    """--seed-from runs/RUN: the programs that run found made here (its checkpoint's
+    made_here) keep that word, so their kernels still join the shared cache; an unfinished
+    run's checkpoint, or a program it did not find so, is not taken at its word."""
+    outside = tmp_path / "outside.py"
+    outside.write_text(SEED_ENGINE.read_text() + "stand_in_outside = 1\n")  # 1,002 tok/s: seldom a parent
+    earlier = make_config(small_target, tmp_path / "earlier", generations=2, seed_from=(outside,),
+                          seed_from_top=10)  # a hall of fame of 10: programs of both lineages
+    run(earlier, mutate_fn=random_mutation, mate_fn=crossover, judge_fn=fake_judge)
+    state = checkpoint.load(only_run_dir(earlier))
+    said = set(state["made_here"])
+    config = make_config(small_target, tmp_path / "later", seed_from=(only_run_dir(earlier),), seed_from_top=10)
+    programs, _ = initial_population(config, Program)
+    taken = [p for p in programs if p.operator == "seed_from"]
+    assert taken and {made_here(p, {}.get) for p in taken} == {True, False}  # of both kinds
+    assert all(made_here(p, {}.get) == (p.id in said) for p in taken)
+    state["finished"] = False
+    only_run_dir(earlier).joinpath(checkpoint.CHECKPOINT).write_bytes(pickle.dumps(state))
+    programs, _ = initial_population(config, Program)
+    assert not any(made_here(p, {}.get) for p in programs if p.operator == "seed_from")
 
 
 def test_only_programs_of_the_repositorys_code_are_vouched_for(small_target, tmp_path):

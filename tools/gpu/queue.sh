@@ -6,8 +6,9 @@
 # The repository is copied to STATE/repo when no queue of STATE runs (a later call re-sends the
 # working tree; running jobs keep theirs). Each job's output goes to STATE/queueGPU.log, and
 # STATE/queueGPU.done appears when the last has ended. Jobs:
-#   search:TARGET[:BUDGET[:NAME]]  bash run.sh on TARGET ("public": the toy model) -> STATE/NAME (default
-#                             TARGET: name each of several runs of one target, then compare:NAME:TARGET)
+#   search:TARGET[:BUDGET[:NAME[:SEED]]]  bash run.sh on TARGET ("public": the toy model) -> STATE/NAME
+#                             (default TARGET: name each of several runs of one target, then
+#                             compare:NAME:TARGET); SEED, an engine file: --seed-from SEED
 #   seed_only:TARGET:BUDGET   the same from the seed alone (--from-seed-only) -> STATE/TARGET_seed_only
 #   compare:NAME[:TARGET]     STATE/NAME's winner against the recipe, COMPARE_ROUNDS (3) rounds (up to
 #                             COMPARE_MAX_ROUNDS, 6, while undecided)
@@ -75,11 +76,12 @@ hf_compare() {
 }
 
 run_job() {
-  local kind target budget
-  IFS=: read -r kind target budget name <<< "$1"
+  local kind target budget name seed
+  IFS=: read -r kind target budget name seed <<< "$1"
   local search=tools/gpu/search_vs_recipe.sh
   case $kind in
-  search) SEARCH_LIMIT=0 bash $search search "$state/${name:-$target}" "$target" ${budget:+--budget "$budget"} ;;
+  search) SEARCH_LIMIT=0 bash $search search "$state/${name:-$target}" "$target" ${budget:+--budget "$budget"} \
+            ${seed:+--seed-from "$seed"} ;;
   seed_only) SEARCH_LIMIT=0 bash $search search "$state/${target}_seed_only" "$target" --from-seed-only \
                ${budget:+--budget "$budget"} ;;
   compare) bash $search compare "$state/$target" "${budget:-$target}" "${COMPARE_ROUNDS:-3}" ;;
