@@ -35,7 +35,7 @@ import mutations
 from contract.families import structural_features
 from contract.model_config import ModelConfig, config_file
 from fitness.cases import call_bounds, select_cases
-from mutations import recipe
+from mutations import recipe, replay_cache
 from mutations.rewrites.tune_constant import fitted_to
 
 SHIPPED = Path(__file__).resolve().parent.parent / "mutations" / "recipes"
@@ -180,7 +180,7 @@ def seed_programs(config, seed_source: str) -> tuple[list, list]:
         why = why_not(entry, config, len(taken))
         if why is None:
             try:
-                source = recipe.apply(list(entry.steps), seed_source)
+                source = replay_cache.apply(list(entry.steps), seed_source)
             except recipe.RecipeError as err:
                 why = f"does not replay on the seed: {err}"
             else:
@@ -206,7 +206,7 @@ def fitted_program(best: tuple, config) -> tuple | None:
     if not moves:
         return None
     steps = [recipe.RecipeStep("tune_constant", move) for move in moves]
-    return recipe.apply(steps, source), {**args, "steps": [*args["steps"], *(s.line() for s in steps)]}
+    return replay_cache.apply(steps, source), {**args, "steps": [*args["steps"], *(s.line() for s in steps)]}
 
 
 def why_not(entry: Recipe, config, num_taken: int) -> str | None:

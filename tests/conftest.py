@@ -1,4 +1,5 @@
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -10,6 +11,10 @@ sys.path.insert(0, str(REPO))
 
 from contract import loader  # noqa: E402
 from target.toy_weights import write as write_weights  # noqa: E402
+
+# Replays kept on disk (mutations.replay_cache) would outlive a test's monkeypatched
+# operators; the tests of the cache set their own folder.
+os.environ["EVOLVE_REPLAY_CACHE"] = ""
 
 # Tiny models on a 2-core machine: threads cost more than they give (measured ~100x on
 # the bench tests). Judge child processes set their own.

@@ -224,3 +224,28 @@ def test_a_run_on_long_prompts_also_takes_the_best_program_fitted_to_its_calls(s
     assert args["steps"][:-1] == taken[0][1]["steps"] and args["recipe"] == taken[0][1]["recipe"]
     assert "\nMAX_PREFILL_TOKENS = 8192  #" in source and "\nMAX_GRAPH_BATCH = 64  #" in source
     assert recipe.apply(recipe.parse("\n".join(args["steps"]))) == source
+
+
+def test_a_replay_is_kept_on_disk_keyed_by_its_steps_source_and_code(tmp_path, monkeypatch):
+    """The library's programs are replayed once a machine (mutations.replay_cache): a GPU
+    host spent ~45 s of each run's start on them. The key is the steps, the source and the
+    replaying code; a recipe that declines is not kept."""
+    from mutations import replay_cache
+    monkeypatch.setenv("EVOLVE_REPLAY_CACHE", str(tmp_path / "replays"))
+    steps = [recipe.RecipeStep(PAGED)]
+    made = replay_cache.apply(steps, SEED)
+    assert made == recipe.apply(steps, SEED) and len(list((tmp_path / "replays").iterdir())) == 1
+    replays = []
+    monkeypatch.setattr(recipe, "apply", lambda *args: replays.append(args) or "replayed\n")
+    assert replay_cache.apply(steps, SEED) == made and not replays  # read back
+    assert replay_cache.apply(steps, SEED + "\n# other\n") == "replayed\n"  # another source
+    monkeypatch.setattr(replay_cache, "code_key", lambda: "other code")
+    assert replay_cache.apply(steps, SEED) == "replayed\n" and len(replays) == 2  # other code
+    monkeypatch.setenv("EVOLVE_REPLAY_CACHE", "")
+    assert replay_cache.folder() is None and replay_cache.apply(steps, SEED) == "replayed\n"
+    monkeypatch.undo()
+    monkeypatch.setenv("EVOLVE_REPLAY_CACHE", str(tmp_path / "replays"))
+    declines = [recipe.RecipeStep("tune_constant", {"constant": "NO_SUCH_CONSTANT", "new": 3})]
+    with pytest.raises(recipe.RecipeError, match="line"):
+        replay_cache.apply(declines, SEED)
+    assert len(list((tmp_path / "replays").iterdir())) == 3  # paged twice (two sources), other code; no decline
