@@ -457,9 +457,9 @@ def test_seed_from_a_run_directory_and_a_file(small_target, tmp_path):
 
 
 def test_a_finished_runs_programs_are_vouched_for_as_its_checkpoint_says(small_target, tmp_path):
-    """--seed-from runs/RUN: the programs that run found made here (its checkpoint's
-    made_here) keep that word, so their kernels still join the shared cache; an unfinished
-    run's checkpoint, or a program it did not find so, is not taken at its word."""
+    """--seed-from runs/RUN or its history.csv: the programs that run found made here (its
+    checkpoint's made_here) keep that word, so their kernels still join the shared cache; an
+    unfinished run's checkpoint, or a program it did not find so, is not taken at its word."""
     outside = tmp_path / "outside.py"
     outside.write_text(SEED_ENGINE.read_text() + "stand_in_outside = 1\n")  # 1,002 tok/s: seldom a parent
     earlier = make_config(small_target, tmp_path / "earlier", generations=2, seed_from=(outside,),
@@ -472,10 +472,16 @@ def test_a_finished_runs_programs_are_vouched_for_as_its_checkpoint_says(small_t
     taken = [p for p in programs if p.operator == "seed_from"]
     assert taken and {made_here(p, {}.get) for p in taken} == {True, False}  # of both kinds
     assert all(made_here(p, {}.get) == (p.id in said) for p in taken)
+    from_history = make_config(small_target, tmp_path / "later", seed_from=(earlier.history,), seed_from_top=10)
+    programs, _ = initial_population(from_history, Program)
+    taken = [p for p in programs if p.operator == "seed_from"]
+    assert {made_here(p, {}.get) for p in taken} == {True, False}
+    assert all(made_here(p, {}.get) == (p.id in said) for p in taken)
     state["finished"] = False
     only_run_dir(earlier).joinpath(checkpoint.CHECKPOINT).write_bytes(pickle.dumps(state))
-    programs, _ = initial_population(config, Program)
-    assert not any(made_here(p, {}.get) for p in programs if p.operator == "seed_from")
+    for later in (config, from_history):
+        programs, _ = initial_population(later, Program)
+        assert not any(made_here(p, {}.get) for p in programs if p.operator == "seed_from")
 
 
 def test_only_programs_of_the_repositorys_code_are_vouched_for(small_target, tmp_path):
