@@ -79,10 +79,16 @@ def open_runners(monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def fastest_source():
-    """The hand-kept recipe's program: its replay onto the seed takes seconds on 2 cores."""
-    from mutations import recipe
-    return recipe.apply(recipe.parse(FASTEST.read_text()))
+def fastest_source(tmp_path_factory):
+    """The hand-kept recipe's program: its replay onto the seed takes 15-25 s on 2 cores, so
+    the workers of one suite keep it in a folder they share (mutations.replay_cache;
+    test_library replays every recipe itself)."""
+    from mutations import recipe, replay_cache
+    os.environ["EVOLVE_REPLAY_CACHE"] = str(tmp_path_factory.getbasetemp().parent / "replays")
+    try:
+        return replay_cache.apply(recipe.parse(FASTEST.read_text()), loader.SEED_ENGINE.read_text())
+    finally:
+        os.environ["EVOLVE_REPLAY_CACHE"] = ""
 
 
 @pytest.fixture(scope="session")
