@@ -12,6 +12,7 @@ from pathlib import Path
 from contract.loader import source_hash
 from evolve import checkpoint, history, library
 from evolve.config import SettingsError
+from evolve.program import made_here
 from mutations import Declined
 
 
@@ -121,3 +122,15 @@ def initial_population(config, make) -> tuple[list, list]:
         original = programs[len(programs) % distinct]
         programs.append(make(original.source, original.parent_ids, original.operator, original.operator_args))
     return programs, [Declined(library.LIBRARY, f"{name}: {why}") for name, why in not_taken]
+
+
+def outside_code_line(programs: list) -> str | None:
+    """What a GPU run says when --seed-from brought code from outside the repository: why
+    the judgements of those programs' lineages cost more; None when it brought none."""
+    origins = sorted({p.operator_args.get("from", "?") for p in programs
+                      if p.operator == "seed_from" and not made_here(p, {}.get)})
+    if not origins:
+        return None
+    return (f"--seed-from {', '.join(origins)}: code from outside the repository's lineage (a file of its own, "
+            "or a run that did not finish): each judgement of it or a program bred from it compiles its Triton "
+            "kernels anew, never shared (an H200: 99 s for a full judgement against 28 s shared; fitness/README.md)")

@@ -23,7 +23,7 @@ from evolve.final import choose_winner, table_of
 from evolve.judging import MAX_GROUP, Evaluator, Judging, WorkerPool, make_workers, screen, unjudged
 from evolve.loop import Breeding, Budget, GenerationRecord, evolve
 from evolve.memo import Memo
-from evolve.population import initial_population
+from evolve.population import initial_population, outside_code_line
 from evolve.recipe import LineageError, lineage_recipe
 from evolve.records import RecordsChanged
 from evolve.scores import Scores, target_key
@@ -434,6 +434,9 @@ def run(config, state: dict | None = None, run_id: str = "", spent_before_s: flo
     search.workspace.log_start(run_dir.run_id, config.to_dict(), state and state["generation"])
     print(f"run {run_dir.run_id}: {config.device}, {config.workers} worker(s), "
           f"{format_duration(search.clock.left())} budget left, run dir {run_dir.path}", flush=True)
+    outside = outside_code_line(search.population) if state is None and is_cuda(config.device) else None
+    if outside:  # a GPU's Triton kernels (a CPU compiles none)
+        search.say(outside)
     previous = signal.signal(signal.SIGTERM, raise_interrupted)
     try:
         if state is None:

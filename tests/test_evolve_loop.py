@@ -14,7 +14,7 @@ from evolve import checkpoint, final, history
 from evolve.checkpoint import RunDir
 from evolve.config import RunConfig, SettingsError, parse_duration
 from evolve.judging import FINAL, BatchPhases, Judging, ProgramBatch, make_workers, progress_line
-from evolve.population import initial_population, seed_sources
+from evolve.population import initial_population, outside_code_line, seed_sources
 from evolve.scores import Scores, target_key
 from evolve.search import Search, run
 from evolve.program import Program, made_here
@@ -510,6 +510,15 @@ def test_only_programs_of_the_repositorys_code_are_vouched_for(small_target, tmp
     assert vouched_for == expected
     children = rows.index[rows["operator"] != "seed_from"]
     assert {expected[cid] for cid in children if cid in expected} == {True, False}  # both kinds were judged
+
+
+def test_a_gpu_run_says_which_seed_from_programs_compile_their_kernels_anew(small_target, tmp_path):
+    outside = tmp_path / "outside.py"
+    outside.write_text(SEED_ENGINE.read_text() + "stand_in_outside = 1\n")
+    programs, _ = initial_population(make_config(small_target, tmp_path, seed_from=(outside,)), Program)
+    line = outside_code_line(programs)
+    assert line.startswith(f"--seed-from {outside}: code from outside") and "compiles its Triton kernels anew" in line
+    assert outside_code_line(initial_population(make_config(small_target, tmp_path), Program)[0]) is None
 
 
 def test_each_row_says_what_its_runners_went_without(small_target, tmp_path):
