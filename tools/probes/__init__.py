@@ -30,6 +30,7 @@ measured again; no driver runs them. python -m tools.probes.NAME, and the log:
     host_noise, core_noise   how noisy the host's cores are          2026-11-23-cv-of-a-judgement.md
     swap_orders              pairs of swaps in both orders           2026-11-23-one-program-one-source.md
     kernel_count             the kernels a decode launches, on a CPU 2026-11-29-shared-expert-in-two-kernels.md
+    library_replays          a run's replays; seeds no recipe makes  2026-12-01-seed-from-compile-cost.md
   the server
     serving_loop_cost        the serving loop's own host cost a step 2026-11-28-serving-loop-host-cost.md
     fixed_step_engine        an engine file whose step takes a set time (the stand-in those runs serve)
