@@ -6,7 +6,8 @@ host spent ~45 s of each run's start replaying the library's recipes
 (docs/log/2026-12-01-seed-from-compile-cost.md); the second run on it reads them.
 
 The folder is $EVOLVE_REPLAY_CACHE, else ~/.cache/engine-evolver/replays ($XDG_CACHE_HOME's);
-EVOLVE_REPLAY_CACHE="" replays every time. A runner closed off (fitness/isolation.py) cannot
+EVOLVE_REPLAY_CACHE="" replays every time. Nothing is evicted (a program is ~130 KB, and a
+run takes four or five; a change to this package keys them anew). A runner closed off (fitness/isolation.py) cannot
 write it; where one is left open it could, as it could the recipes themselves.
 """
 import hashlib
