@@ -7,8 +7,9 @@ host spent ~45 s of each run's start replaying the library's recipes
 
 The folder is $EVOLVE_REPLAY_CACHE, else ~/.cache/engine-evolver/replays ($XDG_CACHE_HOME's);
 EVOLVE_REPLAY_CACHE="" replays every time. Nothing is evicted (a program is ~130 KB, and a
-run takes four or five; a change to this package keys them anew). A runner closed off (fitness/isolation.py) cannot
-write it; where one is left open it could, as it could the recipes themselves.
+run takes four or five; a change to this package keys them anew). A runner closed off
+(fitness/isolation.py) cannot write it; where one is left open it could, as it could the
+recipes themselves.
 """
 import hashlib
 import importlib.metadata
