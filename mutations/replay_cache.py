@@ -2,7 +2,7 @@
 
 A replay is a pure function of the steps, the source they start from and the code that
 replays them (this package, libcst, Python's version), so all of those make the key. A GPU
-host spent ~45 s of each run's start replaying the library's recipes
+host spent ~27 s of each run's start replaying the library's recipes
 (docs/log/2026-12-01-seed-from-compile-cost.md); the second run on it reads them.
 
 The folder is $EVOLVE_REPLAY_CACHE, else ~/.cache/engine-evolver/replays ($XDG_CACHE_HOME's);

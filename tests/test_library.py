@@ -228,7 +228,7 @@ def test_a_run_on_long_prompts_also_takes_the_best_program_fitted_to_its_calls(s
 
 def test_a_replay_is_kept_on_disk_keyed_by_its_steps_source_and_code(tmp_path, monkeypatch):
     """The library's programs are replayed once a machine (mutations.replay_cache): a GPU
-    host spent ~45 s of each run's start on them. The key is the steps, the source and the
+    host spent ~27 s of each run's start on them. The key is the steps, the source and the
     replaying code; a recipe that declines is not kept."""
     from mutations import replay_cache
     monkeypatch.setenv("EVOLVE_REPLAY_CACHE", str(tmp_path / "replays"))
